@@ -1,0 +1,131 @@
+"""Benchmark base classes: what a benchmark author subclasses.
+
+Every lifecycle method may be a plain function or a coroutine; the runtime
+awaits whatever it gets back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, TaskSpec
+
+if TYPE_CHECKING:
+    from .config import RunRequest
+    from .environments.base import EnvironmentSession
+
+__all__ = ["BaseBenchmark", "HarnessFreeBenchmark"]
+
+
+class BaseBenchmark:
+    """A set of tasks plus the rules that score them.
+
+    Subclasses implement :meth:`load_tasks` and :meth:`evaluate`; the other
+    hooks have sensible defaults. ``params`` from the config's
+    ``benchmark.params`` arrive as keyword arguments of the constructor.
+    """
+
+    #: Default evaluation mode; a task's own mode and the request's override it.
+    evaluation_environment_mode: ClassVar[EvaluationMode] = "none"
+
+    def __init__(self, **params: Any) -> None:
+        self.params = params
+
+    # -- request scope -------------------------------------------------
+    def load_tasks(self, req: RunRequest) -> Sequence[TaskSpec]:
+        """Return every task of the benchmark. Called once per request."""
+        raise NotImplementedError(f"{type(self).__name__} must implement load_tasks(req)")
+
+    def select_tasks(self, tasks: Sequence[TaskSpec], req: RunRequest) -> Sequence[TaskSpec]:
+        """Narrow the loaded tasks (a split, a sample). Called once per request."""
+        return tasks
+
+    def resolve_evaluation_environment_mode(self, req: RunRequest) -> EvaluationMode:
+        """The benchmark-level default mode, used when neither request nor task sets one."""
+        return self.evaluation_environment_mode
+
+    def make_benchmark_plan(self, task: TaskSpec, req: RunRequest) -> Any:
+        """Benchmark-specific plan data, stored as ``ExecutionPlan.benchmark_plan``."""
+        return None
+
+    # -- attempt scope -------------------------------------------------
+    def prepare_task(
+        self, task: TaskSpec, env: EnvironmentSession, req: RunRequest, benchmark_plan: Any
+    ) -> Any:
+        """Set the task Environment up and return the :class:`PreparedTask`."""
+        return PreparedTask(task_id=task.task_id, prompt=task.question)
+
+    def collect_artifacts(
+        self,
+        task: TaskSpec,
+        prepared: PreparedTask,
+        result: RunResult,
+        env: EnvironmentSession,
+        req: RunRequest,
+        plan: ExecutionPlan,
+    ) -> Any:
+        """Copy what evaluation needs out of the still-open task Environment."""
+        return result
+
+    def evaluate(
+        self,
+        task: TaskSpec,
+        prepared: PreparedTask,
+        result: RunResult,
+        req: RunRequest,
+        plan: ExecutionPlan,
+        env: EnvironmentSession | None = None,
+    ) -> Any:
+        """Return ``result`` with its authoritative ``score`` set."""
+        raise NotImplementedError(f"{type(self).__name__} must implement evaluate(...)")
+
+    # -- request end ---------------------------------------------------
+    def aggregate_metrics(self, results: Sequence[RunResult], req: RunRequest) -> dict[str, Any]:
+        """Request-level metrics from the terminal task results, in task order.
+
+        The default reports the mean score and, over semantic attempts,
+        ``pass@1`` (mean fraction of passing attempts) and ``pass@k`` (share
+        of tasks with at least one passing attempt).
+        """
+        threshold = req.execution.pass_threshold
+        k = req.execution.attempts.k
+        scored = [r for r in results if r.score is not None and not r.is_error]
+        errors = [r for r in results if r.is_error]
+        metrics: dict[str, Any] = {
+            "tasks": len(results),
+            "scored": len(scored),
+            "errors": len(errors),
+            "passed": sum(1 for r in scored if r.score is not None and r.score >= threshold),
+            "k": k,
+            "mean_score": (sum(r.score or 0.0 for r in scored) / len(scored)) if scored else None,
+        }
+        per_task: list[list[float]] = [
+            [float(s) for s in (r.metadata.get("attempt_scores") or {}).values() if s is not None]
+            or ([float(r.score)] if r.score is not None else [])
+            for r in scored
+        ]
+        if results:
+            metrics["pass@1"] = sum(
+                (sum(1 for s in scores if s >= threshold) / len(scores)) if scores else 0.0
+                for scores in per_task
+            ) / len(results)
+            metrics[f"pass@{k}"] = sum(1 for scores in per_task if any(s >= threshold for s in scores)) / len(
+                results
+            )
+        return metrics
+
+
+class HarnessFreeBenchmark(BaseBenchmark):
+    """A benchmark that runs its own inference: used with harness id ``none``."""
+
+    def run_task(
+        self,
+        task: TaskSpec,
+        prepared: PreparedTask,
+        env: EnvironmentSession,
+        req: RunRequest,
+        plan: ExecutionPlan,
+    ) -> Any:
+        """Produce the raw (unscored) :class:`RunResult` of one attempt."""
+        raise NotImplementedError(f"{type(self).__name__} must implement run_task(...)")

@@ -1,0 +1,269 @@
+"""The YAML config: pydantic models, ``${VAR}`` expansion and error messages.
+
+Every validation error is reported as ``file:line: yaml.path: message`` so a
+user can jump straight to the offending key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+from .types import EvaluationMode, NetworkPolicy
+
+__all__ = [
+    "AttemptsSpec",
+    "ComponentRef",
+    "EnvironmentSpec",
+    "ExecutionSpec",
+    "LoadedConfig",
+    "ModelSpec",
+    "NetworkSpec",
+    "Orchestration",
+    "RunRequest",
+    "TimeoutsSpec",
+    "load_config",
+]
+
+#: Names used in file names and pytest node ids.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ComponentRef(_Model):
+    """A component by id (registry name, ``module:Class`` or ``file.py:Class``)."""
+
+    id: str = Field(min_length=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelSpec(_Model):
+    """A model: the one under test, or a controller-side judge."""
+
+    id: str = Field(min_length=1)
+    version: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class NetworkSpec(_Model):
+    """Network policy per phase; ``run``/``evaluation`` default to ``baseline``."""
+
+    baseline: NetworkPolicy = "full"
+    run: NetworkPolicy | None = None
+    evaluation: NetworkPolicy | None = None
+
+
+class EnvironmentSpec(_Model):
+    """Which provider opens task Environments, and its process-wide limits."""
+
+    id: str = "local"
+    params: dict[str, Any] = Field(default_factory=dict)
+    evaluation_environment_mode: EvaluationMode | None = None
+    capacity: int = Field(default=0, ge=0)
+    open_qps: float = Field(default=0, ge=0)
+    network: NetworkSpec = Field(default_factory=NetworkSpec)
+
+
+class AttemptsSpec(_Model):
+    """Semantic attempts: ``k`` independent tries combined by ``strategy``."""
+
+    k: int = Field(default=1, ge=1)
+    strategy: str = "avg"
+
+
+class TimeoutsSpec(_Model):
+    """Per-stage time limits in seconds; ``None`` means no limit."""
+
+    prepare: float | None = Field(default=None, gt=0)
+    run: float | None = Field(default=None, gt=0)
+    artifacts: float | None = Field(default=None, gt=0)
+    evaluate: float | None = Field(default=None, gt=0)
+
+
+class ExecutionSpec(_Model):
+    """How each task is attempted, retried and judged."""
+
+    attempts: AttemptsSpec = Field(default_factory=AttemptsSpec)
+    max_retries: int = Field(default=0, ge=0)
+    retry_pattern_list: list[str] | None = None
+    retry_backoff_seconds: float = Field(default=0.2, ge=0)
+    keep_environment: bool = False
+    pass_threshold: float = 1.0
+    timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
+
+    @field_validator("retry_pattern_list")
+    @classmethod
+    def _patterns_compile(cls, value: list[str] | None) -> list[str] | None:
+        for pattern in value or ():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+        return value
+
+
+class RunRequest(_Model):
+    """One named evaluation: a benchmark run through a harness in an environment."""
+
+    name: str
+    benchmark: ComponentRef
+    harness: ComponentRef = Field(default_factory=lambda: ComponentRef(id="none"))
+    environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec)
+    execution: ExecutionSpec = Field(default_factory=ExecutionSpec)
+    model: ModelSpec | None = None
+    judge: ModelSpec | None = None
+    analyzers: list[ComponentRef] = Field(default_factory=list)
+    recipes: list[ComponentRef] = Field(default_factory=list)
+    reuse: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not SAFE_NAME.match(value):
+            raise ValueError(
+                f"request name {value!r} must start with a letter or digit and use only "
+                "letters, digits, '.', '_' and '-'"
+            )
+        return value
+
+
+class Orchestration(_Model):
+    """The whole config file: run-wide settings and requests in priority order."""
+
+    output_dir: str = ".agentcompass/runs"
+    task_concurrency: int = Field(default=8, ge=1)
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    cleanup_grace_seconds: float = Field(default=30, ge=0)
+    requests: list[RunRequest] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Orchestration:
+        seen: set[str] = set()
+        for request in self.requests:
+            if request.name in seen:
+                raise ValueError(f"duplicate request name {request.name!r}")
+            seen.add(request.name)
+        return self
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A validated config and what is needed to write it back safely."""
+
+    path: Path
+    orchestration: Orchestration
+    secrets: frozenset[str] = field(default_factory=frozenset)
+
+    def redacted_dump(self) -> dict[str, Any]:
+        """The resolved config with every ``${VAR}`` value replaced by ``***``."""
+        from .redact import Redactor
+
+        return Redactor(self.secrets).apply(self.orchestration.model_dump(mode="json"))  # type: ignore[no-any-return]
+
+
+def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> LoadedConfig:
+    """Read, expand and validate a config file.
+
+    :raises ConfigError: with one line per problem, each naming file, line and key.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read agentcompass config {file}: {exc.strerror or exc}") from None
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file}: invalid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file}: the config must be a mapping with a 'requests' list")
+    lines = dict(_node_lines(node, ())) if node is not None else {}
+    secrets: set[str] = set()
+    problems: list[str] = []
+    data = _expand(data, (), environ if environ is not None else dict(os.environ), secrets, problems)
+    if problems:
+        raise ConfigError("\n".join(f"{file}:{lines.get(loc, 1)}: {msg}" for loc, msg in problems))
+    try:
+        orchestration = Orchestration.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation(file, exc, lines)) from None
+    return LoadedConfig(file, orchestration, frozenset(secrets))
+
+
+def format_loc(loc: tuple[Any, ...]) -> str:
+    """``('requests', 1, 'execution')`` -> ``requests[1].execution``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<root>"
+
+
+def _format_validation(file: Path, exc: ValidationError, lines: dict[tuple[Any, ...], int]) -> str:
+    messages = []
+    for error in exc.errors():
+        loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        line = _closest_line(loc, lines)
+        msg = error["msg"]
+        if error["type"] == "extra_forbidden":
+            msg = "unknown key"
+        messages.append(f"{file}:{line}: {format_loc(loc)}: {msg}")
+    return "invalid agentcompass config:\n" + "\n".join(messages)
+
+
+def _closest_line(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int:
+    # A missing key has no line of its own: point at the nearest parent that exists.
+    while loc and loc not in lines:
+        loc = loc[:-1]
+    return lines.get(loc, 1)
+
+
+def _node_lines(node: yaml.Node, loc: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], int]]:
+    yield loc, node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            yield (*loc, key.value), key.start_mark.line + 1
+            for sub in _node_lines(value, (*loc, key.value)):
+                if sub[0] != (*loc, key.value):
+                    yield sub
+    elif isinstance(node, yaml.SequenceNode):
+        for index, value in enumerate(node.value):
+            yield from _node_lines(value, (*loc, index))
+
+
+def _expand(
+    value: Any,
+    loc: tuple[Any, ...],
+    environ: dict[str, str],
+    secrets: set[str],
+    problems: list[tuple[tuple[Any, ...], str]],
+) -> Any:
+    if isinstance(value, dict):
+        return {k: _expand(v, (*loc, k), environ, secrets, problems) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, (*loc, i), environ, secrets, problems) for i, v in enumerate(value)]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in environ:
+            problems.append((loc, f"{format_loc(loc)}: environment variable {name} is not set"))
+            return ""
+        if environ[name]:
+            secrets.add(environ[name])
+        return environ[name]
+
+    return _VAR.sub(substitute, value)

@@ -1,0 +1,185 @@
+"""The Environment provider contract.
+
+A provider (:class:`BaseEnvironment`) is built once per request from its
+:class:`~pytest_agentcompass.config.EnvironmentSpec`; each attempt asks it to
+``open`` an :class:`EnvironmentSession`, and closes that session itself.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextvars
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from ..errors import PolicyError
+from ..limits import rate_limiter_for
+from ..types import ExecResult, ExecutionPlan, NetworkPolicy
+
+if TYPE_CHECKING:
+    from ..config import EnvironmentSpec
+
+__all__ = ["BaseEnvironment", "EnvironmentSession", "SessionConfig", "SessionPurpose"]
+
+SessionPurpose = Literal["task", "evaluation"]
+
+# Set while a throttled ``open`` runs, so a subclass calling ``super().open``
+# is not throttled twice.
+_throttled: contextvars.ContextVar[bool] = contextvars.ContextVar("agentcompass_throttled", default=False)
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """What a provider needs to open one session, derived from the plan.
+
+    :param network_policy: The policy the session starts with (the plan's baseline).
+    :param labels: Identifying labels (run id, request, task) a provider may
+        attach to what it creates, so leaks can be traced and swept.
+    """
+
+    purpose: SessionPurpose
+    task_id: str
+    attempt_index: int
+    network_policy: NetworkPolicy
+    params: Mapping[str, Any] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+class EnvironmentSession(abc.ABC):
+    """One open sandbox. Every method is a coroutine and may be cancelled."""
+
+    network_policy: NetworkPolicy = "full"
+
+    @abc.abstractmethod
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
+        """Run ``argv`` and wait for it; on timeout the whole process tree is killed."""
+
+    @abc.abstractmethod
+    async def read_bytes(self, path: str) -> bytes:
+        """Read a file of the session."""
+
+    @abc.abstractmethod
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        """Write a file of the session, creating parent directories."""
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return (await self.read_bytes(path)).decode(encoding)
+
+    async def write_text(self, path: str, text: str, encoding: str = "utf-8") -> None:
+        await self.write_bytes(path, text.encode(encoding))
+
+    async def set_network_policy(self, policy: NetworkPolicy) -> None:
+        """Switch the session's network access; providers that can override this."""
+        if policy != self.network_policy:
+            raise PolicyError(
+                f"{type(self).__name__} cannot switch network policy from "
+                f"{self.network_policy!r} to {policy!r}"
+            )
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release everything the session holds. Must be idempotent and safe
+        to call on a session whose ``open`` failed halfway."""
+
+    def describe(self) -> str:
+        """A human pointer to the session (path, container id), for kept environments."""
+        return repr(self)
+
+
+class BaseEnvironment(abc.ABC):
+    """An Environment provider.
+
+    Subclasses set :attr:`id`, the policies they support, and implement
+    :meth:`open`. The open-rate limit is applied around every subclass's
+    ``open`` automatically.
+    """
+
+    id: ClassVar[str] = ""
+    #: Policies a session can be opened with or switched to.
+    supported_network_policies: ClassVar[frozenset[str]] = frozenset({"full"})
+    #: Whether a live session can change policy; if not, every phase must use the baseline.
+    dynamic_network_policy: ClassVar[bool] = False
+
+    def __init__(self, spec: EnvironmentSpec) -> None:
+        self.spec = spec
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        original = cls.__dict__.get("open")
+        if original is None or getattr(original, "__agentcompass_throttled__", False):
+            return
+
+        @functools.wraps(original)
+        async def open(self: BaseEnvironment, config: SessionConfig) -> EnvironmentSession:
+            if _throttled.get():
+                return await original(self, config)  # type: ignore[no-any-return]
+            await rate_limiter_for(self.spec.id, self.spec.open_qps).wait()
+            token = _throttled.set(True)
+            try:
+                return await original(self, config)  # type: ignore[no-any-return]
+            finally:
+                _throttled.reset(token)
+
+        open.__agentcompass_throttled__ = True  # type: ignore[attr-defined]
+        cls.open = open  # type: ignore[method-assign]
+
+    def validate_plan(self, plan: ExecutionPlan) -> None:
+        """Reject a plan whose network policies this provider cannot honour.
+
+        :raises PolicyError: naming the phase and the policy.
+        """
+        phases: list[tuple[str, str]] = [
+            ("baseline", plan.baseline_network_policy),
+            ("run", plan.run_network_policy),
+        ]
+        if plan.evaluation_environment_mode != "none":
+            phases.append(("evaluation", plan.evaluation_network_policy))
+        for phase, policy in phases:
+            if policy not in self.supported_network_policies:
+                raise PolicyError(
+                    f"environment {self.spec.id!r} does not support network policy {policy!r} "
+                    f"(asked for the {phase} phase); supported: "
+                    f"{', '.join(sorted(self.supported_network_policies))}"
+                )
+            if policy != plan.baseline_network_policy and not self.dynamic_network_policy:
+                raise PolicyError(
+                    f"environment {self.spec.id!r} cannot switch network policy at run time, "
+                    f"but the plan asks for {policy!r} in the {phase} phase and "
+                    f"{plan.baseline_network_policy!r} at baseline"
+                )
+
+    def build_config(
+        self, plan: ExecutionPlan, purpose: SessionPurpose, labels: Mapping[str, str] | None = None
+    ) -> SessionConfig:
+        """Validate ``plan`` and derive the config for one session."""
+        self.validate_plan(plan)
+        return SessionConfig(
+            purpose=purpose,
+            task_id=plan.task_id,
+            attempt_index=plan.attempt_index,
+            network_policy=plan.baseline_network_policy,
+            params=dict(self.spec.params),
+            labels=dict(labels or {}),
+        )
+
+    async def preflight(self) -> None:
+        """Check the provider is usable (engine reachable, packages present).
+
+        Runs once before any task; raise :class:`~pytest_agentcompass.errors.PreflightError`.
+        """
+
+    @abc.abstractmethod
+    async def open(self, config: SessionConfig) -> EnvironmentSession:
+        """Open a session. If it fails halfway, release what was acquired before raising."""
+
+    async def aclose(self) -> None:
+        """Release request-level resources (clients, pools). Idempotent."""

@@ -1,0 +1,170 @@
+"""The ``local`` provider: a private workspace directory and host subprocesses.
+
+It isolates files, not the network: the only policy it can honour is
+``full``, and it says so when a plan is built rather than pretending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
+
+from ..errors import EnvironmentError_, WorkspacePathError
+from ..types import ExecResult
+from .base import BaseEnvironment, EnvironmentSession, SessionConfig
+
+__all__ = ["LocalEnvironment", "LocalSession", "DEFAULT_OUTPUT_LIMIT"]
+
+#: Bytes of stdout/stderr kept per stream; the rest is counted and dropped.
+DEFAULT_OUTPUT_LIMIT = 1024 * 1024
+_CHUNK = 64 * 1024
+
+
+class LocalSession(EnvironmentSession):
+    """A workspace directory on the host.
+
+    Paths are confined to the workspace: relative paths start there, and an
+    absolute path such as ``/tmp/x`` means ``<workspace>/tmp/x``, so benchmark
+    code written for containers keeps working.
+    """
+
+    network_policy = "full"
+
+    def __init__(self, root: Path, output_limit: int = DEFAULT_OUTPUT_LIMIT) -> None:
+        self.root = root
+        self.output_limit = output_limit
+        self._closed = False
+
+    def resolve(self, path: str) -> Path:
+        """Map ``path`` into the workspace.
+
+        :raises WorkspacePathError: when it (or a symlink on its way) leaves the workspace.
+        """
+        if self._closed:
+            raise EnvironmentError_(f"workspace {self.root} is closed")
+        relative = PurePosixPath(path)
+        if relative.is_absolute():
+            relative = relative.relative_to("/")
+        candidate = (self.root / relative).resolve()
+        if not candidate.is_relative_to(self.root):
+            raise WorkspacePathError(f"path {path!r} is outside the workspace {self.root}")
+        return candidate
+
+    async def read_bytes(self, path: str) -> bytes:
+        target = self.resolve(path)
+        try:
+            return target.read_bytes()
+        except OSError as exc:
+            raise EnvironmentError_(f"cannot read {path!r} in workspace {self.root}: {exc.strerror}") from None
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        target = self.resolve(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
+        if isinstance(argv, str):
+            raise TypeError("exec takes an argument list, not a string; use ['sh', '-c', cmd]")
+        workdir = self.resolve(cwd) if cwd else self.resolve(".")
+        started = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=workdir,
+                env={**os.environ, "HOME": str(self.root), **(env or {})},
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                # Own process group: a timeout or cancel kills the whole tree.
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return ExecResult(exit_code=127, stderr=f"cannot run {argv[0]!r}: {exc.strerror}")
+        assert proc.stdout is not None and proc.stderr is not None
+        readers = [
+            asyncio.ensure_future(_read_capped(proc.stdout, self.output_limit)),
+            asyncio.ensure_future(_read_capped(proc.stderr, self.output_limit)),
+        ]
+        timed_out = False
+        try:
+            try:
+                await asyncio.wait_for(proc.wait(), timeout)
+            except TimeoutError:
+                timed_out = True
+        finally:
+            # Also on success: background children must not outlive the call
+            # (they would hold the pipes open and leak past the session).
+            _kill_group(proc.pid)
+            try:
+                await asyncio.shield(proc.wait())
+            finally:
+                if proc.returncode is None:
+                    for reader in readers:
+                        reader.cancel()
+        (out, out_cut), (err, err_cut) = await asyncio.gather(*readers)
+        return ExecResult(
+            exit_code=proc.returncode if proc.returncode is not None else -9,
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+            timed_out=timed_out,
+            stdout_truncated=out_cut,
+            stderr_truncated=err_cut,
+            duration=time.monotonic() - started,
+        )
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.to_thread(shutil.rmtree, self.root, True)
+
+    def describe(self) -> str:
+        return str(self.root)
+
+
+class LocalEnvironment(BaseEnvironment):
+    """Opens :class:`LocalSession` workspaces under ``params.base_dir`` (default: the temp dir).
+
+    ``params.output_limit`` caps captured output per stream in bytes.
+    """
+
+    id = "local"
+
+    async def open(self, config: SessionConfig) -> EnvironmentSession:
+        base = self.spec.params.get("base_dir")
+        prefix = f"agentcompass-{config.task_id[:40]}-"
+        root = Path(tempfile.mkdtemp(prefix=prefix, dir=base)).resolve()
+        limit = int(self.spec.params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
+        return LocalSession(root, output_limit=limit)
+
+
+async def _read_capped(stream: asyncio.StreamReader, limit: int) -> tuple[bytes, bool]:
+    kept = bytearray()
+    cut = False
+    while chunk := await stream.read(_CHUNK):
+        room = limit - len(kept)
+        if room > 0:
+            kept += chunk[:room]
+        if len(chunk) > room:
+            cut = True
+    return bytes(kept), cut
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

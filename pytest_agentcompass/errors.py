@@ -1,0 +1,55 @@
+"""Exceptions a user can cause, each with a message that names what and where.
+
+The pytest face prints ``str(exc)`` of these without a traceback: the message
+must stand on its own.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentCompassError",
+    "ArtifactError",
+    "ComponentError",
+    "ConfigError",
+    "EnvironmentError_",
+    "PolicyError",
+    "PreflightError",
+    "TaskIdError",
+    "WorkspacePathError",
+]
+
+
+class AgentCompassError(Exception):
+    """Base class of every error this plugin raises on purpose."""
+
+
+class ConfigError(AgentCompassError):
+    """The YAML config is unreadable or does not validate."""
+
+
+class ComponentError(AgentCompassError):
+    """A benchmark, harness, environment, strategy or analyzer id does not resolve."""
+
+
+class TaskIdError(AgentCompassError):
+    """A task id is empty, duplicated or unsafe as a file name or node id."""
+
+
+class PolicyError(AgentCompassError):
+    """A plan asks for a network policy transition the provider cannot honour."""
+
+
+class PreflightError(AgentCompassError):
+    """A dependency or component is unusable; raised before any task runs."""
+
+
+class EnvironmentError_(AgentCompassError):  # noqa: N801 - avoid shadowing the builtin
+    """An Environment could not be opened or used."""
+
+
+class WorkspacePathError(EnvironmentError_):
+    """A path given to an Environment escapes its workspace."""
+
+
+class ArtifactError(AgentCompassError):
+    """A submission artifact is too large, of the wrong type or empty."""

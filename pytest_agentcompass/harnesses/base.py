@@ -1,0 +1,62 @@
+"""The Harness contract: how an agent or model is driven through one task."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..types import ExecutionPlan, PreparedTask, RunResult, TaskSpec
+
+if TYPE_CHECKING:
+    from ..config import RunRequest
+    from ..environments.base import EnvironmentSession
+
+__all__ = ["BaseHarness"]
+
+
+class BaseHarness:
+    """Drives an agent. ``params`` from the config's ``harness.params`` arrive
+    as constructor keyword arguments.
+
+    The runtime calls :meth:`adjust_input`, :meth:`start_session`, then
+    :meth:`run` under the plan's run network policy, and always
+    :meth:`close_session` afterwards, before artifacts are collected.
+    Methods may be sync or async.
+    """
+
+    id: ClassVar[str] = ""
+
+    def __init__(self, **params: Any) -> None:
+        self.params = params
+
+    def adjust_input(
+        self, task: TaskSpec, prepared: PreparedTask, req: RunRequest, plan: ExecutionPlan
+    ) -> Any:
+        """Rewrite the prepared input for this harness (prompt templates, tool lists)."""
+        return prepared
+
+    def start_session(
+        self,
+        task: TaskSpec,
+        prepared: PreparedTask,
+        env: EnvironmentSession,
+        req: RunRequest,
+        plan: ExecutionPlan,
+    ) -> Any:
+        """Acquire per-attempt state (a client, an agent process); returned to :meth:`run`."""
+        return None
+
+    def run(
+        self,
+        session: Any,
+        task: TaskSpec,
+        prepared: PreparedTask,
+        env: EnvironmentSession,
+        req: RunRequest,
+        plan: ExecutionPlan,
+    ) -> Any:
+        """Execute the task and return the raw :class:`RunResult` (never a score)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement run(...)")
+
+    def close_session(self, session: Any) -> Any:
+        """Release what :meth:`start_session` acquired. Must be idempotent."""
+        return None

@@ -1,0 +1,145 @@
+"""Process-wide provider limits: capacity permits and open-rate throttles.
+
+Both are keyed by Environment id and shared by every event loop and every
+orchestration in the process, so the state is guarded by ``threading`` locks
+and waiters are woken with ``call_soon_threadsafe`` on their own loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+__all__ = ["CapacityPermits", "OpenRateLimiter", "capacity_for", "rate_limiter_for", "reset_limits"]
+
+
+class CapacityPermits:
+    """A counting semaphore usable from several event loops; ``0`` is unlimited."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._in_use = 0
+        self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
+        #: Highest number of permits ever held at once (for tests and progress).
+        self.peak = 0
+
+    @property
+    def in_use(self) -> int:
+        return self._in_use
+
+    async def acquire(self) -> None:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self.limit == 0 or (self._in_use < self.limit and not self._waiters):
+                self._take()
+                return
+            future: asyncio.Future[None] = loop.create_future()
+            self._waiters.append((loop, future))
+        try:
+            await future
+        except asyncio.CancelledError:
+            with self._lock:
+                if (loop, future) in self._waiters:
+                    self._waiters.remove((loop, future))
+                    raise
+            # The permit was handed to us as we were cancelled: pass it on.
+            if future.done() and not future.cancelled():
+                self.release()
+            raise
+
+    def release(self) -> None:
+        with self._lock:
+            self._in_use -= 1
+            self._wake()
+
+    def _take(self) -> None:
+        self._in_use += 1
+        self.peak = max(self.peak, self._in_use)
+
+    def _wake(self) -> None:
+        # Called with the lock held: hand free permits to waiters in FIFO order.
+        while self._waiters and (self.limit == 0 or self._in_use < self.limit):
+            loop, future = self._waiters.popleft()
+            if future.done():
+                continue
+            self._take()
+            try:
+                loop.call_soon_threadsafe(self._grant, future)
+            except RuntimeError:  # that loop is closed: its waiter is gone
+                self._in_use -= 1
+
+    def _grant(self, future: asyncio.Future[None]) -> None:
+        if future.cancelled():
+            self.release()
+        else:
+            future.set_result(None)
+
+    @asynccontextmanager
+    async def permit(self) -> AsyncIterator[None]:
+        await self.acquire()
+        try:
+            yield
+        finally:
+            self.release()
+
+
+class OpenRateLimiter:
+    """Spaces ``open`` calls at least ``1 / qps`` seconds apart; ``0`` is unlimited."""
+
+    def __init__(self, qps: float) -> None:
+        self.qps = qps
+        self._lock = threading.Lock()
+        self._next_slot = 0.0
+
+    async def wait(self) -> None:
+        if self.qps <= 0:
+            return
+        with self._lock:
+            now = time.monotonic()
+            slot = max(now, self._next_slot)
+            self._next_slot = slot + 1.0 / self.qps
+        if slot > now:
+            await asyncio.sleep(slot - now)
+
+
+_registry_lock = threading.Lock()
+_capacities: dict[str, CapacityPermits] = {}
+_rates: dict[str, OpenRateLimiter] = {}
+
+
+def capacity_for(environment_id: str, limit: int) -> CapacityPermits:
+    """The shared permits of ``environment_id``.
+
+    When several requests configure one provider differently, the smallest
+    non-zero capacity wins: a limit is a promise to the provider's host.
+    """
+    with _registry_lock:
+        permits = _capacities.get(environment_id)
+        if permits is None:
+            permits = _capacities[environment_id] = CapacityPermits(limit)
+        elif limit and (permits.limit == 0 or limit < permits.limit):
+            permits.limit = limit
+        return permits
+
+
+def rate_limiter_for(environment_id: str, qps: float) -> OpenRateLimiter:
+    """The shared open-rate limiter of ``environment_id`` (smallest non-zero rate wins)."""
+    with _registry_lock:
+        limiter = _rates.get(environment_id)
+        if limiter is None:
+            limiter = _rates[environment_id] = OpenRateLimiter(qps)
+        elif qps and (limiter.qps == 0 or qps < limiter.qps):
+            limiter.qps = qps
+        return limiter
+
+
+def reset_limits() -> None:
+    """Forget every limit (between independent runs in one process, e.g. pytester)."""
+    with _registry_lock:
+        _capacities.clear()
+        _rates.clear()

@@ -1,0 +1,141 @@
+"""pytest collection nodes: config file -> requests -> tasks.
+
+Node ids read ``<config file>::<request name>::<task_id>``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .components import RequestSetup, build_request
+from .config import RunRequest
+from .errors import AgentCompassError
+from .reporting import TaskProblem, phase_problems, set_properties
+from .runtime.traces import format_trace
+from .types import TaskSpec
+
+if TYPE_CHECKING:
+    from _pytest._code.code import ExceptionInfo, TerminalRepr
+
+    from .plugin import AgentCompassRun
+    from .runtime.task import TaskOutcome
+
+__all__ = ["ConfigFile", "RequestNode", "TaskItem"]
+
+_MARKER_UNSAFE = re.compile(r"[^\w.-]+")
+
+
+def category_marker(category: str) -> str:
+    """A marker name usable in ``-m`` expressions for ``category``."""
+    return _MARKER_UNSAFE.sub("_", category).strip("_") or "uncategorized"
+
+
+class ConfigFile(pytest.File):
+    """The agentcompass YAML file given with ``--agentcompass``."""
+
+    run: AgentCompassRun
+
+    def collect(self) -> Iterable[RequestNode]:
+        for index, req in enumerate(self.run.loaded.orchestration.requests):
+            node = RequestNode.from_parent(self, name=req.name)
+            node.index, node.req = index, req
+            yield node
+
+
+class RequestNode(pytest.Collector):
+    """One request: loads its benchmark's tasks once and yields an item per task."""
+
+    index: int
+    req: RunRequest
+
+    @property
+    def run(self) -> AgentCompassRun:
+        assert isinstance(self.parent, ConfigFile)
+        return self.parent.run
+
+    def collect(self) -> Iterable[TaskItem]:
+        run = self.run
+        recipes = [r for batch in self.ihook.pytest_agentcompass_recipes(req=self.req) for r in batch or ()]
+        setup = build_request(self.index, self.req, run.registry, recipes)
+        run.setups[self.req.name] = setup
+        for task in setup.tasks:
+            item = TaskItem.from_parent(self, name=task.task_id, task=task, setup=setup)
+            if task.category:
+                marker = category_marker(task.category)
+                self.config.addinivalue_line("markers", f"{marker}: agentcompass task category")
+                item.add_marker(marker)
+            yield item
+
+    def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
+        if isinstance(excinfo.value, AgentCompassError):
+            return str(excinfo.value)
+        return f"request {self.req.name!r}: loading tasks failed\n{format_trace(excinfo.value)}"
+
+
+class TaskItem(pytest.Item):
+    """One task. Normally reported by the plugin's concurrent loop; under the
+    standard protocol (an xdist worker) it runs itself in ``setup``."""
+
+    def __init__(self, *, task: TaskSpec, setup: RequestSetup, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.task = task
+        self.setup_info = setup
+        self.outcome: TaskOutcome | None = None
+        if task.category:
+            self.extra_keyword_matches.add(task.category)
+
+    @property
+    def request_name(self) -> str:
+        return self.setup_info.req.name
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, f"{self.request_name}::{self.name}"
+
+    # -- the standard protocol (xdist workers) ---------------------------------
+    def _problem(self, when: str) -> None:
+        assert self.outcome is not None
+        problem = phase_problems(self.outcome, self.setup_info.req.execution.pass_threshold)[when]  # type: ignore[index]
+        if problem is not None:
+            raise problem
+
+    def setup(self) -> None:
+        from .plugin import run_single_task
+
+        self.outcome = run_single_task(self)
+        set_properties(self, self.outcome)
+        self._problem("setup")
+
+    def runtest(self) -> None:
+        self._problem("call")
+
+    def teardown(self) -> None:
+        if self.outcome is not None:
+            self._problem("teardown")
+
+    def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
+        if isinstance(excinfo.value, TaskProblem):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def _repr_failure_py(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> TerminalRepr:
+        if isinstance(excinfo.value, TaskProblem):
+            return _Text(str(excinfo.value))
+        return super()._repr_failure_py(excinfo, style)
+
+
+class _Text:
+    """A plain-text longrepr for setup/teardown problems (pytest asks for a TerminalRepr)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+    def toterminal(self, tw: Any) -> None:
+        for line in self.text.splitlines():
+            tw.line(line)

@@ -1,0 +1,142 @@
+"""Component ids -> classes.
+
+An id is looked up, in order, among registered names (built-ins, the
+``pytest_agentcompass.<kind>`` entry-point groups and the
+``pytest_agentcompass_register`` hook), then as ``package.module:Class`` or
+``path/to/file.py:Class`` relative to the rootdir.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Literal
+
+from .errors import ComponentError
+
+__all__ = ["KINDS", "ComponentKind", "Registry"]
+
+ComponentKind = Literal["benchmark", "harness", "environment", "strategy", "analyzer", "recipe"]
+KINDS: tuple[ComponentKind, ...] = ("benchmark", "harness", "environment", "strategy", "analyzer", "recipe")
+
+
+class _Lazy:
+    """A registry entry loaded on first use (keeps heavy imports lazy)."""
+
+    def __init__(self, load: Callable[[], Any]) -> None:
+        self.load = load
+
+
+def _builtins() -> dict[str, dict[str, Any]]:
+    # Thunks keep heavy modules (docker, SDKs) out of an unrelated import.
+    def harness_command() -> Any:
+        from .harnesses.command import CommandHarness
+
+        return CommandHarness
+
+    def environment_local() -> Any:
+        from .environments.local import LocalEnvironment
+
+        return LocalEnvironment
+
+    def strategy(name: str) -> Callable[[], Any]:
+        def load() -> Any:
+            from .runtime.strategies import STRATEGIES
+
+            return STRATEGIES[name]
+
+        return load
+
+    return {
+        "benchmark": {},
+        "harness": {"command": _Lazy(harness_command)},
+        "environment": {"local": _Lazy(environment_local)},
+        "strategy": {"avg": _Lazy(strategy("avg")), "pass": _Lazy(strategy("pass"))},
+        "analyzer": {},
+        "recipe": {},
+    }
+
+
+class Registry:
+    """Resolves component ids for one pytest session."""
+
+    def __init__(self, rootdir: Path) -> None:
+        self.rootdir = rootdir
+        self._entries = _builtins()
+        self._load_entry_points()
+
+    def register(self, kind: ComponentKind, name: str, obj: Any) -> None:
+        """Make ``obj`` (a class, a strategy, a recipe) known as ``name``."""
+        if kind not in self._entries:
+            raise ValueError(f"unknown component kind {kind!r}; expected one of {', '.join(KINDS)}")
+        self._entries[kind][name] = obj
+
+    def names(self, kind: ComponentKind) -> list[str]:
+        return sorted(self._entries[kind])
+
+    def resolve(self, kind: ComponentKind, component_id: str, where: str = "") -> Any:
+        """Return the class behind ``component_id``.
+
+        :param where: Where the id came from, for the error message.
+        :raises ComponentError: naming the id, its kind, the place and the known names.
+        """
+        suffix = f" ({where})" if where else ""
+        entry = self._entries[kind].get(component_id)
+        if entry is not None:
+            if isinstance(entry, _Lazy):
+                entry = self._entries[kind][component_id] = entry.load()
+            return entry
+        if ":" not in component_id:
+            known = ", ".join(self.names(kind)) or "none registered"
+            raise ComponentError(
+                f"unknown {kind} id {component_id!r}{suffix}; known {kind} ids: {known}; "
+                "or use 'package.module:Class' / 'path/to/file.py:Class'"
+            )
+        target, _, attr = component_id.rpartition(":")
+        try:
+            module = self._import(target)
+        except ComponentError as exc:
+            raise ComponentError(f"{exc}{suffix}") from None
+        except Exception as exc:
+            raise ComponentError(
+                f"cannot import {kind} {component_id!r}{suffix}: {type(exc).__name__}: {exc}"
+            ) from exc
+        try:
+            obj = getattr(module, attr)
+        except AttributeError:
+            raise ComponentError(f"{target!r} has no attribute {attr!r}{suffix}") from None
+        return obj
+
+    def _import(self, target: str) -> Any:
+        if target.endswith(".py") or "/" in target:
+            path = Path(target)
+            if not path.is_absolute():
+                path = self.rootdir / path
+            path = path.resolve()
+            if not path.is_file():
+                raise ComponentError(f"no such file {path}")
+            name = "agentcompass_user_" + hashlib.sha1(str(path).encode()).hexdigest()[:12] + "_" + path.stem
+            if name in sys.modules:
+                return sys.modules[name]
+            spec = importlib.util.spec_from_file_location(name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
+            return module
+        return importlib.import_module(target)
+
+    def _load_entry_points(self) -> None:
+        for kind in KINDS:
+            for ep in entry_points(group=f"pytest_agentcompass.{kind}s"):
+                self._entries[kind].setdefault(ep.name, _Lazy(ep.load))
+

@@ -1,0 +1,123 @@
+"""Task outcomes -> pytest reports.
+
+The mapping is one function (:func:`phase_problems`): an environment,
+inference or evaluation error is a failed *setup* (junit ``<error>``), a
+valid score below the threshold is a failed *call* (``<failure>``), and a
+cleanup problem is a failed *teardown* that leaves the task's own result
+standing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import pytest
+
+from .runtime.task import TaskOutcome
+
+if TYPE_CHECKING:
+    from _pytest.reports import TestReport
+
+__all__ = ["TaskCleanupError", "TaskError", "TaskFailed", "TaskProblem", "emit_reports", "phase_problems"]
+
+When = Literal["setup", "call", "teardown"]
+
+
+class TaskProblem(Exception):
+    """A task outcome that pytest should show as a failed phase; ``str()`` is the full text."""
+
+
+class TaskError(TaskProblem):
+    """The task could not be scored (setup phase)."""
+
+
+class TaskFailed(TaskProblem):
+    """The task was scored below the pass threshold (call phase)."""
+
+
+class TaskCleanupError(TaskProblem):
+    """Cleanup failed after the task finished (teardown phase)."""
+
+
+def _clip(value: object, limit: int) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
+
+
+def phase_problems(outcome: TaskOutcome, pass_threshold: float) -> dict[When, TaskProblem | None]:
+    """The exception each phase should report for ``outcome`` (``None`` = passed)."""
+    result = outcome.result
+    problems: dict[When, TaskProblem | None] = {"setup": None, "call": None, "teardown": None}
+    if result.is_error:
+        stage = result.metadata.get("failure_stage")
+        lines = [f"{result.status.value}" + (f" in the {stage} stage" if stage else "") + f": {result.error}"]
+        if outcome.retries:
+            lines.append(f"after {outcome.retries} retr{'y' if outcome.retries == 1 else 'ies'}")
+        if outcome.trace:
+            lines += ["", outcome.trace]
+        problems["setup"] = TaskError("\n".join(lines + _footer(outcome)))
+    elif not outcome.passed:
+        lines = [
+            f"score {result.score} is below the pass threshold {pass_threshold}",
+            f"output:   {_clip(result.output, 500)}",
+        ]
+        if outcome.task.ground_truth is not None:
+            lines.append(f"expected: {_clip(outcome.task.ground_truth, 300)}")
+        problems["call"] = TaskFailed("\n".join(lines + _footer(outcome)))
+    if outcome.cleanup_errors:
+        problems["teardown"] = TaskCleanupError(
+            "cleanup failed (the task's own result is kept):\n" + "\n".join(outcome.cleanup_errors)
+        )
+    return problems
+
+
+def _footer(outcome: TaskOutcome) -> list[str]:
+    lines = [f"note: {note}" for note in outcome.notes]
+    if outcome.reused:
+        lines.append("reused from an earlier run")
+    if outcome.detail_path:
+        lines.append(f"detail: {outcome.detail_path}")
+    return lines
+
+
+def set_properties(item: pytest.Item, outcome: TaskOutcome) -> None:
+    """Attach the outcome to ``item.user_properties`` (junit reads them from teardown)."""
+    result = outcome.result
+    item.user_properties[:] = [
+        (k, v) for k, v in item.user_properties if not str(k).startswith("agentcompass.")
+    ] + [
+        ("agentcompass.status", result.status.value),
+        ("agentcompass.score", "" if result.score is None else result.score),
+        ("agentcompass.attempts", outcome.attempts),
+        ("agentcompass.retries", outcome.retries),
+        ("agentcompass.evaluation_mode", outcome.evaluation_mode),
+        ("agentcompass.reused", outcome.reused),
+        ("agentcompass.detail", str(outcome.detail_path or "")),
+    ]
+
+
+def emit_reports(item: pytest.Item, outcome: TaskOutcome, pass_threshold: float) -> None:
+    """Replay the standard runtest hooks for a finished task, as xdist's controller does."""
+    ihook = item.ihook
+    set_properties(item, outcome)
+    problems = phase_problems(outcome, pass_threshold)
+    ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    # An errored task spent its time "in setup": that is where --durations shows it.
+    setup = _report(item, "setup", problems["setup"], outcome.duration if problems["setup"] else 0.0)
+    ihook.pytest_runtest_logreport(report=setup)
+    if setup.passed:
+        ihook.pytest_runtest_logreport(report=_report(item, "call", problems["call"], outcome.duration))
+    ihook.pytest_runtest_logreport(report=_report(item, "teardown", problems["teardown"], 0.0))
+    ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+
+def _report(item: pytest.Item, when: When, problem: TaskProblem | None, duration: float) -> TestReport:
+    def replay() -> None:
+        if problem is not None:
+            raise problem
+
+    call = pytest.CallInfo.from_call(replay, when)
+    call.duration = duration
+    call.stop = call.start + duration
+    report: TestReport = item.ihook.pytest_runtest_makereport(item=item, call=call)
+    return report

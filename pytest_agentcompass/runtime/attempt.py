@@ -1,0 +1,246 @@
+"""One semantic attempt, with its runtime retries.
+
+Read :meth:`AttemptRunner._attempt` top to bottom: it is the spec's sequence.
+Every resource is entered on an ``AsyncExitStack`` the moment it exists, so
+the stack closes in owner order (harness session, task Environment, fresh
+evaluation Environment) on success, failure and cancellation alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._compat import maybe_await
+from ..benchmark import HarnessFreeBenchmark
+from ..environments.base import EnvironmentSession
+from ..types import ExecutionPlan, NetworkPolicy, PreparedTask, RunResult, RunStatus, TaskSpec
+from .context import RequestContext
+from .retry import RetryBudget, RetryScope, Stage, StageFailure, retry_scope
+from .traces import format_trace
+
+__all__ = ["AttemptRecord", "AttemptRunner"]
+
+log = logging.getLogger("pytest_agentcompass")
+
+
+@dataclass
+class AttemptRecord:
+    """The terminal try of one semantic attempt and what it left behind."""
+
+    result: RunResult
+    retries: int = 0
+    cleanup_errors: list[str] = field(default_factory=list)
+    kept_environments: list[str] = field(default_factory=list)
+    trace: str | None = None
+
+
+class AttemptRunner:
+    """Runs attempt ``plan.attempt_index`` of ``task``; retries reuse ``plan``."""
+
+    def __init__(self, ctx: RequestContext, task: TaskSpec, plan: ExecutionPlan) -> None:
+        self.ctx = ctx
+        self.task = task
+        self.plan = plan
+        execution = ctx.req.execution
+        self.budget = RetryBudget(execution.max_retries, execution.retry_pattern_list, execution.retry_backoff_seconds)
+        self.record = AttemptRecord(result=RunResult(task_id=task.task_id))
+        self.mode = plan.evaluation_environment_mode
+
+    async def run(self) -> AttemptRecord:
+        while True:
+            try:
+                try:
+                    # A whole-attempt retry leaves this block, so it gives the
+                    # provider permit back and queues for a new one.
+                    async with self.ctx.capacity.permit():
+                        result = await self._attempt()
+                except StageFailure:
+                    raise
+                except Exception as exc:
+                    raise StageFailure(Stage.GENERAL, f"{type(exc).__name__}: {exc}", format_trace(exc)) from exc
+                self.record.result = result
+                return self.record
+            except StageFailure as failure:
+                if not await self._may_retry(failure, RetryScope.ATTEMPT):
+                    return self._give_up(failure)
+
+    # -- the sequence ----------------------------------------------------
+    async def _attempt(self) -> RunResult:
+        ctx, task, plan, req = self.ctx, self.task, self.plan, self.ctx.req
+        timeouts = plan.timeouts
+        async with AsyncExitStack() as stack:
+            env = await self._open(stack, "task", Stage.ENVIRONMENT)
+            prepared = await self._stage(
+                Stage.PREPARATION,
+                lambda: ctx.benchmark.prepare_task(task, env, req, plan.benchmark_plan),
+                timeouts.get("prepare"),
+            )
+            if not isinstance(prepared, PreparedTask):
+                raise StageFailure(Stage.PREPARATION, f"prepare_task returned {type(prepared).__name__}, not PreparedTask")
+            result = await self._stage(Stage.INFERENCE, lambda: self._infer(env, prepared), timeouts.get("run"))
+            result = self._check_result(result, Stage.INFERENCE)
+            if result.is_error:
+                raise StageFailure(Stage.INFERENCE_RESULT, result.error or result.status.value, payload=result)
+            result = await self._stage(
+                Stage.ARTIFACTS,
+                lambda: ctx.benchmark.collect_artifacts(task, prepared, result, env, req, plan),
+                timeouts.get("artifacts"),
+            )
+            result = self._check_result(result, Stage.ARTIFACTS)
+            if self.mode == "reuse":
+                return await self._evaluate_in(env, prepared, result)
+        # The task Environment is closed (or retained) before none/fresh evaluation.
+        return await self._evaluate_outside(prepared, result)
+
+    async def _infer(self, env: EnvironmentSession, prepared: PreparedTask) -> Any:
+        ctx, task, plan, req = self.ctx, self.task, self.plan, self.ctx.req
+        harness = ctx.harness
+        if harness is None:
+            assert isinstance(ctx.benchmark, HarnessFreeBenchmark)
+            await self._switch(env, plan.run_network_policy)
+            return await maybe_await(ctx.benchmark.run_task(task, prepared, env, req, plan))
+        adjusted = await maybe_await(harness.adjust_input(task, prepared, req, plan))
+        session = await maybe_await(harness.start_session(task, adjusted, env, req, plan))
+        try:
+            await self._switch(env, plan.run_network_policy)
+            return await maybe_await(harness.run(session, task, adjusted, env, req, plan))
+        finally:
+            await self._cleanup("closing the harness session", lambda: maybe_await(harness.close_session(session)))
+
+    async def _evaluate_outside(self, prepared: PreparedTask, result: RunResult) -> RunResult:
+        scope = retry_scope(Stage.EVALUATION, self.mode)
+        while True:
+            try:
+                if self.mode == "none":
+                    return await self._evaluate(prepared, result, None)
+                async with AsyncExitStack() as stack:
+                    env = await self._open(stack, "evaluation", Stage.EVALUATION)
+                    return await self._evaluate_in(env, prepared, result)
+            except StageFailure as failure:
+                if failure.stage is not Stage.EVALUATION:
+                    raise
+                if not await self._may_retry(failure, scope):
+                    return self._give_up(failure)
+
+    async def _evaluate_in(self, env: EnvironmentSession, prepared: PreparedTask, result: RunResult) -> RunResult:
+        await self._stage(Stage.EVALUATION, lambda: self._switch(env, self.plan.evaluation_network_policy))
+        try:
+            return await self._evaluate(prepared, result, env)
+        finally:
+            await _uncancellable(
+                self._cleanup("restoring the baseline network policy",
+                              lambda: self._switch(env, self.plan.baseline_network_policy))
+            )
+
+    async def _evaluate(self, prepared: PreparedTask, result: RunResult, env: EnvironmentSession | None) -> RunResult:
+        ctx, task, plan, req = self.ctx, self.task, self.plan, self.ctx.req
+        scored = await self._stage(
+            Stage.EVALUATION,
+            lambda: ctx.benchmark.evaluate(task, prepared, result, req, plan, env=env),
+            plan.timeouts.get("evaluate"),
+        )
+        scored = self._check_result(scored, Stage.EVALUATION)
+        if scored.is_error:
+            raise StageFailure(Stage.EVALUATION, scored.error or scored.status.value, payload=scored)
+        if scored.score is None:
+            raise StageFailure(Stage.EVALUATION, "evaluate returned a result without a score", payload=scored)
+        return dataclasses.replace(scored, status=RunStatus.SCORED)
+
+    # -- resources ---------------------------------------------------------
+    async def _open(self, stack: AsyncExitStack, purpose: Any, stage: Stage) -> EnvironmentSession:
+        provider = self.ctx.provider
+        config = provider.build_config(self.plan, purpose, self.ctx.labels(self.task, self.plan.attempt_index))
+        env = await self._stage(stage, lambda: provider.open(config))
+        if self.ctx.req.execution.keep_environment:
+            self.record.kept_environments.append(f"{purpose}: {env.describe()}")
+        else:
+            what = f"closing the {purpose} environment {env.describe()}"
+            stack.push_async_callback(self._cleanup, what, env.close)
+        return env
+
+    async def _switch(self, env: EnvironmentSession, policy: NetworkPolicy) -> None:
+        if env.network_policy != policy:
+            await env.set_network_policy(policy)
+
+    async def _cleanup(self, what: str, action: Callable[[], Awaitable[Any]]) -> None:
+        """Run a cleanup step; its failure is a warning, never the task's error."""
+        try:
+            await action()
+        except Exception as exc:
+            message = f"{what}: {type(exc).__name__}: {exc}"
+            log.warning("task %s: %s", self.task.task_id, message)
+            self.record.cleanup_errors.append(message)
+
+    # -- stages and retries --------------------------------------------------
+    async def _stage(self, stage: Stage, call: Callable[[], Any], timeout: float | None = None) -> Any:
+        try:
+            async with asyncio.timeout(timeout):
+                return await maybe_await(call())
+        except StageFailure:
+            raise
+        except TimeoutError as exc:
+            message = f"{stage.value} stage timed out after {timeout}s" if timeout else f"TimeoutError: {exc}"
+            raise StageFailure(stage, message, trace=format_trace(exc)) from exc
+        except Exception as exc:
+            raise StageFailure(stage, f"{type(exc).__name__}: {exc}", trace=format_trace(exc)) from exc
+
+    def _check_result(self, value: Any, stage: Stage) -> RunResult:
+        if not isinstance(value, RunResult):
+            raise StageFailure(stage, f"{stage.value} stage returned {type(value).__name__}, not RunResult")
+        return value
+
+    async def _may_retry(self, failure: StageFailure, scope: RetryScope) -> bool:
+        pattern = self.budget.take(failure.error)
+        if pattern is None:
+            return False
+        self.record.retries += 1
+        payload = failure.payload.to_dict() if isinstance(failure.payload, RunResult) else failure.payload
+        self.ctx.store.save_retry_detail(
+            self.task.task_id,
+            self.plan.attempt_index,
+            self.record.retries,
+            {
+                "task_id": self.task.task_id,
+                "attempt_index": self.plan.attempt_index,
+                "retry_number": self.record.retries,
+                "stage": failure.stage.value,
+                "scope": scope.value,
+                "matched_pattern": pattern,
+                "error": failure.error,
+                "trace": failure.trace,
+                "payload": payload,
+                "plan": self.plan.to_dict(),
+            },
+        )
+        self.ctx.events.on_retry(self.task.task_id, failure.stage.value)
+        await asyncio.sleep(self.budget.delay())
+        return True
+
+    def _give_up(self, failure: StageFailure) -> AttemptRecord:
+        status = RunStatus.EVALUATION_ERROR if failure.stage is Stage.EVALUATION else RunStatus.INFERENCE_ERROR
+        base = failure.payload if isinstance(failure.payload, RunResult) else RunResult(task_id=self.task.task_id)
+        self.record.result = dataclasses.replace(
+            base,
+            status=status if not base.is_error else base.status,
+            error=failure.error,
+            score=None,
+            metadata={**base.metadata, "failure_stage": failure.stage.value},
+        )
+        self.record.trace = failure.trace
+        return self.record
+
+
+async def _uncancellable(awaitable: Awaitable[None]) -> None:
+    """Finish ``awaitable`` even if we are cancelled meanwhile, then re-raise the cancel."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise

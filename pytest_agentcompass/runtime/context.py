@@ -1,0 +1,95 @@
+"""What the runtime needs to run the tasks of one request, built once per request."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..types import TaskSpec, to_jsonable
+
+if TYPE_CHECKING:
+    from ..analysis import BaseAnalyzer
+    from ..benchmark import BaseBenchmark
+    from ..config import RunRequest
+    from ..environments.base import BaseEnvironment
+    from ..harnesses.base import BaseHarness
+    from ..limits import CapacityPermits
+    from .planner import Planner
+    from .store import RunStore
+    from .strategies import AttemptStrategy
+
+__all__ = ["RequestContext", "RuntimeEvents", "request_fingerprint"]
+
+
+@dataclass
+class RuntimeEvents:
+    """Callbacks the runtime fires for observers (progress display, tests)."""
+
+    on_retry: Callable[[str, str], None] = lambda task_id, stage: None
+    on_attempt_start: Callable[[str, int], None] = lambda task_id, index: None
+
+
+@dataclass
+class RequestContext:
+    """The resolved components and run store of one request."""
+
+    req: RunRequest
+    benchmark: BaseBenchmark
+    harness: BaseHarness | None
+    provider: BaseEnvironment
+    planner: Planner
+    strategy: AttemptStrategy
+    store: RunStore
+    capacity: CapacityPermits
+    run_id: str
+    fingerprint: str
+    analyzers: Sequence[BaseAnalyzer] = ()
+    events: RuntimeEvents = field(default_factory=RuntimeEvents)
+
+    def task_fingerprint(self, task: TaskSpec) -> str:
+        """Changes whenever the result of ``task`` could change."""
+        return _digest({"request": self.fingerprint, "task": to_jsonable(task)})
+
+    def labels(self, task: TaskSpec, attempt_index: int) -> dict[str, str]:
+        return {
+            "agentcompass.run": self.run_id,
+            "agentcompass.request": self.req.name,
+            "agentcompass.task": task.task_id,
+            "agentcompass.attempt": str(attempt_index),
+        }
+
+
+def request_fingerprint(req: RunRequest) -> str:
+    """A digest of every setting that can change a task's result.
+
+    Retry budget, backoff, ``keep_environment``, limits and reuse only change
+    how a result is reached, so they are left out: changing them keeps
+    checkpoints usable.
+    """
+    execution = req.execution
+    relevant = {
+        "benchmark": req.benchmark.model_dump(mode="json"),
+        "harness": req.harness.model_dump(mode="json"),
+        "model": req.model.model_dump(mode="json") if req.model else None,
+        "judge": req.judge.model_dump(mode="json") if req.judge else None,
+        "environment": {
+            "id": req.environment.id,
+            "params": req.environment.params,
+            "mode": req.environment.evaluation_environment_mode,
+            "network": req.environment.network.model_dump(mode="json"),
+        },
+        "execution": {
+            "attempts": execution.attempts.model_dump(mode="json"),
+            "pass_threshold": execution.pass_threshold,
+            "timeouts": execution.timeouts.model_dump(mode="json"),
+        },
+    }
+    return _digest(relevant)
+
+
+def _digest(value: Any) -> str:
+    blob = json.dumps(value, sort_keys=True, default=repr).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

@@ -1,0 +1,218 @@
+"""The Orchestrator: one worker pool over all requests, in declaration order.
+
+Three groups cooperate: a preparer (requests in order, pipelined), the
+workers (``task_concurrency`` of them, pulling from the first prepared
+request with pending work), and a finalizer (each request as soon as it is
+eligible). The deadline and cancellation are handled here and only here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import PreflightError
+from ..types import TaskSpec
+from .request import RequestRuntime
+from .task import TaskOutcome
+
+__all__ = ["OrchestrationResult", "Orchestrator"]
+
+log = logging.getLogger("pytest_agentcompass")
+
+
+@dataclass
+class OrchestrationResult:
+    """How the orchestration ended."""
+
+    status: str = "completed"  # completed | stopped | timeout | cancelled
+    reason: str | None = None
+    unfinished: list[TaskOutcome] = field(default_factory=list)
+    stuck_tasks: int = 0
+
+
+class Orchestrator:
+    """Runs the tasks of several requests under one deadline.
+
+    :param on_outcome: Called in the loop thread for every terminal task
+        (new, reused, cancelled), as soon as it is known.
+    """
+
+    def __init__(
+        self,
+        requests: Sequence[RequestRuntime],
+        *,
+        task_concurrency: int,
+        timeout_seconds: float | None = None,
+        cleanup_grace_seconds: float = 30.0,
+        on_outcome: Callable[[TaskOutcome], None] = lambda outcome: None,
+        on_event: Callable[[str, RequestRuntime], None] = lambda event, state: None,
+    ) -> None:
+        self.requests = list(requests)
+        self.task_concurrency = task_concurrency
+        self.timeout_seconds = timeout_seconds
+        self.cleanup_grace_seconds = cleanup_grace_seconds
+        self.on_outcome = on_outcome
+        self.on_event = on_event
+        self.result = OrchestrationResult()
+        self._stopping = False
+        self._dispatchable = asyncio.Event()  # a request was prepared, or we stop
+        self._changed = asyncio.Event()  # pending or active work changed
+        self.started_at = 0.0
+
+    # -- public --------------------------------------------------------------
+    def stop(self, reason: str = "stopped") -> None:
+        """Dispatch nothing more; running tasks finish normally (``-x``, ``--maxfail``)."""
+        if not self._stopping:
+            self._stopping = True
+            self.result.status, self.result.reason = "stopped", reason
+        self._dispatchable.set()
+        self._changed.set()
+
+    async def execute(self) -> OrchestrationResult:
+        """Preflight every request, then run everything under the deadline."""
+        for state in self.requests:
+            try:
+                await state.preflight()
+            except PreflightError as exc:
+                state.failed = str(exc)
+                state.prepared = True
+        self.started_at = time.monotonic()
+        tasks = [asyncio.ensure_future(self._prepare_in_order())]
+        tasks += [asyncio.ensure_future(self._worker()) for _ in range(self.task_concurrency)]
+        tasks.append(asyncio.ensure_future(self._finalize_ready()))
+        try:
+            done, _ = await asyncio.wait(tasks, timeout=self.timeout_seconds)
+        except asyncio.CancelledError:
+            await self._cancel_remaining(tasks, "cancelled", "interrupted by the user")
+            raise
+        if len(done) < len(tasks):
+            await self._cancel_remaining(
+                tasks, "timeout", f"orchestration timeout of {self.timeout_seconds}s reached"
+            )
+        else:
+            for task in done:
+                task.result()  # surface a bug in the orchestrator itself
+        return self.result
+
+    # -- the three groups --------------------------------------------------------
+    async def _prepare_in_order(self) -> None:
+        for index, state in enumerate(self.requests):
+            # Pipelining: start the next request only when the earlier ones
+            # would soon leave workers idle.
+            while not self._stopping and sum(len(s.pending) for s in self.requests[:index]) >= self.task_concurrency:
+                await self._wait(self._changed)
+            if self._stopping:
+                return
+            if state.failed is not None:
+                self._fail_request(state)
+            else:
+                self.on_event("prepare", state)
+                try:
+                    taken = await state.prepare()
+                except Exception as exc:  # a broken request fails alone
+                    log.error("request %s: preparation failed: %s", state.name, exc)
+                    state.failed = f"request {state.name!r}: preparation failed: {type(exc).__name__}: {exc}"
+                    state.prepared = True
+                    state.pending.clear()
+                    self._fail_request(state)
+                    taken = []
+                for outcome in taken:
+                    self.on_outcome(outcome)
+            self._dispatchable.set()
+            self._changed.set()
+
+    def _fail_request(self, state: RequestRuntime) -> None:
+        for task in state.tasks:
+            if task.task_id in state.wanted and task.task_id not in state.outcomes:
+                outcome = state.error_outcome(task, state.failed or "request failed")
+                state.outcomes[task.task_id] = outcome
+                self.on_outcome(outcome)
+
+    async def _worker(self) -> None:
+        while True:
+            state = self._select_state()
+            if state is None:
+                if self._stopping or all(s.prepared for s in self.requests):
+                    return
+                await self._wait(self._dispatchable)
+                continue
+            task = state.pending.popleft()
+            state.active[task.task_id] = task
+            self._changed.set()
+            try:
+                outcome = await state.run(task)
+            finally:
+                state.active.pop(task.task_id, None)
+                self._changed.set()
+            self.on_outcome(outcome)
+
+    def _select_state(self) -> RequestRuntime | None:
+        """The first prepared request, in declaration order, with pending tasks."""
+        if self._stopping:
+            return None
+        for state in self.requests:
+            if state.prepared and state.pending:
+                return state
+        return None
+
+    async def _finalize_ready(self) -> None:
+        while True:
+            for index, state in enumerate(self.requests):
+                if state.finalized or not state.prepared or not state.drained:
+                    continue
+                if any(s.pending or not s.prepared for s in self.requests[:index]) and not self._stopping:
+                    continue
+                if state.failed is not None:
+                    state.finalized = True
+                    continue
+                self.on_event("finalize", state)
+                await state.finalize("stopped" if self._stopping else "completed")
+                self.on_event("finalized", state)
+            if all(s.finalized for s in self.requests):
+                return
+            if self._stopping and all(not s.active for s in self.requests):
+                # Nothing more will run: close what never prepared.
+                for state in self.requests:
+                    if not state.finalized:
+                        if state.prepared and state.failed is None:
+                            await state.finalize("stopped")
+                        state.finalized = True
+                return
+            await self._wait(self._changed)
+
+    async def _wait(self, event: asyncio.Event) -> None:
+        await event.wait()
+        event.clear()
+
+    # -- deadline and cancellation ---------------------------------------------------
+    async def _cancel_remaining(self, tasks: list[asyncio.Future[None]], status: str, reason: str) -> None:
+        """Freeze the status, cancel everything, wait within the grace, persist what is unfinished."""
+        self.result.status, self.result.reason = status, reason
+        self._stopping = True
+        active: list[tuple[RequestRuntime, TaskSpec]] = [
+            (state, task) for state in self.requests for task in state.active.values()
+        ]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _, still = await asyncio.wait(tasks, timeout=self.cleanup_grace_seconds or None)
+            self.result.stuck_tasks = len(still)
+            if still:
+                log.warning("%d orchestration task(s) did not stop within the cleanup grace", len(still))
+        for state in self.requests:
+            if state.prepared:
+                unfinished = [*state.pending, *(t for s, t in active if s is state)]
+            else:
+                unfinished = [t for t in state.tasks if t.task_id in state.wanted]
+            for task in unfinished:
+                outcome = state.cancelled_outcome(task, f"{status}: {reason}")
+                self.result.unfinished.append(outcome)
+            if not state.finalized and state.prepared and state.failed is None:
+                state.stop(status, reason)
+                state.finalized = True
+        for outcome in self.result.unfinished:
+            self.on_outcome(outcome)

@@ -1,0 +1,117 @@
+"""The Planner: one :class:`ExecutionPlan` per semantic attempt.
+
+Mode resolution, per-phase network policies and timeouts are decided here,
+then matching recipes adjust the plan within the fields they declare.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from ..errors import ComponentError
+from ..types import EVALUATION_MODES, EvaluationMode, ExecutionPlan, TaskSpec
+
+if TYPE_CHECKING:
+    from ..benchmark import BaseBenchmark
+    from ..config import RunRequest
+    from ..environments.base import BaseEnvironment
+
+__all__ = ["Planner", "Recipe", "resolve_evaluation_mode"]
+
+
+@runtime_checkable
+class Recipe(Protocol):
+    """A registered plan adjuster.
+
+    :attr overrides: The plan fields this recipe may change; the Planner
+        rejects an adjustment that touches any other field.
+    """
+
+    name: str
+    overrides: frozenset[str]
+
+    def matches(self, req: RunRequest, task: TaskSpec) -> bool: ...
+
+    def adjust(self, plan: ExecutionPlan, req: RunRequest, task: TaskSpec) -> ExecutionPlan: ...
+
+
+def resolve_evaluation_mode(req: RunRequest, task: TaskSpec, benchmark: BaseBenchmark) -> EvaluationMode:
+    """Request setting > task setting > benchmark default."""
+    mode: Any = (
+        req.environment.evaluation_environment_mode
+        or task.evaluation_environment_mode
+        or benchmark.resolve_evaluation_environment_mode(req)
+    )
+    if mode not in EVALUATION_MODES:
+        raise ComponentError(
+            f"task {task.task_id!r}: evaluation mode {mode!r} is not one of {', '.join(EVALUATION_MODES)}"
+        )
+    return mode  # type: ignore[no-any-return]
+
+
+class Planner:
+    """Builds and validates the plans of one request."""
+
+    def __init__(
+        self,
+        req: RunRequest,
+        benchmark: BaseBenchmark,
+        provider: BaseEnvironment,
+        recipes: Sequence[Recipe] = (),
+    ) -> None:
+        self.req = req
+        self.benchmark = benchmark
+        self.provider = provider
+        self.recipes = list(recipes)
+
+    def plan(self, task: TaskSpec, attempt_index: int) -> ExecutionPlan:
+        """A new plan for attempt ``attempt_index`` of ``task``.
+
+        :raises PolicyError: if the provider cannot honour the plan's policies.
+        :raises ComponentError: if a recipe oversteps its declared fields.
+        """
+        req = self.req
+        network = req.environment.network
+        timeouts = req.execution.timeouts
+        plan = ExecutionPlan(
+            task_id=task.task_id,
+            attempt_index=attempt_index,
+            evaluation_environment_mode=resolve_evaluation_mode(req, task, self.benchmark),
+            baseline_network_policy=network.baseline,
+            run_network_policy=network.run or network.baseline,
+            evaluation_network_policy=network.evaluation or network.baseline,
+            timeouts=timeouts.model_dump(),
+            benchmark_plan=self.benchmark.make_benchmark_plan(task, req),
+            components={
+                "benchmark": req.benchmark.id,
+                "harness": req.harness.id,
+                "environment": req.environment.id,
+                **({"model": req.model.id} if req.model else {}),
+            },
+        )
+        for recipe in self.recipes:
+            if recipe.matches(req, task):
+                plan = self._apply(recipe, plan, task)
+        self.provider.validate_plan(plan)
+        return plan
+
+    def _apply(self, recipe: Recipe, plan: ExecutionPlan, task: TaskSpec) -> ExecutionPlan:
+        adjusted = recipe.adjust(plan, self.req, task)
+        changed = {
+            f.name
+            for f in dataclasses.fields(plan)
+            if f.name != "recipes" and getattr(plan, f.name) != getattr(adjusted, f.name)
+        }
+        illegal = changed - set(recipe.overrides)
+        if illegal:
+            raise ComponentError(
+                f"recipe {recipe.name!r} changed plan fields it does not declare: {', '.join(sorted(illegal))} "
+                f"(declared: {', '.join(sorted(recipe.overrides)) or 'none'})"
+            )
+        if adjusted.evaluation_environment_mode not in EVALUATION_MODES:
+            raise ComponentError(
+                f"recipe {recipe.name!r} set evaluation mode {adjusted.evaluation_environment_mode!r}"
+            )
+        return dataclasses.replace(adjusted, recipes=(*plan.recipes, recipe.name))

@@ -1,0 +1,164 @@
+"""The run directory: the only code that writes into it.
+
+Layout of ``<output_dir>/<request>/<run id>/``::
+
+    run_info.json          written first, updated at the end
+    plans.jsonl            every ExecutionPlan, appended before its Environment opens
+    details/<task>.json    one terminal record per task: the countable set
+    retry_details/<task>/  discarded tries, never counted
+    checkpoints/<task>/    evaluated attempts of unfinished tasks
+    summary.json           aggregate metrics, written by finalization
+
+Every JSON file is written to a temporary name and renamed, so a killed run
+never leaves half a file, and every value passes through the redactor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..types import ExecutionPlan, RunResult, to_jsonable
+from ..redact import Redactor
+
+__all__ = ["RunStore", "new_run_id", "read_json"]
+
+RUN_INFO = "run_info.json"
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def read_json(path: Path) -> Any:
+    with path.open(encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+class RunStore:
+    """Reads and writes one run directory."""
+
+    def __init__(self, run_dir: Path, redactor: Redactor | None = None) -> None:
+        self.run_dir = run_dir
+        self.redactor = redactor or Redactor()
+        self.details_dir = run_dir / "details"
+        self.retry_dir = run_dir / "retry_details"
+        self.checkpoint_dir = run_dir / "checkpoints"
+        self._plans_file: Any = None
+
+    # -- plumbing ------------------------------------------------------
+    def write_json(self, path: Path, data: Any) -> Path:
+        """Atomically write ``data`` (redacted) to ``path``."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(self.redactor.apply(to_jsonable(data)), indent=2, sort_keys=False)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            tmp.write_text(text + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return path
+
+    def close(self) -> None:
+        if self._plans_file is not None:
+            self._plans_file.close()
+            self._plans_file = None
+
+    # -- run info ------------------------------------------------------
+    def read_run_info(self) -> dict[str, Any]:
+        path = self.run_dir / RUN_INFO
+        return read_json(path) if path.exists() else {}  # type: ignore[no-any-return]
+
+    def write_run_info(self, info: Mapping[str, Any]) -> None:
+        self.write_json(self.run_dir / RUN_INFO, dict(info))
+
+    def update_run_info(self, **changes: Any) -> dict[str, Any]:
+        info = self.read_run_info()
+        info.update(changes)
+        self.write_run_info(info)
+        return info
+
+    # -- plans ---------------------------------------------------------
+    def record_plan(self, plan: ExecutionPlan) -> None:
+        """Append ``plan`` durably; folded into ``run_info.json`` by :meth:`resolved_plans`."""
+        if self._plans_file is None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._plans_file = (self.run_dir / "plans.jsonl").open("a", encoding="utf-8")
+        line = json.dumps(self.redactor.apply(plan.to_dict()))
+        self._plans_file.write(line + "\n")
+        self._plans_file.flush()
+
+    def resolved_plans(self) -> dict[str, dict[str, Any]]:
+        """``{task_id: {attempt_index: plan}}``, the last plan recorded for each attempt."""
+        out: dict[str, dict[str, Any]] = {}
+        path = self.run_dir / "plans.jsonl"
+        if not path.exists():
+            return out
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    plan = json.loads(line)
+                except json.JSONDecodeError:  # a line cut by a kill
+                    continue
+                out.setdefault(plan["task_id"], {})[str(plan["attempt_index"])] = plan
+        return out
+
+    # -- details -------------------------------------------------------
+    def detail_path(self, task_id: str) -> Path:
+        return self.details_dir / f"{task_id}.json"
+
+    def save_partial_result(self, task_id: str, detail: Mapping[str, Any]) -> Path:
+        """Write the terminal record of ``task_id``, then drop its attempt checkpoints."""
+        path = self.write_json(self.detail_path(task_id), detail)
+        self.remove_checkpoints(task_id)
+        return path
+
+    def iter_details(self) -> Iterator[dict[str, Any]]:
+        if not self.details_dir.is_dir():
+            return
+        for path in sorted(self.details_dir.glob("*.json")):
+            try:
+                yield read_json(path)
+            except (OSError, json.JSONDecodeError):
+                continue
+
+    def save_retry_detail(self, task_id: str, attempt_index: int, retry_number: int, payload: Any) -> Path:
+        path = self.retry_dir / task_id / f"attempt-{attempt_index}-retry-{retry_number}.json"
+        return self.write_json(path, payload)
+
+    # -- checkpoints ---------------------------------------------------
+    def save_checkpoint(self, task_id: str, attempt_index: int, fingerprint: str, result: RunResult) -> None:
+        path = self.checkpoint_dir / task_id / f"attempt-{attempt_index}.json"
+        self.write_json(path, {"fingerprint": fingerprint, "attempt_index": attempt_index, "result": result.to_dict()})
+
+    def load_checkpoints(self, task_id: str, fingerprint: str) -> tuple[dict[int, RunResult], int]:
+        """Compatible checkpoints of ``task_id`` and the number of incompatible ones ignored."""
+        folder = self.checkpoint_dir / task_id
+        restored: dict[int, RunResult] = {}
+        ignored = 0
+        if not folder.is_dir():
+            return restored, ignored
+        for path in folder.glob("attempt-*.json"):
+            try:
+                data = read_json(path)
+            except (OSError, json.JSONDecodeError):
+                ignored += 1
+                continue
+            if data.get("fingerprint") != fingerprint:
+                ignored += 1
+                continue
+            restored[int(data["attempt_index"])] = RunResult.from_dict(data["result"])
+        return restored, ignored
+
+    def remove_checkpoints(self, task_id: str) -> None:
+        shutil.rmtree(self.checkpoint_dir / task_id, ignore_errors=True)
+
+    def write_summary(self, summary: Mapping[str, Any]) -> Path:
+        return self.write_json(self.run_dir / "summary.json", summary)

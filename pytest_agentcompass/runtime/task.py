@@ -1,0 +1,159 @@
+"""One task: its semantic attempts, checkpoints, analysis and terminal record."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._compat import maybe_await
+from ..analysis import select_analyzers
+from ..types import RunResult, RunStatus, TaskSpec
+from .attempt import AttemptRecord, AttemptRunner
+from .context import RequestContext
+from .strategies import AttemptScheduler
+from .traces import format_trace
+
+__all__ = ["TaskOutcome", "outcome_from_detail", "run_task"]
+
+log = logging.getLogger("pytest_agentcompass")
+
+
+@dataclass
+class TaskOutcome:
+    """A terminal task, as the pytest face and the finalizer see it."""
+
+    request: str
+    task: TaskSpec
+    result: RunResult
+    passed: bool
+    evaluation_mode: str = ""
+    attempts: int = 0
+    retries: int = 0
+    cleanup_errors: list[str] = field(default_factory=list)
+    kept_environments: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    trace: str | None = None
+    duration: float = 0.0
+    detail_path: Path | None = None
+    reused: bool = False
+
+
+async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
+    """Run the missing attempts of ``task`` and write its detail record."""
+    started = time.monotonic()
+    execution = ctx.req.execution
+    fingerprint = ctx.task_fingerprint(task)
+    scheduler = AttemptScheduler(ctx.strategy, execution.attempts.k, execution.pass_threshold)
+    restored, ignored = ctx.store.load_checkpoints(task.task_id, fingerprint)
+    scheduler.restore(restored)
+    notes: list[str] = []
+    if restored:
+        notes.append(f"restored attempts {sorted(restored)} from checkpoints")
+    if ignored:
+        notes.append(f"ignored {ignored} incompatible checkpoint(s): the config or task changed")
+    records: dict[int, AttemptRecord] = {}
+    modes: set[str] = set()
+    while (index := scheduler.next_index()) is not None:
+        ctx.events.on_attempt_start(task.task_id, index)
+        try:
+            plan = ctx.planner.plan(task, index)
+        except Exception as exc:  # a plan that cannot be built fails the attempt, not the run
+            record = AttemptRecord(
+                result=RunResult(task.task_id, status=RunStatus.INFERENCE_ERROR, error=f"planning: {exc}"),
+                trace=format_trace(exc),
+            )
+        else:
+            modes.add(plan.evaluation_environment_mode)
+            ctx.store.record_plan(plan)
+            record = await AttemptRunner(ctx, task, plan).run()
+        records[index] = record
+        scheduler.record(index, record.result)
+        if execution.attempts.k > 1:
+            ctx.store.save_checkpoint(task.task_id, index, fingerprint, record.result)
+    result = scheduler.combine()
+    analysis, analysis_errors = _analyze(ctx, task, result)
+    passed = not result.is_error and result.score is not None and result.score >= execution.pass_threshold
+    outcome = TaskOutcome(
+        request=ctx.req.name,
+        task=task,
+        result=result,
+        passed=passed,
+        evaluation_mode=",".join(sorted(modes)),
+        attempts=len(scheduler.done),
+        retries=sum(r.retries for r in records.values()),
+        cleanup_errors=[e for r in records.values() for e in r.cleanup_errors],
+        kept_environments=[e for r in records.values() for e in r.kept_environments],
+        notes=notes,
+        trace=next((r.trace for r in reversed(records.values()) if r.trace), None),
+        duration=time.monotonic() - started,
+    )
+    detail = _detail(ctx, outcome, fingerprint, records, analysis, analysis_errors)
+    outcome.detail_path = ctx.store.save_partial_result(task.task_id, detail)
+    return outcome
+
+
+def _analyze(ctx: RequestContext, task: TaskSpec, result: RunResult) -> tuple[dict[str, Any], dict[str, str]]:
+    findings: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for analyzer in select_analyzers(ctx.analyzers, task, result, ctx.req):
+        name = analyzer.name or type(analyzer).__name__
+        try:
+            findings[name] = analyzer.analyze(task, result, ctx.req)
+        except Exception as exc:  # recorded beside the score, never instead of it
+            log.warning("task %s: analyzer %s failed: %s", task.task_id, name, exc)
+            errors[name] = f"{type(exc).__name__}: {exc}"
+    return findings, errors
+
+
+def _detail(
+    ctx: RequestContext,
+    outcome: TaskOutcome,
+    fingerprint: str,
+    records: dict[int, AttemptRecord],
+    analysis: dict[str, Any],
+    analysis_errors: dict[str, str],
+) -> dict[str, Any]:
+    req = ctx.req
+    return {
+        "task_id": outcome.task.task_id,
+        "request": req.name,
+        "category": outcome.task.category,
+        "fingerprint": fingerprint,
+        "passed": outcome.passed,
+        **outcome.result.to_dict(),
+        "evaluation_mode": outcome.evaluation_mode,
+        "attempts": outcome.attempts,
+        "attempt_results": {str(i): r.result.to_dict() for i, r in sorted(records.items())},
+        "retries": outcome.retries,
+        "trace": outcome.trace,
+        "cleanup_errors": outcome.cleanup_errors,
+        "kept_environments": outcome.kept_environments,
+        "analysis": analysis,
+        "analysis_errors": analysis_errors,
+        "judge": req.judge.model_dump(mode="json") if req.judge else None,
+        "notes": outcome.notes,
+        "duration": round(outcome.duration, 4),
+    }
+
+
+def outcome_from_detail(request: str, task: TaskSpec, detail: dict[str, Any], path: Path) -> TaskOutcome:
+    """Rebuild a :class:`TaskOutcome` from a recorded detail (reuse and resume)."""
+    result = RunResult.from_dict(detail)
+    return TaskOutcome(
+        request=request,
+        task=task,
+        result=result,
+        passed=bool(detail.get("passed")),
+        evaluation_mode=str(detail.get("evaluation_mode", "")),
+        attempts=int(detail.get("attempts", 0)),
+        retries=int(detail.get("retries", 0)),
+        cleanup_errors=list(detail.get("cleanup_errors") or []),
+        kept_environments=list(detail.get("kept_environments") or []),
+        trace=detail.get("trace"),
+        duration=float(detail.get("duration", 0.0)),
+        detail_path=path,
+        reused=True,
+    )

@@ -1,0 +1,185 @@
+"""The vocabulary every layer shares: tasks, results, plans and statuses.
+
+Plain dataclasses on purpose: benchmarks build and ``dataclasses.replace`` them
+freely, and the runtime serialises them with :func:`to_jsonable`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "EvaluationMode",
+    "ExecResult",
+    "ExecutionPlan",
+    "NetworkPolicy",
+    "PreparedTask",
+    "RunResult",
+    "RunStatus",
+    "TaskSpec",
+    "to_jsonable",
+]
+
+#: Where ``Benchmark.evaluate`` runs: in process (``none``), in the task
+#: Environment (``reuse``) or in a new evaluation Environment (``fresh``).
+EvaluationMode = Literal["none", "reuse", "fresh"]
+EVALUATION_MODES: tuple[EvaluationMode, ...] = ("none", "reuse", "fresh")
+
+#: Network access of an Environment during one phase. ``full`` is
+#: unrestricted, ``disabled`` has no network at all.
+NetworkPolicy = Literal["full", "disabled"]
+
+
+class RunStatus(str, enum.Enum):
+    """Where a result stands.
+
+    ``completed`` is the raw state an inference path returns; the runtime turns
+    it into ``scored`` once ``evaluate`` attached a score.
+    """
+
+    COMPLETED = "completed"
+    SCORED = "scored"
+    INFERENCE_ERROR = "inference_error"
+    EVALUATION_ERROR = "evaluation_error"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_error(self) -> bool:
+        return self in (RunStatus.INFERENCE_ERROR, RunStatus.EVALUATION_ERROR, RunStatus.CANCELLED)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One sample of a benchmark, as ``Benchmark.load_tasks`` returns it.
+
+    :param task_id: Unique within the request; used as a file name and in the
+        pytest node id, so it is restricted to ``[A-Za-z0-9._-]``.
+    :param evaluation_environment_mode: Per-task override of the benchmark's
+        default evaluation mode; the request's own setting still wins.
+    """
+
+    task_id: str
+    question: str = ""
+    category: str | None = None
+    ground_truth: Any = None
+    evaluation_environment_mode: EvaluationMode | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PreparedTask:
+    """What ``Benchmark.prepare_task`` hands to the inference path.
+
+    :param prompt: The input the agent or model receives.
+    :param workdir: Working directory inside the task Environment, if any.
+    """
+
+    task_id: str
+    prompt: str = ""
+    workdir: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of one attempt: raw after inference, scored after evaluation.
+
+    :param score: Set by ``Benchmark.evaluate``; ``None`` until then.
+    :param artifacts: Data that must survive the task Environment, grouped by
+        kind (``{"file": {"submission.patch": "..."}}``). Must be JSON-serialisable.
+    """
+
+    task_id: str
+    output: Any = None
+    score: float | None = None
+    status: RunStatus = RunStatus.COMPLETED
+    error: str | None = None
+    artifacts: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_error(self) -> bool:
+        return RunStatus(self.status).is_error
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["status"] = RunStatus(self.status).value
+        return to_jsonable(data)  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in names}
+        values["status"] = RunStatus(values.get("status", RunStatus.COMPLETED))
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What ``EnvironmentSession.exec`` returns.
+
+    ``stdout``/``stderr`` are cut past the provider's output limit; the
+    ``*_truncated`` flags say when that happened.
+    """
+
+    exit_code: int
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """Everything one semantic attempt will do, decided before anything opens.
+
+    Built by the Planner, adjusted by recipes, recorded in ``run_info.json``,
+    then reused unchanged by every runtime retry of that attempt.
+    """
+
+    task_id: str
+    attempt_index: int
+    evaluation_environment_mode: EvaluationMode
+    baseline_network_policy: NetworkPolicy = "full"
+    run_network_policy: NetworkPolicy = "full"
+    evaluation_network_policy: NetworkPolicy = "full"
+    timeouts: Mapping[str, float | None] = field(default_factory=dict)
+    benchmark_plan: Any = None
+    components: Mapping[str, str] = field(default_factory=dict)
+    recipes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable(  # type: ignore[no-any-return]
+            {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        )
+
+
+def to_jsonable(value: Any) -> Any:
+    """Turn dataclasses, enums, mappings and sequences into JSON-ready values.
+
+    Anything else unknown becomes its ``repr`` so a record can always be
+    written: losing a result to a serialisation error is worse than a repr.
+    """
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, enum.Enum):
+        return to_jsonable(value.value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [to_jsonable(v) for v in value]
+    if hasattr(value, "model_dump"):
+        return to_jsonable(value.model_dump(mode="json"))
+    return repr(value)

@@ -1,52 +1,106 @@
 """pytest-agentcompass: agent and LLM benchmarks as pytest test sessions.
 
 Everything a benchmark, harness or provider author needs is importable from
-here; the submodules are implementation details.
+here; the submodules are implementation details. Names load on first use so
+that an installed plugin costs an unrelated pytest run nothing.
 """
 
-from .analysis import BaseAnalyzer
-from .benchmark import BaseBenchmark, HarnessFreeBenchmark
-from .config import (
-    AttemptsSpec,
-    ComponentRef,
-    EnvironmentSpec,
-    ExecutionSpec,
-    ModelSpec,
-    NetworkSpec,
-    Orchestration,
-    RunRequest,
-    TimeoutsSpec,
-    load_config,
-)
-from .environments.base import BaseEnvironment, EnvironmentSession, SessionConfig
-from .environments.local import LocalEnvironment, LocalSession
-from .errors import (
-    AgentCompassError,
-    ArtifactError,
-    ComponentError,
-    ConfigError,
-    PolicyError,
-    PreflightError,
-    TaskIdError,
-    WorkspacePathError,
-)
-from .evidence import apply_verifier_result, read_artifact, verifier_evidence
-from .harnesses.base import BaseHarness
-from .harnesses.command import CommandHarness
-from .registry import Registry
-from .runtime.planner import Recipe
-from .runtime.strategies import AttemptScheduler, AttemptStrategy
-from .runtime.task import TaskOutcome
-from .types import (
-    EvaluationMode,
-    ExecResult,
-    ExecutionPlan,
-    NetworkPolicy,
-    PreparedTask,
-    RunResult,
-    RunStatus,
-    TaskSpec,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .analysis import BaseAnalyzer
+    from .benchmark import BaseBenchmark, HarnessFreeBenchmark
+    from .config import (
+        AttemptsSpec,
+        ComponentRef,
+        EnvironmentSpec,
+        ExecutionSpec,
+        ModelSpec,
+        NetworkSpec,
+        Orchestration,
+        RunRequest,
+        TimeoutsSpec,
+        load_config,
+    )
+    from .environments.base import BaseEnvironment, EnvironmentSession, SessionConfig
+    from .environments.local import LocalEnvironment, LocalSession
+    from .errors import (
+        AgentCompassError,
+        ArtifactError,
+        ComponentError,
+        ConfigError,
+        PolicyError,
+        PreflightError,
+        TaskIdError,
+        WorkspacePathError,
+    )
+    from .evidence import apply_verifier_result, read_artifact, verifier_evidence
+    from .harnesses.base import BaseHarness
+    from .harnesses.command import CommandHarness
+    from .registry import Registry
+    from .runtime.planner import Recipe
+    from .runtime.strategies import AttemptScheduler, AttemptStrategy
+    from .runtime.task import TaskOutcome
+    from .types import (
+        EvaluationMode,
+        ExecResult,
+        ExecutionPlan,
+        NetworkPolicy,
+        PreparedTask,
+        RunResult,
+        RunStatus,
+        TaskSpec,
+    )
+
+_EXPORTS = {
+    "AgentCompassError": ".errors",
+    "ArtifactError": ".errors",
+    "AttemptScheduler": ".runtime.strategies",
+    "AttemptStrategy": ".runtime.strategies",
+    "AttemptsSpec": ".config",
+    "BaseAnalyzer": ".analysis",
+    "BaseBenchmark": ".benchmark",
+    "BaseEnvironment": ".environments.base",
+    "BaseHarness": ".harnesses.base",
+    "CommandHarness": ".harnesses.command",
+    "ComponentError": ".errors",
+    "ComponentRef": ".config",
+    "ConfigError": ".errors",
+    "EnvironmentSession": ".environments.base",
+    "EnvironmentSpec": ".config",
+    "EvaluationMode": ".types",
+    "ExecResult": ".types",
+    "ExecutionPlan": ".types",
+    "ExecutionSpec": ".config",
+    "HarnessFreeBenchmark": ".benchmark",
+    "LocalEnvironment": ".environments.local",
+    "LocalSession": ".environments.local",
+    "ModelSpec": ".config",
+    "NetworkPolicy": ".types",
+    "NetworkSpec": ".config",
+    "Orchestration": ".config",
+    "PolicyError": ".errors",
+    "PreflightError": ".errors",
+    "PreparedTask": ".types",
+    "Recipe": ".runtime.planner",
+    "Registry": ".registry",
+    "RunRequest": ".config",
+    "RunResult": ".types",
+    "RunStatus": ".types",
+    "SessionConfig": ".environments.base",
+    "TaskIdError": ".errors",
+    "TaskOutcome": ".runtime.task",
+    "TaskSpec": ".types",
+    "TimeoutsSpec": ".config",
+    "WorkspacePathError": ".errors",
+    "apply_verifier_result": ".evidence",
+    "load_config": ".config",
+    "read_artifact": ".evidence",
+    "verifier_evidence": ".evidence",
+}
 
 __all__ = [
     "AgentCompassError",
@@ -96,3 +150,16 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # Not cached in globals(): the submodule in sys.modules stays the one
+    # source of truth (pytester's in-process runs drop and re-import it).
+    return getattr(importlib.import_module(module, __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -50,9 +50,7 @@ class BaseBenchmark:
         return None
 
     # -- attempt scope -------------------------------------------------
-    def prepare_task(
-        self, task: TaskSpec, env: EnvironmentSession, req: RunRequest, benchmark_plan: Any
-    ) -> Any:
+    def prepare_task(self, task: TaskSpec, env: EnvironmentSession, req: RunRequest, benchmark_plan: Any) -> Any:
         """Set the task Environment up and return the :class:`PreparedTask`."""
         return PreparedTask(task_id=task.task_id, prompt=task.question)
 
@@ -107,12 +105,9 @@ class BaseBenchmark:
         ]
         if results:
             metrics["pass@1"] = sum(
-                (sum(1 for s in scores if s >= threshold) / len(scores)) if scores else 0.0
-                for scores in per_task
+                (sum(1 for s in scores if s >= threshold) / len(scores)) if scores else 0.0 for scores in per_task
             ) / len(results)
-            metrics[f"pass@{k}"] = sum(1 for scores in per_task if any(s >= threshold for s in scores)) / len(
-                results
-            )
+            metrics[f"pass@{k}"] = sum(1 for scores in per_task if any(s >= threshold for s in scores)) / len(results)
         return metrics
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,7 @@ class RequestSetup:
 def _run_sync(value: Any) -> Any:
     # Collection happens outside any event loop: async load/select run here.
     if inspect.isawaitable(value):
+
         async def wait() -> Any:
             return await value
 
@@ -50,14 +51,13 @@ def _run_sync(value: Any) -> Any:
     return value
 
 
-def _instantiate(
-    registry: Registry, kind: ComponentKind, ref: ComponentRef, where: str, base: type, make: Callable[[Any], Any]
-) -> Any:
+def _instantiate(registry: Registry, kind: ComponentKind, ref: ComponentRef, where: str, base: type, *args: Any) -> Any:
+    """Resolve ``ref`` and build it: ``cls(*args)`` when given, else ``cls(**ref.params)``."""
     cls = registry.resolve(kind, ref.id, where)
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise ComponentError(f"{kind} {ref.id!r} ({where}) is not a subclass of {base.__name__}")
     try:
-        return make(cls)
+        return cls(*args) if args else cls(**ref.params)
     except TypeError as exc:
         raise ComponentError(f"cannot create {kind} {ref.id!r} ({where}) with its params: {exc}") from None
 
@@ -71,9 +71,7 @@ def build_request(
     :raises TaskIdError: for empty, unsafe or duplicate task ids.
     """
     at = f"requests[{index}]"
-    benchmark = _instantiate(
-        registry, "benchmark", req.benchmark, f"{at}.benchmark.id", BaseBenchmark, lambda c: c(**req.benchmark.params)
-    )
+    benchmark = _instantiate(registry, "benchmark", req.benchmark, f"{at}.benchmark.id", BaseBenchmark)
     harness: BaseHarness | None = None
     if req.harness.id == "none":
         if not isinstance(benchmark, HarnessFreeBenchmark):
@@ -82,20 +80,16 @@ def build_request(
                 "name a harness or implement run_task in a HarnessFreeBenchmark"
             )
     else:
-        harness = _instantiate(
-            registry, "harness", req.harness, f"{at}.harness.id", BaseHarness, lambda c: c(**req.harness.params)
-        )
+        harness = _instantiate(registry, "harness", req.harness, f"{at}.harness.id", BaseHarness)
     env_ref = ComponentRef(id=req.environment.id, params=req.environment.params)
-    provider = _instantiate(
-        registry, "environment", env_ref, f"{at}.environment.id", BaseEnvironment, lambda c: c(req.environment)
-    )
+    provider = _instantiate(registry, "environment", env_ref, f"{at}.environment.id", BaseEnvironment, req.environment)
     strategy = registry.resolve("strategy", req.execution.attempts.strategy, f"{at}.execution.attempts.strategy")
     if isinstance(strategy, type):
         strategy = strategy()
     if not isinstance(strategy, AttemptStrategy):
         raise ComponentError(f"strategy {req.execution.attempts.strategy!r} does not implement needs_more/combine")
-    analyzers = [
-        _instantiate(registry, "analyzer", ref, f"{at}.analyzers[{i}].id", BaseAnalyzer, lambda c, r=ref: c(**r.params))
+    analyzers: list[BaseAnalyzer] = [
+        _instantiate(registry, "analyzer", ref, f"{at}.analyzers[{i}].id", BaseAnalyzer)
         for i, ref in enumerate(req.analyzers)
     ]
     recipes: list[Recipe] = []
@@ -122,9 +116,7 @@ def validate_task_ids(tasks: Sequence[Any], request: str) -> None:
     seen: set[str] = set()
     for position, task in enumerate(tasks):
         if not isinstance(task, TaskSpec):
-            raise TaskIdError(
-                f"request {request!r}: task #{position} is a {type(task).__name__}, not a TaskSpec"
-            )
+            raise TaskIdError(f"request {request!r}: task #{position} is a {type(task).__name__}, not a TaskSpec")
         if not task.task_id:
             raise TaskIdError(f"request {request!r}: task #{position} has an empty task_id")
         if not SAFE_NAME.match(task.task_id):

@@ -192,7 +192,7 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
         raise ConfigError(f"{file}: the config must be a mapping with a 'requests' list")
     lines = dict(_node_lines(node, ())) if node is not None else {}
     secrets: set[str] = set()
-    problems: list[str] = []
+    problems: list[tuple[tuple[Any, ...], str]] = []
     data = _expand(data, (), environ if environ is not None else dict(os.environ), secrets, problems)
     if problems:
         raise ConfigError("\n".join(f"{file}:{lines.get(loc, 1)}: {msg}" for loc, msg in problems))

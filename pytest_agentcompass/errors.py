@@ -11,7 +11,7 @@ __all__ = [
     "ArtifactError",
     "ComponentError",
     "ConfigError",
-    "EnvironmentError_",
+    "SessionError",
     "PolicyError",
     "PreflightError",
     "TaskIdError",
@@ -43,11 +43,11 @@ class PreflightError(AgentCompassError):
     """A dependency or component is unusable; raised before any task runs."""
 
 
-class EnvironmentError_(AgentCompassError):  # noqa: N801 - avoid shadowing the builtin
+class SessionError(AgentCompassError):
     """An Environment could not be opened or used."""
 
 
-class WorkspacePathError(EnvironmentError_):
+class WorkspacePathError(SessionError):
     """A path given to an Environment escapes its workspace."""
 
 

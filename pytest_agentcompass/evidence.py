@@ -35,8 +35,10 @@ async def read_artifact(
     if allowed_suffixes is not None:
         allowed = {s.lower() for s in allowed_suffixes}
         if PurePosixPath(path).suffix.lower() not in allowed:
-            raise ArtifactError(f"artifact {path!r} has type {PurePosixPath(path).suffix or '(none)'}; "
-                                f"allowed: {', '.join(sorted(allowed))}")
+            raise ArtifactError(
+                f"artifact {path!r} has type {PurePosixPath(path).suffix or '(none)'}; "
+                f"allowed: {', '.join(sorted(allowed))}"
+            )
     data = await env.read_bytes(path)
     if len(data) > max_bytes:
         raise ArtifactError(f"artifact {path!r} is {len(data)} bytes, over the limit of {max_bytes}")

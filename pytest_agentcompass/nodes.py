@@ -21,8 +21,8 @@ from .types import TaskSpec
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
 
-    from .plugin import AgentCompassRun
     from .runtime.task import TaskOutcome
+    from .session import AgentCompassRun
 
 __all__ = ["ConfigFile", "RequestNode", "TaskItem"]
 
@@ -103,7 +103,7 @@ class TaskItem(pytest.Item):
             raise problem
 
     def setup(self) -> None:
-        from .plugin import run_single_task
+        from .session import run_single_task
 
         self.outcome = run_single_task(self)
         set_properties(self, self.outcome)
@@ -123,7 +123,7 @@ class TaskItem(pytest.Item):
 
     def _repr_failure_py(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> TerminalRepr:
         if isinstance(excinfo.value, TaskProblem):
-            return _Text(str(excinfo.value))
+            return _Text(str(excinfo.value))  # type: ignore[return-value]
         return super()._repr_failure_py(excinfo, style)
 
 

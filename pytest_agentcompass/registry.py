@@ -103,9 +103,7 @@ class Registry:
         except ComponentError as exc:
             raise ComponentError(f"{exc}{suffix}") from None
         except Exception as exc:
-            raise ComponentError(
-                f"cannot import {kind} {component_id!r}{suffix}: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise ComponentError(f"cannot import {kind} {component_id!r}{suffix}: {type(exc).__name__}: {exc}") from exc
         try:
             obj = getattr(module, attr)
         except AttributeError:
@@ -139,4 +137,3 @@ class Registry:
         for kind in KINDS:
             for ep in entry_points(group=f"pytest_agentcompass.{kind}s"):
                 self._entries[kind].setdefault(ep.name, _Lazy(ep.load))
-

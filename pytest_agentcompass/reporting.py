@@ -40,7 +40,7 @@ class TaskCleanupError(TaskProblem):
 
 
 def _clip(value: object, limit: int) -> str:
-    text = value if isinstance(value, str) else repr(value)
+    text = repr(value)  # quotes make stray whitespace visible
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
 
 
@@ -83,9 +83,7 @@ def _footer(outcome: TaskOutcome) -> list[str]:
 def set_properties(item: pytest.Item, outcome: TaskOutcome) -> None:
     """Attach the outcome to ``item.user_properties`` (junit reads them from teardown)."""
     result = outcome.result
-    item.user_properties[:] = [
-        (k, v) for k, v in item.user_properties if not str(k).startswith("agentcompass.")
-    ] + [
+    item.user_properties[:] = [(k, v) for k, v in item.user_properties if not str(k).startswith("agentcompass.")] + [
         ("agentcompass.status", result.status.value),
         ("agentcompass.score", "" if result.score is None else result.score),
         ("agentcompass.attempts", outcome.attempts),

@@ -34,7 +34,7 @@ EVALUATION_MODES: tuple[EvaluationMode, ...] = ("none", "reuse", "fresh")
 NetworkPolicy = Literal["full", "disabled"]
 
 
-class RunStatus(str, enum.Enum):
+class RunStatus(enum.StrEnum):
     """Where a result stands.
 
     ``completed`` is the raw state an inference path returns; the runtime turns

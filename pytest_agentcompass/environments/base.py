@@ -81,8 +81,7 @@ class EnvironmentSession(abc.ABC):
         """Switch the session's network access; providers that can override this."""
         if policy != self.network_policy:
             raise PolicyError(
-                f"{type(self).__name__} cannot switch network policy from "
-                f"{self.network_policy!r} to {policy!r}"
+                f"{type(self).__name__} cannot switch network policy from {self.network_policy!r} to {policy!r}"
             )
 
     @abc.abstractmethod

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from ..errors import EnvironmentError_, WorkspacePathError
+from ..errors import SessionError, WorkspacePathError
 from ..types import ExecResult
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig
 
@@ -47,7 +47,7 @@ class LocalSession(EnvironmentSession):
         :raises WorkspacePathError: when it (or a symlink on its way) leaves the workspace.
         """
         if self._closed:
-            raise EnvironmentError_(f"workspace {self.root} is closed")
+            raise SessionError(f"workspace {self.root} is closed")
         relative = PurePosixPath(path)
         if relative.is_absolute():
             relative = relative.relative_to("/")
@@ -61,7 +61,7 @@ class LocalSession(EnvironmentSession):
         try:
             return target.read_bytes()
         except OSError as exc:
-            raise EnvironmentError_(f"cannot read {path!r} in workspace {self.root}: {exc.strerror}") from None
+            raise SessionError(f"cannot read {path!r} in workspace {self.root}: {exc.strerror}") from None
 
     async def write_bytes(self, path: str, data: bytes) -> None:
         target = self.resolve(path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..types import ExecutionPlan, PreparedTask, RunResult, TaskSpec
+from ..types import ExecutionPlan, PreparedTask, TaskSpec
 
 if TYPE_CHECKING:
     from ..config import RunRequest
@@ -28,9 +28,7 @@ class BaseHarness:
     def __init__(self, **params: Any) -> None:
         self.params = params
 
-    def adjust_input(
-        self, task: TaskSpec, prepared: PreparedTask, req: RunRequest, plan: ExecutionPlan
-    ) -> Any:
+    def adjust_input(self, task: TaskSpec, prepared: PreparedTask, req: RunRequest, plan: ExecutionPlan) -> Any:
         """Rewrite the prepared input for this harness (prompt templates, tool lists)."""
         return prepared
 

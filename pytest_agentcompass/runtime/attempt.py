@@ -68,7 +68,8 @@ class AttemptRunner:
                 return self.record
             except StageFailure as failure:
                 if not await self._may_retry(failure, RetryScope.ATTEMPT):
-                    return self._give_up(failure)
+                    self.record.result = self._give_up(failure)
+                    return self.record
 
     # -- the sequence ----------------------------------------------------
     async def _attempt(self) -> RunResult:
@@ -82,7 +83,9 @@ class AttemptRunner:
                 timeouts.get("prepare"),
             )
             if not isinstance(prepared, PreparedTask):
-                raise StageFailure(Stage.PREPARATION, f"prepare_task returned {type(prepared).__name__}, not PreparedTask")
+                raise StageFailure(
+                    Stage.PREPARATION, f"prepare_task returned {type(prepared).__name__}, not PreparedTask"
+                )
             result = await self._stage(Stage.INFERENCE, lambda: self._infer(env, prepared), timeouts.get("run"))
             result = self._check_result(result, Stage.INFERENCE)
             if result.is_error:
@@ -134,8 +137,10 @@ class AttemptRunner:
             return await self._evaluate(prepared, result, env)
         finally:
             await _uncancellable(
-                self._cleanup("restoring the baseline network policy",
-                              lambda: self._switch(env, self.plan.baseline_network_policy))
+                self._cleanup(
+                    "restoring the baseline network policy",
+                    lambda: self._switch(env, self.plan.baseline_network_policy),
+                )
             )
 
     async def _evaluate(self, prepared: PreparedTask, result: RunResult, env: EnvironmentSession | None) -> RunResult:
@@ -156,7 +161,7 @@ class AttemptRunner:
     async def _open(self, stack: AsyncExitStack, purpose: Any, stage: Stage) -> EnvironmentSession:
         provider = self.ctx.provider
         config = provider.build_config(self.plan, purpose, self.ctx.labels(self.task, self.plan.attempt_index))
-        env = await self._stage(stage, lambda: provider.open(config))
+        env: EnvironmentSession = await self._stage(stage, lambda: provider.open(config))
         if self.ctx.req.execution.keep_environment:
             self.record.kept_environments.append(f"{purpose}: {env.describe()}")
         else:
@@ -222,18 +227,18 @@ class AttemptRunner:
         await asyncio.sleep(self.budget.delay())
         return True
 
-    def _give_up(self, failure: StageFailure) -> AttemptRecord:
+    def _give_up(self, failure: StageFailure) -> RunResult:
+        """The terminal error result once retries are exhausted; keeps the trace."""
         status = RunStatus.EVALUATION_ERROR if failure.stage is Stage.EVALUATION else RunStatus.INFERENCE_ERROR
         base = failure.payload if isinstance(failure.payload, RunResult) else RunResult(task_id=self.task.task_id)
-        self.record.result = dataclasses.replace(
+        self.record.trace = failure.trace
+        return dataclasses.replace(
             base,
             status=status if not base.is_error else base.status,
             error=failure.error,
             score=None,
             metadata={**base.metadata, "failure_stage": failure.stage.value},
         )
-        self.record.trace = failure.trace
-        return self.record
 
 
 async def _uncancellable(awaitable: Awaitable[None]) -> None:

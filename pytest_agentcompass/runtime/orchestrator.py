@@ -90,9 +90,7 @@ class Orchestrator:
             await self._cancel_remaining(tasks, "cancelled", "interrupted by the user")
             raise
         if len(done) < len(tasks):
-            await self._cancel_remaining(
-                tasks, "timeout", f"orchestration timeout of {self.timeout_seconds}s reached"
-            )
+            await self._cancel_remaining(tasks, "timeout", f"orchestration timeout of {self.timeout_seconds}s reached")
         else:
             for task in done:
                 task.result()  # surface a bug in the orchestrator itself
@@ -189,15 +187,15 @@ class Orchestrator:
         event.clear()
 
     # -- deadline and cancellation ---------------------------------------------------
-    async def _cancel_remaining(self, tasks: list[asyncio.Future[None]], status: str, reason: str) -> None:
+    async def _cancel_remaining(self, tasks: Sequence[asyncio.Future[None]], status: str, reason: str) -> None:
         """Freeze the status, cancel everything, wait within the grace, persist what is unfinished."""
         self.result.status, self.result.reason = status, reason
         self._stopping = True
         active: list[tuple[RequestRuntime, TaskSpec]] = [
             (state, task) for state in self.requests for task in state.active.values()
         ]
-        for task in tasks:
-            task.cancel()
+        for future in tasks:
+            future.cancel()
         if tasks:
             _, still = await asyncio.wait(tasks, timeout=self.cleanup_grace_seconds or None)
             self.result.stuck_tasks = len(still)

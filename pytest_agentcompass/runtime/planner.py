@@ -111,7 +111,5 @@ class Planner:
                 f"(declared: {', '.join(sorted(recipe.overrides)) or 'none'})"
             )
         if adjusted.evaluation_environment_mode not in EVALUATION_MODES:
-            raise ComponentError(
-                f"recipe {recipe.name!r} set evaluation mode {adjusted.evaluation_environment_mode!r}"
-            )
+            raise ComponentError(f"recipe {recipe.name!r} set evaluation mode {adjusted.evaluation_environment_mode!r}")
         return dataclasses.replace(adjusted, recipes=(*plan.recipes, recipe.name))

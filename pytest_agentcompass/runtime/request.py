@@ -25,7 +25,7 @@ log = logging.getLogger("pytest_agentcompass")
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 class RequestRuntime:
@@ -139,9 +139,10 @@ class RequestRuntime:
             except (OSError, json.JSONDecodeError):
                 skipped += 1
                 continue
-            if detail.get("fingerprint") != self.ctx.task_fingerprint(task) or RunStatus(
-                detail.get("status", "completed")
-            ).is_error:
+            if (
+                detail.get("fingerprint") != self.ctx.task_fingerprint(task)
+                or RunStatus(detail.get("status", "completed")).is_error
+            ):
                 skipped += 1
                 continue
             target = self.store.detail_path(task.task_id)
@@ -200,8 +201,13 @@ class RequestRuntime:
             "metrics": to_jsonable(self.metrics),
             "counts": self.counts(),
             "tasks": [
-                {"task_id": o.task.task_id, "status": o.result.status.value, "score": o.result.score,
-                 "passed": o.passed, "reused": o.reused}
+                {
+                    "task_id": o.task.task_id,
+                    "status": o.result.status.value,
+                    "score": o.result.score,
+                    "passed": o.passed,
+                    "reused": o.reused,
+                }
                 for o in ordered
             ],
         }

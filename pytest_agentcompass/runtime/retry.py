@@ -16,7 +16,7 @@ from ..types import EvaluationMode
 __all__ = ["RETRY_SCOPE", "RetryBudget", "RetryScope", "Stage", "StageFailure", "retry_scope"]
 
 
-class Stage(str, enum.Enum):
+class Stage(enum.StrEnum):
     """Where in an attempt a failure happened."""
 
     ENVIRONMENT = "environment"
@@ -28,7 +28,7 @@ class Stage(str, enum.Enum):
     GENERAL = "general"
 
 
-class RetryScope(str, enum.Enum):
+class RetryScope(enum.StrEnum):
     """How much of the attempt a retry redoes."""
 
     ATTEMPT = "attempt"  # new task Environment, same plan

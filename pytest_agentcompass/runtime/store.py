@@ -24,8 +24,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..types import ExecutionPlan, RunResult, to_jsonable
 from ..redact import Redactor
+from ..types import ExecutionPlan, RunResult, to_jsonable
 
 __all__ = ["RunStore", "new_run_id", "read_json"]
 
@@ -74,7 +74,7 @@ class RunStore:
     # -- run info ------------------------------------------------------
     def read_run_info(self) -> dict[str, Any]:
         path = self.run_dir / RUN_INFO
-        return read_json(path) if path.exists() else {}  # type: ignore[no-any-return]
+        return dict(read_json(path)) if path.exists() else {}
 
     def write_run_info(self, info: Mapping[str, Any]) -> None:
         self.write_json(self.run_dir / RUN_INFO, dict(info))

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._compat import maybe_await
 from ..analysis import select_analyzers
 from ..types import RunResult, RunStatus, TaskSpec
 from .attempt import AttemptRecord, AttemptRunner

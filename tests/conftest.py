@@ -1,0 +1,60 @@
+"""Shared helpers: write agentcompass configs into a pytester directory."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+SUITES = Path(__file__).parent / "suites"
+TRACING = f"{SUITES / 'tracing.py'}"
+sys.path.insert(0, str(SUITES))
+
+
+def tracing_request(
+    name: str,
+    trace: Path,
+    *,
+    n: int = 3,
+    mode: str = "none",
+    harness: bool = False,
+    env_params: dict[str, Any] | None = None,
+    **bench: Any,
+) -> dict[str, Any]:
+    """A request of the tracing suite (see ``tests/suites/tracing.py``)."""
+    execution = bench.pop("execution", {})
+    environment = bench.pop("environment", {})
+    request: dict[str, Any] = {
+        "name": name,
+        "benchmark": {
+            "id": f"{TRACING}:{'TracingHarnessBenchmark' if harness else 'TracingBenchmark'}",
+            "params": {"trace": str(trace), "n": n, "mode": mode, **bench},
+        },
+        "harness": {"id": f"{TRACING}:TracingHarness", "params": {"trace": str(trace), **bench}}
+        if harness
+        else {"id": "none"},
+        "environment": {
+            "id": f"{TRACING}:TracingEnvironment",
+            "params": {"trace": str(trace), **(env_params or {})},
+            **environment,
+        },
+        "execution": {"retry_backoff_seconds": 0, **execution},
+    }
+    return request
+
+
+def write_config(
+    pytester: pytest.Pytester, requests: list[dict[str, Any]], name: str = "agentcompass.yaml", **top: Any
+) -> Path:
+    data = {"output_dir": "runs", **top, "requests": requests}
+    path = pytester.path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def trace(pytester: pytest.Pytester) -> Path:
+    return pytester.path / "trace.jsonl"

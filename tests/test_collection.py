@@ -1,0 +1,217 @@
+"""Collection: node ids, selection, listing, and the plugin staying out of the way."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import TRACING, tracing_request, write_config
+
+
+def test_node_ids_are_config_request_task(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("first", trace, n=2), tracing_request("second", trace, n=1)])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--co", "-q")
+    result.stdout.fnmatch_lines(
+        [
+            "agentcompass.yaml::first::t0",
+            "agentcompass.yaml::first::t1",
+            "agentcompass.yaml::second::t0",
+            "3 tests collected*",
+        ]
+    )
+    assert result.ret == 0
+    assert not (pytester.path / "runs").exists(), "--co must not run anything"
+
+
+def test_load_and_select_run_once_per_request(pytester: pytest.Pytester, trace: Path) -> None:
+    from tracing import read_trace
+
+    write_config(pytester, [tracing_request("first", trace, n=4)])
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=4)
+    events = [e["event"] for e in read_trace(trace)]
+    assert events.count("load_tasks") == 1
+    assert events.count("select_tasks") == 1
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("t1", ["first::t1", "second::t1"]),  # task id
+        ("second", ["second::t0", "second::t1"]),  # request name
+        ("beta", ["first::t1", "second::t1"]),  # category
+        ("first and alpha", ["first::t0"]),
+    ],
+)
+def test_k_matches_task_request_and_category(
+    pytester: pytest.Pytester, trace: Path, expression: str, expected: list[str]
+) -> None:
+    write_config(pytester, [tracing_request("first", trace, n=2), tracing_request("second", trace, n=2)])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "-k", expression, "-v")
+    result.assert_outcomes(passed=len(expected))
+    result.stdout.fnmatch_lines([f"*{nodeid} PASSED*" for nodeid in expected], consecutive=False)
+    result.stdout.fnmatch_lines([f"*{4 - len(expected)} deselected*"])
+
+
+def test_categories_are_markers(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("first", trace, n=4, categories=["multi step", "beta"])])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "-m", "multi_step", "--strict-markers")
+    result.assert_outcomes(passed=2, deselected=2)
+
+
+def test_no_side_effects_without_the_option(pytester: pytest.Pytester, trace: Path) -> None:
+    pytester.makepyfile(test_plain="def test_a():\n    assert True\n")
+    write_config(pytester, [tracing_request("first", trace)])
+    before = sorted(p.name for p in pytester.path.iterdir())
+
+    def lines(*args: str) -> list[str]:
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+        result.assert_outcomes(passed=1)
+        # Only the plugin list and the timing may differ.
+        return [re.sub(r" in [0-9.]+s", "", line) for line in result.outlines if not line.startswith("plugins:")]
+
+    assert lines() == lines("-p", "no:agentcompass")
+    created = {p.name for p in pytester.path.iterdir()} - set(before)
+    # pytester's own files, and another installed plugin's cache folder
+    assert {n for n in created if not n.startswith(("runpytest-", "stdout", "stderr", ".benchmarks"))} == set()
+    assert not trace.exists()
+
+
+def test_no_heavy_imports_without_the_option(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_imports="""
+        import sys
+        def test_modules():
+            loaded = [m for m in sys.modules if m.startswith(("docker", "openai", "pytest_agentcompass.runtime"))]
+            assert loaded == []
+        """
+    )
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
+
+
+def test_option_without_paths_runs_only_the_config(pytester: pytest.Pytester, trace: Path) -> None:
+    pytester.makepyfile(test_unit="def test_unit():\n    pass\n")
+    write_config(pytester, [tracing_request("first", trace, n=2)])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "-v")
+    result.assert_outcomes(passed=2)
+    assert "test_unit" not in result.stdout.str()
+
+
+def test_paths_given_are_collected_as_well(pytester: pytest.Pytester, trace: Path) -> None:
+    pytester.makepyfile(test_unit="def test_unit():\n    pass\n")
+    write_config(pytester, [tracing_request("first", trace, n=2)])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "test_unit.py", "-v")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*test_unit.py::test_unit PASSED*"])
+
+
+def test_ini_key_names_the_config(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("first", trace, n=2)])
+    pytester.makeini("[pytest]\nagentcompass_config = agentcompass.yaml\n")
+    pytester.runpytest().assert_outcomes(passed=2)
+
+
+def test_duplicate_task_ids_are_a_collection_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        bench="""
+        from pytest_agentcompass import HarnessFreeBenchmark, TaskSpec
+        class Dup(HarnessFreeBenchmark):
+            def load_tasks(self, req):
+                return [TaskSpec("a"), TaskSpec("b"), TaskSpec("a")]
+        """
+    )
+    write_config(pytester, [{"name": "dup", "benchmark": {"id": "bench.py:Dup"}}])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*request 'dup': duplicate task id 'a'*"])
+    assert "Traceback" not in result.stdout.str()
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+
+
+@pytest.mark.parametrize("bad", ["", "../etc", "a::b", "has space", "x" * 201])
+def test_unsafe_task_ids_are_refused(pytester: pytest.Pytester, bad: str) -> None:
+    pytester.makepyfile(
+        bench=f"""
+        from pytest_agentcompass import HarnessFreeBenchmark, TaskSpec
+        class Bad(HarnessFreeBenchmark):
+            def load_tasks(self, req):
+                return [TaskSpec({bad!r})]
+        """
+    )
+    write_config(pytester, [{"name": "bad", "benchmark": {"id": "bench.py:Bad"}}])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*request 'bad': *task*"])
+
+
+def test_unknown_benchmark_id(pytester: pytest.Pytester) -> None:
+    write_config(pytester, [{"name": "r", "benchmark": {"id": "nosuch"}}])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*unknown benchmark id 'nosuch' (requests[[]0[]].benchmark.id)*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_missing_benchmark_file_and_class(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(bench="X = 1\n")
+    write_config(
+        pytester,
+        [
+            {"name": "nofile", "benchmark": {"id": "missing.py:B"}},
+            {"name": "noclass", "benchmark": {"id": "bench.py:B"}},
+            {"name": "notabench", "benchmark": {"id": "bench.py:X"}},
+        ],
+    )
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(
+        ["*no such file*missing.py*", "*'bench.py' has no attribute 'B'*", "*is not a subclass of BaseBenchmark*"],
+        consecutive=False,
+    )
+
+
+def test_harness_none_needs_a_harness_free_benchmark(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        bench="""
+        from pytest_agentcompass import BaseBenchmark
+        class B(BaseBenchmark):
+            def load_tasks(self, req):
+                return []
+        """
+    )
+    write_config(pytester, [{"name": "r", "benchmark": {"id": "bench.py:B"}}])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    result.stdout.fnmatch_lines(["*harness.id is 'none' but benchmark 'bench.py:B' is not a HarnessFreeBenchmark*"])
+
+
+def test_load_tasks_exception_shows_user_frames(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        bench="""
+        from pytest_agentcompass import HarnessFreeBenchmark
+        class B(HarnessFreeBenchmark):
+            def load_tasks(self, req):
+                raise FileNotFoundError("dataset.jsonl")
+        """
+    )
+    write_config(pytester, [{"name": "r", "benchmark": {"id": "bench.py:B"}}])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    result.stdout.fnmatch_lines(
+        ["*request 'r': loading tasks failed*", "*bench.py*load_tasks*", "*FileNotFoundError: dataset.jsonl*"]
+    )
+
+
+def test_registered_ids_through_the_hook(pytester: pytest.Pytester, trace: Path) -> None:
+    pytester.makeconftest(
+        f"""
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("tracing_mod", {TRACING!r})
+        mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+        def pytest_agentcompass_register(registry):
+            registry.register("benchmark", "tracing", mod.TracingBenchmark)
+        """
+    )
+    request = tracing_request("r", trace, n=2)
+    request["benchmark"]["id"] = "tracing"
+    write_config(pytester, [request])
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=2)

@@ -1,0 +1,112 @@
+"""Config loading: every problem named with its file, line and YAML path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_agentcompass import ConfigError, load_config
+
+from conftest import tracing_request, write_config
+
+GOOD = """\
+requests:
+  - name: a
+    benchmark: {id: "x.py:B"}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults(tmp_path: Path) -> None:
+    loaded = load_config(write(tmp_path, GOOD))
+    req = loaded.orchestration.requests[0]
+    assert loaded.orchestration.task_concurrency == 8
+    assert req.harness.id == "none"
+    assert req.environment.id == "local"
+    assert req.execution.attempts.k == 1
+    assert req.execution.retry_pattern_list is None
+
+
+def test_unknown_key_names_path_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD + "    execution:\n      max_retires: 3\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert f"{path}:5: requests[0].execution.max_retires: unknown key" in str(info.value)
+
+
+def test_bad_type_names_path_and_line(tmp_path: Path) -> None:
+    text = GOOD + "  - name: b\n    benchmark: {id: y}\n    execution:\n      max_retries: lots\n"
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert f"{path}:7: requests[1].execution.max_retries: Input should be a valid integer" in str(info.value)
+
+
+def test_missing_required_key_points_at_parent(tmp_path: Path) -> None:
+    path = write(tmp_path, "requests:\n  - name: a\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert f"{path}:2: requests[0].benchmark: Field required" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("requests: []\n", "requests: List should have at least 1 item"),
+        (GOOD + "  - name: a\n    benchmark: {id: y}\n", "duplicate request name 'a'"),
+        ("requests:\n  - name: 'bad name'\n    benchmark: {id: y}\n", "request name 'bad name' must start"),
+        (GOOD + "    execution: {retry_pattern_list: ['(']}\n", "invalid regular expression '('"),
+        (GOOD + "    environment: {evaluation_environment_mode: x}\n", "Input should be 'none', 'reuse' or 'fresh'"),
+        (GOOD + "    environment: {capacity: -1}\n", "greater than or equal to 0"),
+        ("- just a list\n", "must be a mapping"),
+        ("requests: [\n", "invalid YAML"),
+    ],
+)
+def test_problems_are_reported(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=None) as info:
+        load_config(write(tmp_path, text))
+    assert message in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"cannot read agentcompass config .*nope\.yaml"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_env_vars_expand_and_missing_ones_are_named(tmp_path: Path) -> None:
+    text = GOOD + "    model: {id: gpt, params: {api_key: '${KEY}', base: 'http://${HOST}/v1'}}\n"
+    loaded = load_config(write(tmp_path, text), environ={"KEY": "sk-secret-123", "HOST": "localhost"})
+    params = loaded.orchestration.requests[0].model.params  # type: ignore[union-attr]
+    assert params == {"api_key": "sk-secret-123", "base": "http://localhost/v1"}
+    assert "sk-secret-123" not in json.dumps(loaded.redacted_dump())
+    with pytest.raises(ConfigError, match=r"c.yaml:4: requests\[0\].model.params.api_key: environment variable KEY"):
+        load_config(write(tmp_path, text), environ={"HOST": "h"})
+
+
+def test_usage_error_in_pytest(pytester: pytest.Pytester) -> None:
+    (pytester.path / "agentcompass.yaml").write_text("requests:\n  - name: a\n    benchmark: {id: x}\n    bogus: 1\n")
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*agentcompass.yaml:4: requests[[]0[]].bogus: unknown key*"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_secrets_never_reach_the_run_directory(
+    pytester: pytest.Pytester, trace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENT_KEY", "sk-live-abcdef")
+    request = tracing_request("s", trace, n=2)
+    request["model"] = {"id": "m", "params": {"api_key": "${AGENT_KEY}"}}
+    write_config(pytester, [request])
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=2)
+    written = [p for p in (pytester.path / "runs").rglob("*") if p.is_file()]
+    assert written
+    for path in written:
+        assert "sk-live-abcdef" not in path.read_text(), path

@@ -1,0 +1,26 @@
+"""The quickstart runs on a fresh machine and some of its tasks fail for real."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_quickstart_runs_with_honest_outcomes(pytester: pytest.Pytester) -> None:
+    shutil.copytree(ROOT / "example_suites", pytester.path / "example_suites")
+    result = pytester.runpytest_subprocess("--agentcompass=example_suites/quickstart/agentcompass.yaml")
+    result.assert_outcomes(passed=9, failed=3)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*arithmetic: 12 tasks, 9 passed, 3 failed, 0 errors*", "*mean_score=0.75*"])
+    (run_dir,) = (pytester.path / ".agentcompass/runs/arithmetic").iterdir()
+    assert len(list((run_dir / "details").glob("*.json"))) == 12
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["metrics"]["passed"] == 9
+    info = json.loads((run_dir / "run_info.json").read_text())
+    assert info["status"] == "completed"
+    assert set(info["resolved_execution_plans"]) == {f"arith-{i:03d}" for i in range(12)}

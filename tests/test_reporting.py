@@ -1,0 +1,138 @@
+"""Outcomes reach pytest the standard way: terminal, junit, exit codes, --lf, -x, --durations."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from conftest import tracing_request, write_config
+from tracing import read_trace
+
+
+def mixed_config(pytester: pytest.Pytester, trace: Path, **execution: object) -> Path:
+    # t0 passes, t1 answers wrong, t2 errors in run_task (always).
+    return write_config(
+        pytester,
+        [tracing_request("mix", trace, n=3, wrong=["t1"], fail={"run": {"t2": -1}}, execution=execution)],
+    )
+
+
+def test_pass_fail_error_outcomes_and_exit_code(pytester: pytest.Pytester, trace: Path) -> None:
+    mixed_config(pytester, trace)
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "-rA")
+    result.assert_outcomes(passed=1, failed=1, errors=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of mix::t2*",
+            "inference_error in the inference stage: RuntimeError: injected run failure",
+            "*tracing.py*in run_task*",
+        ],
+        consecutive=False,
+    )
+    result.stdout.fnmatch_lines(["*score 0.0 is below the pass threshold 1.0*", "*expected: 'Q1'*"], consecutive=False)
+
+
+def test_all_passing_exits_zero(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("ok", trace, n=3)])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    result.assert_outcomes(passed=3)
+    assert result.ret == pytest.ExitCode.OK
+
+
+def test_junit_has_failure_error_and_properties(pytester: pytest.Pytester, trace: Path) -> None:
+    mixed_config(pytester, trace)
+    pytester.runpytest("--agentcompass=agentcompass.yaml", "--junitxml=junit.xml")
+    root = ET.parse(pytester.path / "junit.xml").getroot()
+    cases = {f"{case.get('classname')}::{case.get('name')}": case for case in root.iter("testcase")}
+    assert set(cases) == {"agentcompass.yaml.mix::t0", "agentcompass.yaml.mix::t1", "agentcompass.yaml.mix::t2"}
+    cases = {name.split(".")[-1]: case for name, case in cases.items()}
+    assert cases["mix::t0"].find("failure") is None and cases["mix::t0"].find("error") is None
+    assert cases["mix::t1"].find("failure") is not None
+    assert cases["mix::t2"].find("error") is not None
+    for name, case in cases.items():
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        assert props["agentcompass.status"] in {"scored", "inference_error"}, name
+        assert props["agentcompass.evaluation_mode"] == "none"
+        assert props["agentcompass.attempts"] == "1"
+        assert Path(props["agentcompass.detail"]).is_file()
+    assert {p.get("name"): p.get("value") for p in cases["mix::t0"].iter("property")}["agentcompass.score"] == "1.0"
+
+
+def test_last_failed_reruns_only_failed_tasks(pytester: pytest.Pytester, trace: Path) -> None:
+    mixed_config(pytester, trace)
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=1, failed=1, errors=1)
+    trace.unlink()
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--lf", "--agentcompass-new-run")
+    result.assert_outcomes(failed=1, errors=1, deselected=1)
+    ran = {e["task"] for e in read_trace(trace) if e["event"] == "prepare_task"}
+    assert ran == {"t1", "t2"}
+
+
+def test_exitfirst_stops_dispatching(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(
+        pytester,
+        [tracing_request("x", trace, n=6, wrong=["t0"], execution={})],
+        task_concurrency=1,
+    )
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "-x")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*stopping after 1 failures*"])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    ran = [e["task"] for e in read_trace(trace) if e["event"] == "prepare_task"]
+    assert ran == ["t0"]
+    (run_dir,) = (pytester.path / "runs/x").iterdir()
+    assert json.loads((run_dir / "run_info.json").read_text())["status"] == "stopped"
+
+
+def test_maxfail(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("x", trace, n=6, wrong=["t0", "t1", "t2"])], task_concurrency=1)
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--maxfail=2")
+    result.assert_outcomes(failed=2)
+
+
+def test_durations_show_task_time(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("slow", trace, n=1, sleep={"run": 0.3})])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--durations=1", "-vv")
+    result.stdout.re_match_lines([r"0\.[3-9]\d+s call +agentcompass.yaml::slow::t0"])
+
+
+def test_cleanup_failure_is_a_teardown_error_that_keeps_the_result(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("c", trace, n=1, env_params={"fail": {"close": True}})])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*ERROR at teardown of c::t0*", "*cleanup failed (the task's own result is kept)*"])
+    (detail,) = (pytester.path / "runs/c").glob("*/details/t0.json")
+    data = json.loads(detail.read_text())
+    assert data["score"] == 1.0 and data["status"] == "scored"
+    assert "injected close failure" in data["cleanup_errors"][0]
+
+
+def test_tasks_run_concurrently(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("c", trace, n=8, sleep={"run": 0.4})], task_concurrency=8)
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=8)
+    events = read_trace(trace)
+    depth = peak = 0
+    for event in events:
+        if event["event"] == "run_task":
+            depth += 1
+            peak = max(peak, depth)
+        elif event["event"] == "collect_artifacts":
+            depth -= 1
+    assert peak == 8
+
+
+def test_terminal_summary_per_request(pytester: pytest.Pytester, trace: Path) -> None:
+    mixed_config(pytester, trace)
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    result.stdout.fnmatch_lines(
+        [
+            "*= agentcompass =*",
+            "mix: 3 tasks, 1 passed, 1 failed, 1 errors",
+            "  metrics: tasks=3, scored=2, errors=1, passed=1, k=1, mean_score=0.5, pass@1=0.3333",
+            "  run directory: *runs/mix/*",
+        ]
+    )

@@ -22,7 +22,9 @@ from pytest_agentcompass import (
 )
 
 OPERATORS = {"+": "addition", "*": "multiplication", "/": "division"}
-SOLVER = "import sys; a, op, b = open('question.txt').read().split(); print(eval(f'{a} {op.replace(\"/\", \"//\")} {b}'))"
+SOLVER = (
+    "import sys; a, op, b = open('question.txt').read().split(); print(eval(f'{a} {op.replace(\"/\", \"//\")} {b}'))"
+)
 
 
 def score_answer(result: RunResult, expected: float) -> RunResult:

@@ -12,6 +12,7 @@ import contextvars
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ..errors import PolicyError
@@ -108,8 +109,10 @@ class BaseEnvironment(abc.ABC):
     #: Whether a live session can change policy; if not, every phase must use the baseline.
     dynamic_network_policy: ClassVar[bool] = False
 
-    def __init__(self, spec: EnvironmentSpec) -> None:
+    def __init__(self, spec: EnvironmentSpec, rootdir: Path | None = None) -> None:
         self.spec = spec
+        #: Relative paths in ``spec.params`` are relative to this (the pytest rootdir).
+        self.rootdir = rootdir or Path.cwd()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -31,7 +31,9 @@ class LocalSession(EnvironmentSession):
 
     Paths are confined to the workspace: relative paths start there, and an
     absolute path such as ``/tmp/x`` means ``<workspace>/tmp/x``, so benchmark
-    code written for containers keeps working.
+    code written for containers keeps working. For the same reason an
+    absolute path in an ``exec`` argument list that exists inside the
+    workspace (``bash /opt/verifier/run.sh``) is rewritten to that file.
     """
 
     network_policy = "full"
@@ -40,6 +42,7 @@ class LocalSession(EnvironmentSession):
         self.root = root
         self.output_limit = output_limit
         self._closed = False
+        self._removal: asyncio.Future[None] | None = None
 
     def resolve(self, path: str) -> Path:
         """Map ``path`` into the workspace.
@@ -55,6 +58,14 @@ class LocalSession(EnvironmentSession):
         if not candidate.is_relative_to(self.root):
             raise WorkspacePathError(f"path {path!r} is outside the workspace {self.root}")
         return candidate
+
+    def _map_argument(self, arg: str) -> str:
+        if not arg.startswith("/") or arg.startswith(str(self.root)):
+            return arg
+        candidate = self.root / arg.lstrip("/")
+        if os.path.lexists(candidate) and candidate.resolve().is_relative_to(self.root):
+            return str(candidate)
+        return arg
 
     async def read_bytes(self, path: str) -> bytes:
         target = self.resolve(path)
@@ -79,6 +90,7 @@ class LocalSession(EnvironmentSession):
         if isinstance(argv, str):
             raise TypeError("exec takes an argument list, not a string; use ['sh', '-c', cmd]")
         workdir = self.resolve(cwd) if cwd else self.resolve(".")
+        argv = [self._map_argument(arg) for arg in argv]
         started = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -126,10 +138,12 @@ class LocalSession(EnvironmentSession):
         )
 
     async def close(self) -> None:
-        if self._closed:
-            return
         self._closed = True
-        await asyncio.to_thread(shutil.rmtree, self.root, True)
+        if self._removal is None:
+            self._removal = asyncio.ensure_future(asyncio.to_thread(shutil.rmtree, self.root, True))
+        # Shielded: a cancelled close leaves the removal running, and the
+        # next close waits for that same removal instead of racing it.
+        await asyncio.shield(self._removal)
 
     def describe(self) -> str:
         return str(self.root)
@@ -138,6 +152,8 @@ class LocalSession(EnvironmentSession):
 class LocalEnvironment(BaseEnvironment):
     """Opens :class:`LocalSession` workspaces under ``params.base_dir`` (default: the temp dir).
 
+    ``params.template`` is a directory copied into every new workspace (the
+    local stand-in for a container image: verifiers, fixtures);
     ``params.output_limit`` caps captured output per stream in bytes.
     """
 
@@ -145,10 +161,21 @@ class LocalEnvironment(BaseEnvironment):
 
     async def open(self, config: SessionConfig) -> EnvironmentSession:
         base = self.spec.params.get("base_dir")
+        base = str(self.rootdir / base) if base else None
         prefix = f"agentcompass-{config.task_id[:40]}-"
         root = Path(tempfile.mkdtemp(prefix=prefix, dir=base)).resolve()
         limit = int(self.spec.params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
-        return LocalSession(root, output_limit=limit)
+        session = LocalSession(root, output_limit=limit)
+        template = self.spec.params.get("template")
+        if template:
+            template = self.rootdir / template
+            try:
+                await asyncio.to_thread(shutil.copytree, template, root, dirs_exist_ok=True, symlinks=True)
+            except BaseException:
+                # Partial initialisation: remove what exists before re-raising.
+                await session.close()
+                raise
+        return session
 
 
 async def _read_capped(stream: asyncio.StreamReader, limit: int) -> tuple[bytes, bool]:

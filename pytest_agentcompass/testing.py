@@ -1,0 +1,198 @@
+"""A conformance kit for Environment providers.
+
+Subclass :class:`EnvironmentConformance` in your provider's test suite,
+implement :meth:`~EnvironmentConformance.make_provider` and
+:meth:`~EnvironmentConformance.leaked`, and pytest collects the checks::
+
+    class TestMyProvider(EnvironmentConformance):
+        def make_provider(self, tmp_path):
+            return MyEnvironment(EnvironmentSpec(id="mine", params={...}))
+
+        def leaked(self, provider, tmp_path):
+            return list_my_sandboxes(label="agentcompass")
+
+The checks cover idempotent close, cleanup after a failed or cancelled open,
+cancellation during exec and close, and the network-policy transition rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from .environments.base import BaseEnvironment, EnvironmentSession
+from .errors import PolicyError
+from .types import ExecutionPlan, NetworkPolicy
+
+__all__ = ["EnvironmentConformance", "make_plan"]
+
+T = TypeVar("T")
+POLICIES: tuple[NetworkPolicy, ...] = ("full", "disabled")
+
+
+def make_plan(
+    baseline: NetworkPolicy = "full",
+    run: NetworkPolicy = "full",
+    evaluation: NetworkPolicy = "full",
+    mode: Any = "reuse",
+) -> ExecutionPlan:
+    """A minimal plan for provider tests."""
+    return ExecutionPlan(
+        task_id="conformance",
+        attempt_index=0,
+        evaluation_environment_mode=mode,
+        baseline_network_policy=baseline,
+        run_network_policy=run,
+        evaluation_network_policy=evaluation,
+    )
+
+
+def _run(factory: Callable[[], Awaitable[T]]) -> T:
+    async def main() -> T:
+        return await factory()
+
+    return asyncio.run(main())
+
+
+class EnvironmentConformance:
+    """The checks every provider must pass. Methods named ``test_*`` are collected by pytest."""
+
+    #: Seconds a simple command may take (raise for slow sandboxes).
+    exec_budget: float = 30.0
+
+    def make_provider(self, tmp_path: Path) -> BaseEnvironment:
+        raise NotImplementedError("return the provider under test")
+
+    def leaked(self, provider: BaseEnvironment, tmp_path: Path) -> list[Any]:
+        """Resources of ``provider`` still alive (workspaces, containers, processes)."""
+        raise NotImplementedError("list what the provider left behind")
+
+    # -- helpers -------------------------------------------------------------
+    async def _open(self, provider: BaseEnvironment, plan: ExecutionPlan | None = None) -> EnvironmentSession:
+        return await provider.open(provider.build_config(plan or make_plan(), "task"))
+
+    # -- checks -----------------------------------------------------------------
+    def test_open_exec_close_leaves_nothing(self, tmp_path: Path) -> None:
+        provider = self.make_provider(tmp_path)
+
+        async def scenario() -> None:
+            session = await self._open(provider)
+            await session.write_text("probe.txt", "hello")
+            assert await session.read_text("probe.txt") == "hello"
+            result = await session.exec(["sh", "-c", "cat probe.txt"], timeout=self.exec_budget)
+            assert result.exit_code == 0 and result.stdout == "hello"
+            await session.close()
+
+        _run(scenario)
+        assert self.leaked(provider, tmp_path) == []
+
+    def test_close_is_idempotent(self, tmp_path: Path) -> None:
+        provider = self.make_provider(tmp_path)
+
+        async def scenario() -> None:
+            session = await self._open(provider)
+            await session.close()
+            await session.close()
+
+        _run(scenario)
+        assert self.leaked(provider, tmp_path) == []
+
+    def test_exec_timeout_is_reported(self, tmp_path: Path) -> None:
+        provider = self.make_provider(tmp_path)
+
+        async def scenario() -> None:
+            session = await self._open(provider)
+            try:
+                result = await session.exec(["sleep", "30"], timeout=0.5)
+                assert result.timed_out
+            finally:
+                await session.close()
+
+        _run(scenario)
+        assert self.leaked(provider, tmp_path) == []
+
+    @pytest.mark.parametrize("ticks", [0, 1, 2, 5, 20])
+    def test_cancel_during_open_leaves_nothing(self, tmp_path: Path, ticks: int) -> None:
+        provider = self.make_provider(tmp_path)
+
+        async def scenario() -> None:
+            task = asyncio.ensure_future(self._open(provider))
+            for _ in range(ticks):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                session = await task
+            except asyncio.CancelledError:
+                return
+            await session.close()  # open won the race: the runtime closes it at once
+
+        _run(scenario)
+        assert self.leaked(provider, tmp_path) == []
+
+    def test_cancel_during_exec_leaves_nothing(self, tmp_path: Path) -> None:
+        provider = self.make_provider(tmp_path)
+
+        async def scenario() -> None:
+            session = await self._open(provider)
+            try:
+                task = asyncio.ensure_future(session.exec(["sleep", "30"]))
+                await asyncio.sleep(0.3)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            finally:
+                await session.close()
+
+        _run(scenario)
+        assert self.leaked(provider, tmp_path) == []
+
+    def test_cancel_during_close_then_close_again(self, tmp_path: Path) -> None:
+        provider = self.make_provider(tmp_path)
+
+        async def scenario() -> None:
+            session = await self._open(provider)
+            task = asyncio.ensure_future(session.close())
+            await asyncio.sleep(0)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            await session.close()
+
+        _run(scenario)
+        assert self.leaked(provider, tmp_path) == []
+
+    @pytest.mark.parametrize(("baseline", "run", "evaluation"), list(itertools.product(POLICIES, POLICIES, POLICIES)))
+    def test_policy_transitions(
+        self, tmp_path: Path, baseline: NetworkPolicy, run: NetworkPolicy, evaluation: NetworkPolicy
+    ) -> None:
+        provider = self.make_provider(tmp_path)
+        plan = make_plan(baseline, run, evaluation)
+        wanted = {baseline, run, evaluation}
+        honourable = wanted <= set(provider.supported_network_policies) and (
+            provider.dynamic_network_policy or wanted == {baseline}
+        )
+        if not honourable:
+            with pytest.raises(PolicyError):
+                provider.build_config(plan, "task")
+            return
+
+        async def scenario() -> None:
+            session = await self._open(provider, plan)
+            try:
+                assert session.network_policy == baseline
+                for policy in (run, evaluation, baseline):
+                    if session.network_policy != policy:
+                        await session.set_network_policy(policy)
+                    assert session.network_policy == policy
+            finally:
+                await session.close()
+
+        _run(scenario)
+        assert self.leaked(provider, tmp_path) == []

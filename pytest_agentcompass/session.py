@@ -201,7 +201,7 @@ def _runtime(run: AgentCompassRun, setup: RequestSetup, wanted: set[str], *, res
     if resume and not reuse_spec and not config.getoption("agentcompass_new_run"):
         resumable = find_resumable_run(request_dir, fingerprint)
     run_dir = resumable or request_dir / run.run_id
-    claim_run_dir(run_dir)
+    claim_run_dir(run_dir, req.name, fingerprint)
     reuse_dir = find_reusable_run(request_dir, reuse_spec, current=run_dir) if reuse_spec else None
     store = RunStore(run_dir, Redactor(run.loaded.secrets))
     ctx = RequestContext(

@@ -173,6 +173,8 @@ class RequestRuntime:
     async def run(self, task: TaskSpec) -> TaskOutcome:
         outcome = await run_task(self.ctx, task)
         self.outcomes[task.task_id] = outcome
+        # Notes about ignored state must be visible in the summary, not only in one detail.
+        self.notes.extend(f"task {task.task_id}: {note}" for note in outcome.notes if note.startswith("ignored"))
         return outcome
 
     def cancelled_outcome(self, task: TaskSpec, reason: str) -> TaskOutcome:
@@ -212,6 +214,7 @@ class RequestRuntime:
             ],
         }
         self.store.write_summary(summary)
+        self.store.drop_empty_checkpoints()
         self._close_info(status)
         self.finalized = True
         return summary
@@ -296,9 +299,14 @@ def _take_lock(run_dir: Path) -> bool:
     return True
 
 
-def claim_run_dir(run_dir: Path) -> None:
+def claim_run_dir(run_dir: Path, request: str, fingerprint: str) -> None:
+    """Create (or take over) ``run_dir``; ``run_info.json`` exists from the first moment."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "run.lock").write_text(str(os.getpid()))
+    if not (run_dir / RUN_INFO).exists():
+        RunStore(run_dir).write_run_info(
+            {"run_id": run_dir.name, "request": request, "status": "created", "fingerprint": fingerprint}
+        )
 
 
 def _release_lock(run_dir: Path) -> None:

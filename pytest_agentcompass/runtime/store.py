@@ -90,7 +90,12 @@ class RunStore:
         """Append ``plan`` durably; folded into ``run_info.json`` by :meth:`resolved_plans`."""
         if self._plans_file is None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            self._plans_file = (self.run_dir / "plans.jsonl").open("a", encoding="utf-8")
+            path = self.run_dir / "plans.jsonl"
+            self._plans_file = path.open("a+", encoding="utf-8")
+            if self._plans_file.tell():
+                self._plans_file.seek(self._plans_file.tell() - 1)
+                if self._plans_file.read(1) != "\n":  # a kill cut the last line: end it
+                    self._plans_file.write("\n")
         line = json.dumps(self.redactor.apply(plan.to_dict()))
         self._plans_file.write(line + "\n")
         self._plans_file.flush()
@@ -159,6 +164,12 @@ class RunStore:
 
     def remove_checkpoints(self, task_id: str) -> None:
         shutil.rmtree(self.checkpoint_dir / task_id, ignore_errors=True)
+
+    def drop_empty_checkpoints(self) -> None:
+        try:
+            self.checkpoint_dir.rmdir()
+        except OSError:  # absent, or holds checkpoints of unfinished tasks
+            pass
 
     def write_summary(self, summary: Mapping[str, Any]) -> Path:
         return self.write_json(self.run_dir / "summary.json", summary)

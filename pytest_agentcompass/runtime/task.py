@@ -89,7 +89,7 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
         trace=next((r.trace for r in reversed(records.values()) if r.trace), None),
         duration=time.monotonic() - started,
     )
-    detail = _detail(ctx, outcome, fingerprint, records, analysis, analysis_errors)
+    detail = _detail(ctx, outcome, fingerprint, scheduler.done, analysis, analysis_errors)
     outcome.detail_path = ctx.store.save_partial_result(task.task_id, detail)
     return outcome
 
@@ -111,7 +111,7 @@ def _detail(
     ctx: RequestContext,
     outcome: TaskOutcome,
     fingerprint: str,
-    records: dict[int, AttemptRecord],
+    attempts: dict[int, RunResult],
     analysis: dict[str, Any],
     analysis_errors: dict[str, str],
 ) -> dict[str, Any]:
@@ -125,7 +125,7 @@ def _detail(
         **outcome.result.to_dict(),
         "evaluation_mode": outcome.evaluation_mode,
         "attempts": outcome.attempts,
-        "attempt_results": {str(i): r.result.to_dict() for i, r in sorted(records.items())},
+        "attempt_results": {str(i): r.to_dict() for i, r in sorted(attempts.items())},
         "retries": outcome.retries,
         "trace": outcome.trace,
         "cleanup_errors": outcome.cleanup_errors,

@@ -115,6 +115,12 @@ class TracingBenchmark(_Tracing, HarnessFreeBenchmark):
         self, task: TaskSpec, prepared: PreparedTask, env: EnvironmentSession, req: RunRequest, plan: ExecutionPlan
     ) -> RunResult:
         self._log("run_task", task=task.task_id, policy=env.network_policy, attempt=plan.attempt_index)
+        hang = self.params.get("hang_if") or {}
+        if hang and Path(hang["file"]).exists() and plan.attempt_index in hang.get("attempts", [plan.attempt_index]):
+            await asyncio.sleep(3600)
+        per_attempt = self.params.get("fail_each_attempt") or {}
+        if _should_fail(self.params["trace"] + f"#{plan.attempt_index}", per_attempt, "run", task.task_id):
+            raise RuntimeError(f"injected run failure in attempt {plan.attempt_index}")
         await self._step("run", task.task_id)
         if _should_fail(self.params["trace"], self.params.get("error_result") or {}, "run", task.task_id):
             return RunResult(task_id=task.task_id, status=RunStatus.INFERENCE_ERROR, error="rate limited (429)")
@@ -231,6 +237,12 @@ class TracingEnvironment(LocalEnvironment):
 
     def _log(self, event: str, **fields: Any) -> None:
         log(self.spec.params["trace"], event, **fields)
+
+    def build_config(self, plan: ExecutionPlan, purpose: Any, labels: Any = None) -> SessionConfig:
+        fail = self.spec.params.get("fail") or {}
+        if _should_fail(self.spec.params["trace"], fail, "build_config", plan.task_id):
+            raise RuntimeError("injected build_config failure")
+        return super().build_config(plan, purpose, labels)
 
     async def open(self, config: SessionConfig) -> EnvironmentSession:
         delay = (self.spec.params.get("sleep") or {}).get("open")

@@ -1,0 +1,240 @@
+"""Checkpoints, resume, reuse and finalization: results are never lost, duplicated or double-counted."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import tracing_request, write_config
+from tracing import read_trace
+
+
+def run_dirs(pytester: pytest.Pytester, name: str = "r") -> list[Path]:
+    return sorted((pytester.path / "runs" / name).iterdir())
+
+
+def details(run_dir: Path) -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text()) for p in (run_dir / "details").glob("*.json")}
+
+
+def test_interrupted_k3_task_resumes_only_missing_attempts(pytester: pytest.Pytester, trace: Path) -> None:
+    hang = pytester.path / "hang"
+    hang.touch()
+    request = tracing_request(
+        "r", trace, n=2, hang_if={"file": str(hang), "attempts": [2]}, execution={"attempts": {"k": 3}}
+    )
+    write_config(pytester, [request], timeout_seconds=2, cleanup_grace_seconds=5)
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(errors=2)
+    (run_dir,) = run_dirs(pytester)
+    assert json.loads((run_dir / "run_info.json").read_text())["status"] == "timeout"
+    assert sorted(p.name for p in (run_dir / "checkpoints/t0").iterdir()) == ["attempt-0.json", "attempt-1.json"]
+
+    hang.unlink()
+    trace.unlink()
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    result.assert_outcomes(passed=2)
+    assert run_dirs(pytester) == [run_dir]  # resumed in place
+    ran = Counter((e["task"], e["attempt"]) for e in read_trace(trace) if e["event"] == "run_task")
+    assert ran == {("t0", 2): 1, ("t1", 2): 1}
+    found = details(run_dir)
+    assert {k: sorted(v["attempt_results"]) for k, v in found.items()} == {"t0": ["0", "1", "2"], "t1": ["0", "1", "2"]}
+    assert not (run_dir / "checkpoints/t0").exists()
+    info = json.loads((run_dir / "run_info.json").read_text())
+    assert info["status"] == "completed" and len(info["resumed_at"]) == 1
+
+
+def test_finished_run_is_not_resumed(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("r", trace, n=2)])
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=2)
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=2)
+    assert len(run_dirs(pytester)) == 2
+
+
+def test_incompatible_checkpoints_are_ignored_with_a_note(pytester: pytest.Pytester, trace: Path) -> None:
+    tasks = pytester.path / "tasks.json"
+    tasks.write_text(json.dumps(["one", "two"]))
+    pytester.makepyfile(
+        bench=f"""
+        import asyncio, dataclasses, json, os
+        from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+        class B(HarnessFreeBenchmark):
+            def load_tasks(self, req):
+                return [TaskSpec(f"t{{i}}", question=q) for i, q in enumerate(json.load(open({str(tasks)!r})))]
+            async def run_task(self, task, prepared, env, req, plan):
+                if plan.attempt_index == 1 and os.path.exists("hang"):
+                    await asyncio.sleep(3600)
+                with open("ran.log", "a") as fh:
+                    fh.write(f"{{task.task_id}} {{plan.attempt_index}}\\n")
+                return RunResult(task.task_id, output=task.question)
+            def evaluate(self, task, prepared, result, req, plan, env=None):
+                return dataclasses.replace(result, score=1.0)
+        """
+    )
+    (pytester.path / "hang").touch()
+    write_config(
+        pytester,
+        [{"name": "r", "benchmark": {"id": "bench.py:B"}, "execution": {"attempts": {"k": 2}}}],
+        timeout_seconds=1.5,
+        cleanup_grace_seconds=5,
+    )
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(errors=2)
+    (pytester.path / "hang").unlink()
+    (pytester.path / "ran.log").unlink()
+    tasks.write_text(json.dumps(["one", "changed"]))  # t1's content changed: its checkpoint is stale
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*note: task t1: ignored 1 incompatible checkpoint(s)*"])
+    assert sorted((pytester.path / "ran.log").read_text().split("\n")[:-1]) == ["t0 1", "t1 0", "t1 1"]
+
+
+def test_reuse_latest_skips_finished_tasks(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("r", trace, n=3, wrong=["t1"])])
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=2, failed=1)
+    trace.unlink()
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-reuse=latest", "--junitxml=j.xml")
+    result.assert_outcomes(passed=2, failed=1)
+    assert [e for e in read_trace(trace) if e["event"] == "run_task"] == []
+    first, second = run_dirs(pytester)
+    assert sorted(details(second)) == ["t0", "t1", "t2"]
+    assert 'name="agentcompass.reused" value="True"' in (pytester.path / "j.xml").read_text()
+    result.stdout.fnmatch_lines(
+        ["r: 3 tasks, 2 passed, 1 failed, 0 errors, 3 reused", f"  note: reused 3 task(s) from {first}"]
+    )
+    assert json.loads((second / "run_info.json").read_text())["reused_from"] == str(first)
+
+
+def test_errors_are_not_reused(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("r", trace, n=2, fail={"run": {"t1": 1}})])
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=1, errors=1)
+    trace.unlink()
+    # t1 errors again (the injected failure is per process), but it was run again, not reused.
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-reuse=latest")
+    result.assert_outcomes(passed=1, errors=1)
+    assert [e["task"] for e in read_trace(trace) if e["event"] == "run_task"] == ["t1"]
+
+
+def test_last_failed_with_reuse_reruns_failures_and_keeps_the_rest(pytester: pytest.Pytester, trace: Path) -> None:
+    wrong = pytester.path / "wrong"
+    write_config(pytester, [tracing_request("r", trace, n=4, wrong=["t2"])])
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=3, failed=1)
+    trace.unlink()
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--lf", "--agentcompass-reuse=latest")
+    result.assert_outcomes(failed=1, deselected=3)
+    assert [e["task"] for e in read_trace(trace) if e["event"] == "run_task"] == ["t2"]
+    _, second = run_dirs(pytester)
+    summary = json.loads((second / "summary.json").read_text())
+    assert [t["task_id"] for t in summary["tasks"]] == ["t0", "t1", "t2", "t3"]
+    assert summary["counts"]["reused"] == 3
+    assert not wrong.exists()
+
+
+def test_reuse_of_a_missing_run_is_a_clear_error(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("r", trace, n=1)])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-reuse=latest")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*reuse: latest: no earlier run with results under*"])
+
+
+def test_summary_is_in_task_order_with_pass_at_k(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(
+        pytester,
+        [tracing_request("r", trace, n=5, wrong=["t3"], sleep={"run": 0.05}, execution={"attempts": {"k": 2}})],
+    )
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=4, failed=1)
+    (run_dir,) = run_dirs(pytester)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [t["task_id"] for t in summary["tasks"]] == ["t0", "t1", "t2", "t3", "t4"]
+    assert summary["metrics"]["pass@2"] == 0.8 and summary["metrics"]["k"] == 2
+
+
+def test_pass_strategy_stops_at_the_first_pass(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(
+        pytester,
+        [tracing_request("r", trace, n=2, fail={"run": 1}, execution={"attempts": {"k": 3, "strategy": "pass"}})],
+    )
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=2)
+    attempts = Counter(e["attempt"] for e in read_trace(trace) if e["event"] == "run_task")
+    assert attempts == {0: 2, 1: 2}  # attempt 0 errored (no retries), attempt 1 passed, attempt 2 never ran
+
+
+# -- kill -9 at random points -------------------------------------------------------------
+def _pytest_cmd(path: Path) -> list[str]:
+    return [sys.executable, "-m", "pytest", "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", "-q"]
+
+
+def _aggregate(run_dir: Path) -> dict[str, Any]:
+    found = details(run_dir)
+    return {k: (v["score"], v["passed"], sorted(v["attempt_results"])) for k, v in sorted(found.items())}
+
+
+def test_kill_9_at_random_points_then_resume(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    n, k = 40, 2
+    wrong = ["t3", "t7", "t19"]
+
+    def config(trace: Path) -> None:
+        write_config(
+            pytester,
+            [tracing_request("r", trace, n=n, wrong=wrong, sleep={"run": 0.25}, execution={"attempts": {"k": k}})],
+            task_concurrency=4,
+        )
+
+    # The reference: one uninterrupted run.
+    config(tmp_path / "reference.jsonl")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run(_pytest_cmd(pytester.path), cwd=pytester.path, env=env, capture_output=True, check=False)
+    (reference_dir,) = run_dirs(pytester)
+    reference = _aggregate(reference_dir)
+    reference_summary = json.loads((reference_dir / "summary.json").read_text())
+    assert len(reference) == n
+    import shutil
+
+    shutil.rmtree(pytester.path / "runs")
+
+    rng = random.Random(1234)
+    trace = tmp_path / "killed.jsonl"
+    config(trace)
+    kills = 0
+    finished = False
+    for _ in range(8):
+        proc = subprocess.Popen(
+            _pytest_cmd(pytester.path),
+            cwd=pytester.path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(rng.uniform(1.0, 2.2))
+        if proc.poll() is not None:
+            finished = True
+            break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        if any(json.loads((d / "run_info.json").read_text())["status"] == "completed" for d in run_dirs(pytester)):
+            finished = True  # killed after finalization, while pytest was printing: nothing left to resume
+            break
+    if not finished:
+        final = subprocess.run(_pytest_cmd(pytester.path), cwd=pytester.path, env=env, capture_output=True, text=True)
+        assert "error" not in final.stdout.splitlines()[-1], final.stdout
+    assert kills >= 3, "the run finished too early to test anything"
+    dirs = run_dirs(pytester)
+    completed = [d for d in dirs if json.loads((d / "run_info.json").read_text())["status"] == "completed"]
+    assert len(completed) == 1
+    run_dir = completed[0]
+    assert len(dirs) == 1, "every restart resumed the same run"
+    assert _aggregate(run_dir) == reference
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["metrics"] == reference_summary["metrics"]
+    assert not list((run_dir / "details").glob(".*.tmp")), "no half-written files"
+    for path in (run_dir / "details").glob("*.json"):
+        json.loads(path.read_text())

@@ -51,6 +51,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="N",
         help="override task_concurrency of the config",
     )
+    group.addoption(
+        "--agentcompass-progress",
+        dest="agentcompass_progress",
+        choices=["auto", "tty", "lines", "off"],
+        default="auto",
+        help="live status while tasks run: redrawn on a TTY, periodic lines otherwise (default: auto)",
+    )
+    group.addoption(
+        "--agentcompass-progress-interval",
+        dest="agentcompass_progress_interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds between progress lines when not on a TTY (default: 30)",
+    )
     parser.addini("agentcompass_config", "agentcompass YAML config to run when --agentcompass is not given")
 
 

@@ -16,6 +16,7 @@ from .config import LoadedConfig
 from .errors import AgentCompassError
 from .limits import capacity_for
 from .nodes import ConfigFile, TaskItem
+from .progress import Progress
 from .redact import Redactor
 from .registry import Registry
 from .reporting import emit_reports
@@ -111,6 +112,7 @@ class AgentCompassRun:
             if item is None:
                 return
             item.outcome = outcome
+            progress.clear()
             item.ihook.pytest_agentcompass_task_finished(item=item, outcome=outcome)
             emit_reports(item, outcome, thresholds[outcome.request])
             if session.shouldfail or session.shouldstop:
@@ -121,6 +123,19 @@ class AgentCompassRun:
                 summary = {"metrics": state.metrics, "counts": state.counts()}
                 self.config.hook.pytest_agentcompass_request_finalized(request=state.name, summary=summary)
 
+        progress = self._progress()
+        for state in self.runtimes:
+            state.ctx.events.on_retry = progress.on_retry
+        providers = {state.ctx.req.environment.id: state.ctx.capacity for state in self.runtimes}
+
+        def on_tick() -> None:
+            # "path/to/file.py:Class" ids are long: the class name is enough on one line.
+            permits = {
+                name.rsplit(":", 1)[-1] + (f" {p.in_use}/{p.limit}" if p.limit else f" {p.in_use}"): p.in_use
+                for name, p in providers.items()
+            }
+            progress.tick(self.runtimes, permits)
+
         orchestrator = Orchestrator(
             self.runtimes,
             task_concurrency=self.config.getoption("agentcompass_concurrency") or orchestration.task_concurrency,
@@ -128,14 +143,24 @@ class AgentCompassRun:
             cleanup_grace_seconds=orchestration.cleanup_grace_seconds,
             on_outcome=on_outcome,
             on_event=on_event,
+            on_tick=on_tick if progress.enabled else None,
+            tick_seconds=min(progress.interval, 1.0),
         )
         try:
             self.result = drive(orchestrator)
         finally:
+            progress.clear()
             for state in self.runtimes:
                 state.store.close()
         if self.result.status == "cancelled":
             raise KeyboardInterrupt
+
+    def _progress(self) -> Progress:
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        mode = self.config.getoption("agentcompass_progress")
+        if terminal is None or self.config.get_verbosity() < 0:
+            mode = "off"
+        return Progress(terminal, mode, self.config.getoption("agentcompass_progress_interval"))
 
     # -- summary -------------------------------------------------------------------------
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -50,6 +50,8 @@ class Orchestrator:
         cleanup_grace_seconds: float = 30.0,
         on_outcome: Callable[[TaskOutcome], None] = lambda outcome: None,
         on_event: Callable[[str, RequestRuntime], None] = lambda event, state: None,
+        on_tick: Callable[[], None] | None = None,
+        tick_seconds: float = 1.0,
     ) -> None:
         self.requests = list(requests)
         self.task_concurrency = task_concurrency
@@ -57,6 +59,8 @@ class Orchestrator:
         self.cleanup_grace_seconds = cleanup_grace_seconds
         self.on_outcome = on_outcome
         self.on_event = on_event
+        self.on_tick = on_tick
+        self.tick_seconds = tick_seconds
         self.result = OrchestrationResult()
         self._stopping = False
         self._dispatchable = asyncio.Event()  # a request was prepared, or we stop
@@ -84,17 +88,27 @@ class Orchestrator:
         tasks = [asyncio.ensure_future(self._prepare_in_order())]
         tasks += [asyncio.ensure_future(self._worker()) for _ in range(self.task_concurrency)]
         tasks.append(asyncio.ensure_future(self._finalize_ready()))
+        ticker = asyncio.ensure_future(self._tick()) if self.on_tick else None
         try:
             done, _ = await asyncio.wait(tasks, timeout=self.timeout_seconds)
         except asyncio.CancelledError:
             await self._cancel_remaining(tasks, "cancelled", "interrupted by the user")
             raise
+        finally:
+            if ticker is not None:
+                ticker.cancel()
         if len(done) < len(tasks):
             await self._cancel_remaining(tasks, "timeout", f"orchestration timeout of {self.timeout_seconds}s reached")
         else:
             for task in done:
                 task.result()  # surface a bug in the orchestrator itself
         return self.result
+
+    async def _tick(self) -> None:
+        assert self.on_tick is not None
+        while True:
+            await asyncio.sleep(self.tick_seconds)
+            self.on_tick()
 
     # -- the three groups --------------------------------------------------------
     async def _prepare_in_order(self) -> None:

@@ -1,0 +1,108 @@
+"""Ctrl-C on a real pytest process: the first cleans up within the grace, the second exits at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import write_config
+
+BENCH = """
+import asyncio, dataclasses, os
+from pytest_agentcompass import HarnessFreeBenchmark, LocalEnvironment, LocalSession, RunResult, TaskSpec
+
+class Sleepy(HarnessFreeBenchmark):
+    def load_tasks(self, req):
+        return [TaskSpec(f"t{i}") for i in range(6)]
+    async def run_task(self, task, prepared, env, req, plan):
+        await env.exec(["sh", "-c", f"echo $$ >> {os.getcwd()}/pids; sleep 60"])
+        return RunResult(task.task_id, output="late")
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=1.0)
+
+class StubbornSession(LocalSession):
+    async def close(self):
+        await asyncio.sleep(60)  # cleanup that never ends on its own
+        await super().close()
+
+class Stubborn(LocalEnvironment):
+    async def open(self, config):
+        base = await super().open(config)
+        return StubbornSession(base.root)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def start(pytester: pytest.Pytester, environment: dict[str, object], grace: float) -> subprocess.Popen[str]:
+    pytester.makepyfile(bench=BENCH)
+    ws = pytester.path / "ws"
+    ws.mkdir()
+    write_config(
+        pytester,
+        [
+            {
+                "name": "r",
+                "benchmark": {"id": "bench.py:Sleepy"},
+                "environment": {**environment, "params": {"base_dir": str(ws)}},
+            }
+        ],
+        task_concurrency=3,
+        cleanup_grace_seconds=grace,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider"],
+        cwd=pytester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    pids = pytester.path / "pids"
+    deadline = time.monotonic() + 60
+    while not (pids.exists() and len(pids.read_text().split()) >= 3):
+        assert time.monotonic() < deadline, "tasks never started"
+        assert proc.poll() is None, proc.communicate()[0]
+        time.sleep(0.05)
+    return proc
+
+
+def test_first_interrupt_cleans_up_everything(pytester: pytest.Pytester) -> None:
+    proc = start(pytester, {"id": "local"}, grace=20)
+    pids = [int(p) for p in (pytester.path / "pids").read_text().split()]
+    assert all(alive(pid) for pid in pids)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=20)  # well within the grace
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "interrupted, cleaning up" in out
+    assert "cancelled: interrupted by the user" in out
+    assert not [pid for pid in pids if alive(pid)], "agent processes survived"
+    assert list((pytester.path / "ws").iterdir()) == [], "workspaces survived"
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    info = json.loads((run_dir / "run_info.json").read_text())
+    assert info["status"] == "cancelled" and sorted(info["unfinished_tasks"]) == [f"t{i}" for i in range(6)]
+
+
+def test_second_interrupt_exits_at_once(pytester: pytest.Pytester) -> None:
+    proc = start(pytester, {"id": "bench.py:Stubborn"}, grace=120)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    assert proc.poll() is None  # still waiting on the stubborn cleanup, within its grace
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=15)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "KeyboardInterrupt" in out
+    for pid in (int(p) for p in (pytester.path / "pids").read_text().split()):
+        assert not alive(pid)  # exec's own cleanup already ran before close hung

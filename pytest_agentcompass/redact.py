@@ -38,4 +38,10 @@ class Redactor:
             return {self.text(str(k)): self.apply(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self.apply(v) for v in value]
+        if not isinstance(value, int | float | bool) and value is not None:
+            # Anything else (a dataclass, an enum) is made JSON-ready first so it is redacted too.
+            from .types import to_jsonable
+
+            converted = to_jsonable(value)
+            return converted if converted is value else self.apply(converted)
         return value

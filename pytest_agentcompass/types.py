@@ -106,9 +106,15 @@ class RunResult:
         return RunStatus(self.status).is_error
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["status"] = RunStatus(self.status).value
-        return to_jsonable(data)  # type: ignore[no-any-return]
+        return {
+            "task_id": self.task_id,
+            "output": to_jsonable(self.output),
+            "score": self.score,
+            "status": RunStatus(self.status).value,
+            "error": self.error,
+            "artifacts": to_jsonable(self.artifacts),
+            "metadata": to_jsonable(self.metadata),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
@@ -170,7 +176,12 @@ def to_jsonable(value: Any) -> Any:
     Anything else unknown becomes its ``repr`` so a record can always be
     written: losing a result to a serialisation error is worse than a repr.
     """
-    if value is None or isinstance(value, bool | int | float | str):
+    kind = type(value)
+    if value is None or kind is str or kind is int or kind is float or kind is bool:
+        return value
+    if kind is dict and all(type(k) is str for k in value):
+        return {k: to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, enum.Enum):
         return to_jsonable(value.value)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
 import signal
 import tempfile
@@ -42,6 +43,9 @@ class LocalSession(EnvironmentSession):
         self.root = root
         self.output_limit = output_limit
         self._closed = False
+        # Created on first use: a task that never touches its workspace costs no
+        # mkdir and no removal (that is most of the per-task cost at 10k tasks).
+        self._created = False
         self._removal: asyncio.Future[None] | None = None
 
     def resolve(self, path: str) -> Path:
@@ -51,6 +55,9 @@ class LocalSession(EnvironmentSession):
         """
         if self._closed:
             raise SessionError(f"workspace {self.root} is closed")
+        if not self._created:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)  # exist_ok: a test may pass a made dir
+            self._created = True
         relative = PurePosixPath(path)
         if relative.is_absolute():
             relative = relative.relative_to("/")
@@ -139,6 +146,8 @@ class LocalSession(EnvironmentSession):
 
     async def close(self) -> None:
         self._closed = True
+        if not self._created:
+            return
         if self._removal is None:
             self._removal = asyncio.ensure_future(asyncio.to_thread(shutil.rmtree, self.root, True))
         # Shielded: a cancelled close leaves the removal running, and the
@@ -162,13 +171,14 @@ class LocalEnvironment(BaseEnvironment):
     async def open(self, config: SessionConfig) -> EnvironmentSession:
         base = self.spec.params.get("base_dir")
         base = str(self.rootdir / base) if base else None
-        prefix = f"agentcompass-{config.task_id[:40]}-"
-        root = Path(tempfile.mkdtemp(prefix=prefix, dir=base)).resolve()
+        parent = Path(base or tempfile.gettempdir()).resolve()
+        root = parent / f"agentcompass-{config.task_id[:40]}-{secrets.token_hex(8)}"
         limit = int(self.spec.params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
         session = LocalSession(root, output_limit=limit)
         template = self.spec.params.get("template")
         if template:
             template = self.rootdir / template
+            session.resolve(".")  # create it now: the template is its content
             try:
                 await asyncio.to_thread(shutil.copytree, template, root, dirs_exist_ok=True, symlinks=True)
             except BaseException:

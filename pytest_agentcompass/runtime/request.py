@@ -213,6 +213,7 @@ class RequestRuntime:
                 for o in ordered
             ],
         }
+        self.store.flush()  # every detail is on disk before the summary says so
         self.store.write_summary(summary)
         self.store.drop_empty_checkpoints()
         self._close_info(status)
@@ -237,7 +238,7 @@ class RequestRuntime:
 
     def _close_info(self, status: str, **extra: Any) -> None:
         kept = [e for o in self.outcomes.values() if not o.reused for e in o.kept_environments]
-        self.store.close()
+        self.store.close()  # drains the writer: run_info is the last word
         self.store.update_run_info(
             status=status,
             finished_at=_now(),

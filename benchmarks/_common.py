@@ -1,0 +1,37 @@
+"""Helpers shared by the benchmark scripts: child processes measured with wait4."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Measurement", "measure", "pytest_cmd"]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    seconds: float
+    peak_rss_mb: float
+    returncode: int
+    tail: str
+
+
+def pytest_cmd(*args: str) -> list[str]:
+    # Plugins that are installed here but unrelated to the comparison stay out of both sides.
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *args]
+
+
+def measure(cmd: list[str], cwd: Path) -> Measurement:
+    """Wall time and peak RSS of one child process (``ru_maxrss`` of that child alone)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return Measurement(elapsed, usage.ru_maxrss / 1024, proc.returncode, out.strip().splitlines()[-1] if out else "")

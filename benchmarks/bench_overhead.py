@@ -1,0 +1,71 @@
+"""Plugin overhead: N no-op tasks through the plugin vs N trivial plain pytest tests.
+
+Both sides are measured in the same run on the same machine, so the ratio is
+what matters. Usage::
+
+    python benchmarks/bench_overhead.py --n 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import textwrap
+from pathlib import Path
+
+from _common import measure, pytest_cmd
+
+NOOP = """
+import dataclasses
+from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+
+class Noop(HarnessFreeBenchmark):
+    evaluation_environment_mode = "none"
+    def __init__(self, n):
+        super().__init__(n=n)
+        self.n = n
+    def load_tasks(self, req):
+        return [TaskSpec(f"t{i}") for i in range(self.n)]
+    async def run_task(self, task, prepared, env, req, plan):
+        return RunResult(task.task_id, output="ok")
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=1.0)
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "noop.py").write_text(NOOP)
+        (root / "agentcompass.yaml").write_text(
+            textwrap.dedent(
+                f"""\
+                output_dir: runs
+                task_concurrency: {args.concurrency}
+                requests:
+                  - name: noop
+                    benchmark: {{id: "noop.py:Noop", params: {{n: {args.n}}}}}
+                """
+            )
+        )
+        plain = root / "plain"
+        plain.mkdir()
+        (plain / "test_plain.py").write_text(
+            f"import pytest\n\n@pytest.mark.parametrize('i', range({args.n}))\ndef test_noop(i):\n    pass\n"
+        )
+        for _ in range(args.repeat):
+            base = measure(pytest_cmd("plain"), root)
+            plugin = measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off"), root)
+            print(f"n={args.n}")
+            print(f"  plain pytest : {base.seconds:7.2f}s  peak RSS {base.peak_rss_mb:6.1f} MB  [{base.tail}]")
+            print(f"  agentcompass : {plugin.seconds:7.2f}s  peak RSS {plugin.peak_rss_mb:6.1f} MB  [{plugin.tail}]")
+            print(f"  ratio        : {plugin.seconds / base.seconds:7.2f}x (target <= 1.5x, RSS < 300 MB)")
+
+
+if __name__ == "__main__":
+    main()

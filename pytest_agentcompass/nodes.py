@@ -103,7 +103,7 @@ class TaskItem(pytest.Item):
             raise problem
 
     def setup(self) -> None:
-        from .session import run_single_task
+        from .distributed import run_single_task
 
         self.outcome = run_single_task(self)
         set_properties(self, self.outcome)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .components import RequestSetup
     from .runtime.task import TaskOutcome
 
-__all__ = ["AgentCompassRun", "build_runtimes", "drive", "output_root", "run_single_task"]
+__all__ = ["AgentCompassRun", "build_runtimes", "drive", "make_runtime", "output_root"]
 
 log = logging.getLogger("pytest_agentcompass")
 
@@ -44,8 +44,14 @@ class AgentCompassRun:
         self.setups: dict[str, RequestSetup] = {}
         self.runtimes: list[RequestRuntime] = []
         self.result: OrchestrationResult | None = None
-        self.run_id = ""
+        self.run_id: str = config.hook.pytest_agentcompass_make_session_id(config=config) or ""
         self._registered = False
+        if config.pluginmanager.has_plugin("xdist") and (
+            hasattr(config, "workerinput") or config.getoption("numprocesses", None)
+        ):
+            from .distributed import DistributedRun
+
+            config.pluginmanager.register(DistributedRun(self), "agentcompass-distributed")
 
     @property
     def orchestration(self) -> Any:
@@ -98,7 +104,6 @@ class AgentCompassRun:
 
     def _run_tasks(self, session: pytest.Session, items: list[TaskItem]) -> None:
         by_key = {(i.request_name, i.task.task_id): i for i in items}
-        self.run_id = self.config.hook.pytest_agentcompass_make_session_id(config=self.config) or ""
         try:
             self.runtimes = build_runtimes(self, items)
         except AgentCompassError as exc:
@@ -216,7 +221,8 @@ def output_root(run: AgentCompassRun) -> Path:
     return root if root.is_absolute() else run.config.rootpath / root
 
 
-def _runtime(run: AgentCompassRun, setup: RequestSetup, wanted: set[str], *, resume: bool) -> RequestRuntime:
+def make_runtime(run: AgentCompassRun, setup: RequestSetup, wanted: set[str], *, resume: bool) -> RequestRuntime:
+    """The runtime of one request: its run directory (new, resumed or shared), store and context."""
     config = run.config
     req = setup.req
     fingerprint = request_fingerprint(req)
@@ -263,12 +269,7 @@ def build_runtimes(run: AgentCompassRun, items: list[TaskItem]) -> list[RequestR
     for item in items:
         wanted.setdefault(item.request_name, set()).add(item.task.task_id)
     setups = sorted((s for s in run.setups.values() if s.req.name in wanted), key=lambda s: s.index)
-    return [_runtime(run, setup, wanted[setup.req.name], resume=True) for setup in setups]
-
-
-def single_task_runtime(run: AgentCompassRun, item: TaskItem) -> RequestRuntime:
-    """A runtime for one task run under the standard protocol."""
-    return _runtime(run, item.setup_info, {item.task.task_id}, resume=False)
+    return [make_runtime(run, setup, wanted[setup.req.name], resume=True) for setup in setups]
 
 
 def drive(orchestrator: Orchestrator) -> OrchestrationResult:
@@ -308,23 +309,3 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
     return orchestrator.result
-
-
-def run_single_task(item: TaskItem) -> TaskOutcome:
-    """Run one task outside the concurrent loop (the standard protocol under xdist)."""
-    from .plugin import run_key
-
-    run: AgentCompassRun = item.config.stash[run_key]
-    state = single_task_runtime(run, item)
-
-    outcomes: list[TaskOutcome] = []
-    orchestrator = Orchestrator(
-        [state],
-        task_concurrency=1,
-        timeout_seconds=None,
-        cleanup_grace_seconds=run.orchestration.cleanup_grace_seconds,
-        on_outcome=outcomes.append,
-    )
-    drive(orchestrator)
-    state.store.close()
-    return outcomes[-1] if outcomes else state.cancelled_outcome(item.task, "not run")

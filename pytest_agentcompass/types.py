@@ -165,9 +165,18 @@ class ExecutionPlan:
     recipes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return to_jsonable(  # type: ignore[no-any-return]
-            {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        )
+        return {
+            "task_id": self.task_id,
+            "attempt_index": self.attempt_index,
+            "evaluation_environment_mode": self.evaluation_environment_mode,
+            "baseline_network_policy": self.baseline_network_policy,
+            "run_network_policy": self.run_network_policy,
+            "evaluation_network_policy": self.evaluation_network_policy,
+            "timeouts": dict(self.timeouts),
+            "benchmark_plan": to_jsonable(self.benchmark_plan),
+            "components": dict(self.components),
+            "recipes": list(self.recipes),
+        }
 
 
 def to_jsonable(value: Any) -> Any:

@@ -122,7 +122,7 @@ class BaseEnvironment(abc.ABC):
 
         @functools.wraps(original)
         async def open(self: BaseEnvironment, config: SessionConfig) -> EnvironmentSession:
-            if _throttled.get():
+            if not self.spec.open_qps or _throttled.get():  # unlimited: no lookup, no lock
                 return await original(self, config)  # type: ignore[no-any-return]
             await rate_limiter_for(self.spec.id, self.spec.open_qps).wait()
             token = _throttled.set(True)

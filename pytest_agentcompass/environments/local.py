@@ -167,12 +167,17 @@ class LocalEnvironment(BaseEnvironment):
     """
 
     id = "local"
+    _workspace_parent: Path | None = None
+
+    def _parent(self) -> Path:
+        # Resolved once: realpath() per task is measurable at ten thousand tasks.
+        if self._workspace_parent is None:
+            base = self.spec.params.get("base_dir")
+            self._workspace_parent = (self.rootdir / base if base else Path(tempfile.gettempdir())).resolve()
+        return self._workspace_parent
 
     async def open(self, config: SessionConfig) -> EnvironmentSession:
-        base = self.spec.params.get("base_dir")
-        base = str(self.rootdir / base) if base else None
-        parent = Path(base or tempfile.gettempdir()).resolve()
-        root = parent / f"agentcompass-{config.task_id[:40]}-{secrets.token_hex(8)}"
+        root = self._parent() / f"agentcompass-{config.task_id[:40]}-{secrets.token_hex(8)}"
         limit = int(self.spec.params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
         session = LocalSession(root, output_limit=limit)
         template = self.spec.params.get("template")

@@ -185,6 +185,8 @@ class AttemptRunner:
     # -- stages and retries --------------------------------------------------
     async def _stage(self, stage: Stage, call: Callable[[], Any], timeout: float | None = None) -> Any:
         try:
+            if timeout is None:  # the common case: skip the timeout machinery
+                return await maybe_await(call())
             async with asyncio.timeout(timeout):
                 return await maybe_await(call())
         except StageFailure:

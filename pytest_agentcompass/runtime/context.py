@@ -51,7 +51,16 @@ class RequestContext:
 
     def task_fingerprint(self, task: TaskSpec) -> str:
         """Changes whenever the result of ``task`` could change."""
-        return _digest({"request": self.fingerprint, "task": to_jsonable(task)})
+        fields = [
+            self.fingerprint,
+            task.task_id,
+            task.question,
+            task.category,
+            task.ground_truth,
+            task.evaluation_environment_mode,
+            task.metadata,
+        ]
+        return _digest(fields)
 
     def labels(self, task: TaskSpec, attempt_index: int) -> dict[str, str]:
         return {
@@ -91,5 +100,5 @@ def request_fingerprint(req: RunRequest) -> str:
 
 
 def _digest(value: Any) -> str:
-    blob = json.dumps(value, sort_keys=True, default=repr).encode()
+    blob = json.dumps(value, sort_keys=True, default=lambda v: repr(to_jsonable(v))).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

@@ -1,0 +1,47 @@
+"""Peak RSS against the number of tasks: it should grow far slower than the task count.
+
+Plain pytest is measured at the same sizes for reference. Usage::
+
+    python benchmarks/bench_memory.py --sizes 1000 10000 50000
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from _common import measure, pytest_cmd
+from bench_overhead import NOOP
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 50_000])
+    args = parser.parse_args()
+    print(f"{'tasks':>8} {'plain RSS':>10} {'plugin RSS':>11} {'plugin/plain':>13} {'plugin s':>9} {'KB/task':>8}")
+    first: tuple[int, float] | None = None
+    for n in args.sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            (root / "noop.py").write_text(NOOP)
+            (root / "agentcompass.yaml").write_text(
+                "output_dir: runs\ntask_concurrency: 64\nrequests:\n"
+                f"  - name: noop\n    benchmark: {{id: 'noop.py:Noop', params: {{n: {n}}}}}\n"
+            )
+            (root / "plain").mkdir()
+            (root / "plain/test_plain.py").write_text(
+                f"import pytest\n\n@pytest.mark.parametrize('i', range({n}))\ndef test_noop(i):\n    pass\n"
+            )
+            base = measure(pytest_cmd("plain"), root)
+            plugin = measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off"), root)
+            per_task = "" if first is None else f"{(plugin.peak_rss_mb - first[1]) * 1024 / (n - first[0]):8.1f}"
+            first = first or (n, plugin.peak_rss_mb)
+            print(
+                f"{n:>8} {base.peak_rss_mb:>9.1f}M {plugin.peak_rss_mb:>10.1f}M "
+                f"{plugin.peak_rss_mb / base.peak_rss_mb:>12.2f}x {plugin.seconds:>9.1f} {per_task:>8}"
+            )
+
+
+if __name__ == "__main__":
+    main()

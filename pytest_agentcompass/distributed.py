@@ -1,0 +1,114 @@
+"""Running under pytest-xdist (``-n``).
+
+xdist workers run one item at a time through the standard protocol, so each
+worker runs a task inside ``TaskItem.setup`` and writes its detail into one
+run directory shared by all workers (its name comes from the controller).
+The controller collects nothing; when the session ends it finalizes each
+request from the details on disk: ``summary.json``, ``run_info.json`` and the
+terminal summary.
+
+Limits: provider capacity and open rate are per process, so with ``-n N`` at
+most N attempts run at once across the workers; resume and reuse apply to the
+in-process loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .components import build_request
+from .runtime.request import RequestRuntime
+from .runtime.task import TaskOutcome, outcome_from_detail
+
+if TYPE_CHECKING:
+    from .nodes import TaskItem
+    from .session import AgentCompassRun
+
+__all__ = ["DistributedRun", "run_single_task"]
+
+
+class DistributedRun:
+    """Hooks that only exist while xdist is in use."""
+
+    def __init__(self, run: AgentCompassRun) -> None:
+        self.run = run
+        self.worker_states: dict[str, RequestRuntime] = {}
+
+    @property
+    def is_worker(self) -> bool:
+        return hasattr(self.run.config, "workerinput")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["agentcompass_run_id"] = self.run.run_id
+
+    def state_for(self, item: TaskItem) -> RequestRuntime:
+        """The worker's runtime of ``item``'s request, created once per worker."""
+        from .session import make_runtime
+
+        name = item.request_name
+        if name not in self.worker_states:
+            setup = item.setup_info
+            state = make_runtime(self.run, setup, {t.task_id for t in setup.tasks}, resume=False)
+            self.worker_states[name] = state
+        return self.worker_states[name]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.is_worker:
+            for state in self.worker_states.values():
+                state.store.close()
+            return
+        self.run.runtimes = [
+            state
+            for state in (self._finalize(i) for i in range(len(self.run.orchestration.requests)))
+            if state is not None
+        ]
+
+    def _finalize(self, index: int) -> RequestRuntime | None:
+        """Aggregate one request from the details the workers wrote."""
+        from .session import make_runtime, output_root
+
+        run = self.run
+        req = run.orchestration.requests[index]
+        if not (output_root(run) / req.name / run.run_id).is_dir():
+            return None  # no worker ran a task of this request
+        run.ensure_registered()
+        setup = build_request(index, req, run.registry)
+        state = make_runtime(run, setup, set(), resume=False)
+        by_id = {t.task_id: t for t in setup.tasks}
+        for detail in state.store.iter_details():
+            task = by_id.get(str(detail.get("task_id")))
+            if task is not None:
+                outcome = outcome_from_detail(req.name, task, detail, state.store.detail_path(task.task_id))
+                outcome.reused = False
+                state.outcomes[task.task_id] = outcome
+                state.wanted.add(task.task_id)
+        state.prepared = True
+        asyncio.run(state.finalize())
+        return state
+
+
+def run_single_task(item: TaskItem) -> TaskOutcome:
+    """Run one task to its terminal outcome, in this process (an xdist worker)."""
+    from .plugin import run_key
+
+    run = item.config.stash[run_key]
+    distributed = run.config.pluginmanager.get_plugin("agentcompass-distributed")
+    if isinstance(distributed, DistributedRun):
+        state = distributed.state_for(item)
+    else:  # the standard protocol without xdist (another plugin replaced our loop)
+        from .session import make_runtime
+
+        state = make_runtime(run, item.setup_info, {item.task.task_id}, resume=False)
+    try:
+        outcome = asyncio.run(state.run(item.task))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        outcome = state.cancelled_outcome(item.task, "cancelled: interrupted")
+    state.store.flush()  # the controller finalizes from what is on disk
+    if not isinstance(distributed, DistributedRun):
+        state.store.close()
+    return outcome

@@ -44,6 +44,11 @@ def _builtins() -> dict[str, dict[str, Any]]:
 
         return LocalEnvironment
 
+    def environment_docker() -> Any:
+        from .environments.docker import DockerEnvironment
+
+        return DockerEnvironment
+
     def strategy(name: str) -> Callable[[], Any]:
         def load() -> Any:
             from .runtime.strategies import STRATEGIES
@@ -55,7 +60,7 @@ def _builtins() -> dict[str, dict[str, Any]]:
     return {
         "benchmark": {},
         "harness": {"command": _Lazy(harness_command)},
-        "environment": {"local": _Lazy(environment_local)},
+        "environment": {"local": _Lazy(environment_local), "docker": _Lazy(environment_docker)},
         "strategy": {"avg": _Lazy(strategy("avg")), "pass": _Lazy(strategy("pass"))},
         "analyzer": {},
         "recipe": {},

@@ -72,9 +72,13 @@ class EnvironmentConformance:
         """Resources of ``provider`` still alive (workspaces, containers, processes)."""
         raise NotImplementedError("list what the provider left behind")
 
+    def labels(self) -> dict[str, str]:
+        """Labels given to every session the checks open (for :meth:`leaked` to find them)."""
+        return {"agentcompass.conformance": "1"}
+
     # -- helpers -------------------------------------------------------------
     async def _open(self, provider: BaseEnvironment, plan: ExecutionPlan | None = None) -> EnvironmentSession:
-        return await provider.open(provider.build_config(plan or make_plan(), "task"))
+        return await provider.open(provider.build_config(plan or make_plan(), "task", self.labels()))
 
     # -- checks -----------------------------------------------------------------
     def test_open_exec_close_leaves_nothing(self, tmp_path: Path) -> None:

@@ -1,0 +1,278 @@
+"""The ``docker`` provider: one container per session, through the Docker SDK.
+
+Install with ``pip install 'pytest-agentcompass[docker]'``. The SDK is
+blocking, so every call runs in a worker thread; every container carries the
+labels of its run, request, task and attempt, and ``agentcompass=1``, so a
+leak can always be found with ``docker ps -a --filter label=agentcompass``.
+
+Params: ``image`` (required), ``workdir`` (default ``/work``), ``mem_limit``,
+``nano_cpus``, ``output_limit`` (bytes kept per stream), ``pull`` (pull a
+missing image instead of failing preflight).
+
+Network policies ``full`` (the default bridge network) and ``disabled`` (no
+network) are supported and switched live by disconnecting and reconnecting
+the bridge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import signal
+import tarfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import PurePosixPath
+from typing import Any
+
+from ..errors import PreflightError, SessionError
+from ..types import ExecResult, NetworkPolicy
+from .base import BaseEnvironment, EnvironmentSession, SessionConfig
+from .local import DEFAULT_OUTPUT_LIMIT
+
+__all__ = ["DockerEnvironment", "DockerSession"]
+
+BRIDGE = "bridge"
+_KEEPALIVE = ["sleep", "2147483647"]
+
+
+def _docker() -> Any:
+    try:
+        import docker
+    except ImportError:
+        raise PreflightError(
+            "the docker provider needs the Docker SDK: pip install 'pytest-agentcompass[docker]'"
+        ) from None
+    return docker
+
+
+class DockerSession(EnvironmentSession):
+    """A running container. Relative paths are relative to the workdir."""
+
+    def __init__(self, client: Any, container: Any, workdir: str, policy: NetworkPolicy, output_limit: int) -> None:
+        self.client = client
+        self.container = container
+        self.workdir = workdir
+        self.network_policy = policy
+        self.output_limit = output_limit
+        self._closed = False
+        self._removal: asyncio.Future[None] | None = None
+
+    def _path(self, path: str) -> str:
+        pure = PurePosixPath(path)
+        return str(pure if pure.is_absolute() else PurePosixPath(self.workdir) / pure)
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
+        if isinstance(argv, str):
+            raise TypeError("exec takes an argument list, not a string; use ['sh', '-c', cmd]")
+        api = self.client.api
+        created = await asyncio.to_thread(
+            api.exec_create,
+            self.container.id,
+            list(argv),
+            environment=dict(env or {}),
+            workdir=self._path(cwd) if cwd else self.workdir,
+        )
+        exec_id = created["Id"]
+        started = time.monotonic()
+        stream = await asyncio.to_thread(api.exec_start, exec_id, stream=True, demux=True)
+        buffers = {"out": bytearray(), "err": bytearray()}
+        cut = {"out": False, "err": False}
+        done = threading.Event()
+
+        def pump() -> None:
+            try:
+                for out, err in stream:
+                    for key, chunk in (("out", out), ("err", err)):
+                        if chunk:
+                            room = self.output_limit - len(buffers[key])
+                            buffers[key] += chunk[: max(room, 0)]
+                            cut[key] = cut[key] or len(chunk) > room
+            finally:
+                done.set()
+
+        reader = asyncio.ensure_future(asyncio.to_thread(pump))
+        timed_out = False
+        try:
+            try:
+                await asyncio.wait_for(asyncio.shield(reader), timeout)
+            except TimeoutError:
+                timed_out = True
+        finally:
+            if not done.is_set():  # timed out or cancelled: kill the exec's process tree
+                await asyncio.to_thread(self._kill_exec, exec_id)
+                await asyncio.shield(reader)
+        info = await asyncio.to_thread(api.exec_inspect, exec_id)
+        code = info.get("ExitCode")
+        return ExecResult(
+            exit_code=-9 if timed_out or code is None else int(code),
+            stdout=bytes(buffers["out"]).decode("utf-8", "replace"),
+            stderr=bytes(buffers["err"]).decode("utf-8", "replace"),
+            timed_out=timed_out,
+            stdout_truncated=cut["out"],
+            stderr_truncated=cut["err"],
+            duration=time.monotonic() - started,
+        )
+
+    def _kill_exec(self, exec_id: str) -> None:
+        pid = self.client.api.exec_inspect(exec_id).get("Pid")
+        for victim in [*_descendants(pid), pid] if pid else []:
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    async def read_bytes(self, path: str) -> bytes:
+        target = self._path(path)
+
+        def fetch() -> bytes:
+            try:
+                chunks, _ = self.container.get_archive(target)
+            except Exception as exc:
+                raise SessionError(f"cannot read {path!r} in container {self.container.short_id}: {exc}") from None
+            with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as archive:
+                member = archive.next()
+                handle = archive.extractfile(member) if member else None
+                if handle is None:
+                    raise SessionError(f"{path!r} in container {self.container.short_id} is not a file")
+                return handle.read()
+
+        return await asyncio.to_thread(fetch)
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        target = PurePosixPath(self._path(path))
+
+        def put() -> None:
+            payload = io.BytesIO()
+            with tarfile.open(fileobj=payload, mode="w") as archive:
+                for parent in reversed(target.parents[:-1]):
+                    entry = tarfile.TarInfo(str(parent).lstrip("/"))
+                    entry.type, entry.mode = tarfile.DIRTYPE, 0o755
+                    archive.addfile(entry)
+                entry = tarfile.TarInfo(str(target).lstrip("/"))
+                entry.size, entry.mode = len(data), 0o644
+                archive.addfile(entry, io.BytesIO(data))
+            self.container.put_archive("/", payload.getvalue())
+
+        await asyncio.to_thread(put)
+
+    async def set_network_policy(self, policy: NetworkPolicy) -> None:
+        if policy == self.network_policy:
+            return
+        network = self.client.networks.get(BRIDGE)
+        if policy == "disabled":
+            await asyncio.to_thread(network.disconnect, self.container, force=True)
+        else:
+            await asyncio.to_thread(network.connect, self.container)
+        self.network_policy = policy
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._removal is None:
+            self._removal = asyncio.ensure_future(asyncio.to_thread(_remove, self.container))
+        # Shielded so a cancelled close still removes the container; a second close waits for it.
+        await asyncio.shield(self._removal)
+
+    def describe(self) -> str:
+        return f"container {self.container.short_id} ({self.container.name})"
+
+
+def _remove(container: Any) -> None:
+    docker = _docker()
+    try:
+        container.remove(force=True, v=True)
+    except docker.errors.NotFound:
+        pass
+
+
+def _descendants(pid: int) -> list[int]:
+    children: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                children += [int(c) for c in fh.read().split()]
+    except OSError:
+        return []
+    return [d for child in children for d in (*_descendants(child), child)]
+
+
+class DockerEnvironment(BaseEnvironment):
+    """Opens one container per session from ``params.image``."""
+
+    id = "docker"
+    supported_network_policies = frozenset({"full", "disabled"})
+    dynamic_network_policy = True
+
+    def _client(self) -> Any:
+        if getattr(self, "_docker_client", None) is None:
+            self._docker_client = _docker().from_env()
+        return self._docker_client
+
+    async def preflight(self) -> None:
+        docker = _docker()
+        image = self.spec.params.get("image")
+        if not image:
+            raise PreflightError("environment 'docker' needs params.image")
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        try:
+            client = await asyncio.to_thread(self._client)
+            await asyncio.to_thread(client.ping)
+        except Exception as exc:
+            raise PreflightError(
+                f"the Docker engine at {host} is not reachable ({type(exc).__name__}); "
+                "start it (scripts/start-docker.sh does) or set DOCKER_HOST"
+            ) from None
+        try:
+            await asyncio.to_thread(client.images.get, image)
+        except docker.errors.ImageNotFound:
+            if not self.spec.params.get("pull"):
+                raise PreflightError(
+                    f"docker image {image!r} is not on the engine at {host}; build or pull it"
+                ) from None
+            await asyncio.to_thread(client.images.pull, image)
+
+    async def open(self, config: SessionConfig) -> EnvironmentSession:
+        params = config.params
+        client = await asyncio.to_thread(self._client)
+        workdir = str(params.get("workdir", "/work"))
+        options: dict[str, Any] = {
+            "command": _KEEPALIVE,
+            "detach": True,
+            "init": True,  # reap the orphans an agent leaves behind
+            "working_dir": workdir,
+            "labels": {"agentcompass": "1", **config.labels},
+            # Always on the bridge, then disconnected if need be: a container
+            # created with network_mode "none" can never be connected later.
+            "network_mode": BRIDGE,
+        }
+        for key in ("mem_limit", "nano_cpus"):
+            if key in params:
+                options[key] = params[key]
+        container = await asyncio.to_thread(client.containers.create, params["image"], **options)
+        try:
+            await asyncio.to_thread(container.start)
+            session = DockerSession(
+                client, container, workdir, "full", int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
+            )
+            await session.set_network_policy(config.network_policy)
+            await session.exec(["mkdir", "-p", workdir])
+        except BaseException:
+            # Created but not handed over: remove it before re-raising (even on cancel).
+            await asyncio.shield(asyncio.to_thread(_remove, container))
+            raise
+        return session
+
+    async def aclose(self) -> None:
+        client = getattr(self, "_docker_client", None)
+        if client is not None:
+            self._docker_client = None
+            await asyncio.to_thread(client.close)

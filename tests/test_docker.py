@@ -1,0 +1,120 @@
+"""The docker provider against a real engine (``scripts/start-docker.sh`` starts one)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_agentcompass import BaseEnvironment, EnvironmentSpec
+from pytest_agentcompass.environments.docker import DockerEnvironment
+from pytest_agentcompass.testing import EnvironmentConformance
+
+from conftest import tracing_request, write_config
+from tracing import read_trace
+
+IMAGE = "agentcompass-busybox:test"
+
+
+def engine_ready() -> bool:
+    probe = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+if not engine_ready():
+    if os.environ.get("CI"):
+        raise RuntimeError("CI must start the Docker engine first: bash scripts/start-docker.sh")
+    pytest.skip("no Docker engine with the test image (run scripts/start-docker.sh)", allow_module_level=True)
+
+
+def containers(label: str) -> list[str]:
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={label}"], capture_output=True, text=True, check=True
+    ).stdout
+    return out.split()
+
+
+class TestDockerEnvironment(EnvironmentConformance):
+    def make_provider(self, tmp_path: Path) -> BaseEnvironment:
+        self.mark = uuid.uuid4().hex
+        return DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE}))
+
+    def labels(self) -> dict[str, str]:
+        return {"agentcompass.conformance": self.mark}
+
+    def leaked(self, provider: BaseEnvironment, tmp_path: Path) -> list[Any]:
+        return containers(f"agentcompass.conformance={self.mark}")
+
+
+def docker_request(name: str, trace: Path, **kwargs: Any) -> dict[str, Any]:
+    request = tracing_request(name, trace, **kwargs)
+    request["environment"]["id"] = "docker"
+    request["environment"]["params"] = {"image": IMAGE}
+    return request
+
+
+@pytest.mark.parametrize("mode", ["none", "reuse", "fresh"])
+def test_tasks_run_in_containers_and_leave_none(pytester: pytest.Pytester, trace: Path, mode: str) -> None:
+    network = {"network": {"baseline": "full", "run": "disabled", "evaluation": "disabled"}}
+    write_config(pytester, [docker_request("d", trace, n=3, mode=mode, wrong=["t2"], environment=network)])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off")
+    result.assert_outcomes(passed=2, failed=1)
+    (run_dir,) = (pytester.path / "runs/d").iterdir()
+    assert containers(f"agentcompass.run={run_dir.name}") == []
+    evaluate = [e for e in read_trace(trace) if e["event"] == "evaluate"]
+    if mode == "fresh":
+        assert all(e["sees_workspace"] is False and e["env"].startswith("container") for e in evaluate)
+    if mode == "reuse":
+        assert all(e["sees_workspace"] is True for e in evaluate)
+
+
+def test_unreachable_engine_is_one_clear_error(
+    pytester: pytest.Pytester, trace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{pytester.path}/no-such-docker.sock")
+    write_config(pytester, [docker_request("d", trace, n=2)])
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*request 'd': the Docker engine at unix://*no-such-docker.sock is not reachable*"])
+    assert "Traceback" not in result.stdout.str()
+    assert not [e for e in read_trace(trace) if e["event"] == "prepare_task"]
+
+
+def test_missing_image_is_a_preflight_error(pytester: pytest.Pytester, trace: Path) -> None:
+    request = docker_request("d", trace, n=1)
+    request["environment"]["params"]["image"] = "agentcompass-no-such-image:1"
+    write_config(pytester, [request])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*docker image 'agentcompass-no-such-image:1' is not on the engine*"])
+
+
+def test_interrupt_removes_every_container(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [docker_request("d", trace, n=4, sleep={"run": 60})], task_concurrency=4)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider"],
+        cwd=pytester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    deadline = time.monotonic() + 60
+    while len([e for e in read_trace(trace) if e["event"] == "run_task"]) < 4:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    (run_dir,) = (pytester.path / "runs/d").iterdir()
+    assert len(containers(f"agentcompass.run={run_dir.name}")) == 4
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert containers(f"agentcompass.run={run_dir.name}") == []
+    assert json.loads((run_dir / "run_info.json").read_text())["status"] == "cancelled"

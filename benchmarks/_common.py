@@ -15,6 +15,7 @@ __all__ = ["Measurement", "measure", "pytest_cmd"]
 @dataclass(frozen=True)
 class Measurement:
     seconds: float
+    cpu_seconds: float  # user + system: less sensitive than wall time to a busy neighbour
     peak_rss_mb: float
     returncode: int
     tail: str
@@ -34,4 +35,6 @@ def measure(cmd: list[str], cwd: Path) -> Measurement:
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return Measurement(elapsed, usage.ru_maxrss / 1024, proc.returncode, out.strip().splitlines()[-1] if out else "")
+    cpu = usage.ru_utime + usage.ru_stime
+    tail = out.strip().splitlines()[-1] if out else ""
+    return Measurement(elapsed, cpu, usage.ru_maxrss / 1024, proc.returncode, tail)

@@ -69,6 +69,10 @@ def main() -> None:
             print(f"  plain pytest : {base.seconds:7.2f}s  peak RSS {base.peak_rss_mb:6.1f} MB  [{base.tail}]")
             print(f"  agentcompass : {plugin.seconds:7.2f}s  peak RSS {plugin.peak_rss_mb:6.1f} MB  [{plugin.tail}]")
             print(f"  ratio        : {ratios[-1]:7.2f}x (target <= 1.5x, RSS < 300 MB)")
+            print(
+                f"  CPU seconds  : {plugin.cpu_seconds:.2f}/{base.cpu_seconds:.2f}"
+                f" = {plugin.cpu_seconds / base.cpu_seconds:.2f}x"
+            )
         print(f"median ratio over {len(ratios)} run(s): {statistics.median(ratios):.2f}x")
 
 

@@ -80,6 +80,10 @@ def main() -> None:
                 f"[{plugin.tail}]"
             )
             print(f"  ratio to reference       : {ratios[-1]:7.2f}x (target <= 1.3x)")
+            print(
+                f"  CPU seconds plugin/plain : {plugin.cpu_seconds:.2f}/{base.cpu_seconds:.2f}"
+                f" = {plugin.cpu_seconds / base.cpu_seconds:.2f}x"
+            )
         print(f"median ratio over {len(ratios)} run(s): {statistics.median(ratios):.2f}x")
 
 

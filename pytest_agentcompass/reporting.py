@@ -98,6 +98,9 @@ def emit_reports(item: pytest.Item, outcome: TaskOutcome, pass_threshold: float)
     """Replay the standard runtest hooks for a finished task, as xdist's controller does."""
     ihook = item.ihook
     set_properties(item, outcome)
+    if outcome.logs:
+        # Shown by pytest with a failed report, like its own "Captured log" sections.
+        item.add_report_section("call", "log", "\n".join(outcome.logs))
     problems = phase_problems(outcome, pass_threshold)
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     # An errored task spent its time "in setup": that is where --durations shows it.

@@ -21,6 +21,7 @@ from .redact import Redactor
 from .registry import Registry
 from .reporting import emit_reports
 from .runtime.context import RequestContext, request_fingerprint
+from .runtime.logs import TaskLogHandler
 from .runtime.orchestrator import OrchestrationResult, Orchestrator
 from .runtime.request import RequestRuntime, claim_run_dir, find_resumable_run, find_reusable_run
 from .runtime.store import RunStore
@@ -151,9 +152,18 @@ class AgentCompassRun:
             on_tick=on_tick if progress.enabled else None,
             tick_seconds=min(progress.interval, 1.0),
         )
+        handler = TaskLogHandler()
+        root = logging.getLogger()
+        level = self.config.getoption("log_level", None) or self.config.getini("log_level")
+        previous_level = root.level
+        if level:
+            root.setLevel(level.upper() if isinstance(level, str) else level)
+        root.addHandler(handler)
         try:
             self.result = drive(orchestrator)
         finally:
+            root.removeHandler(handler)
+            root.setLevel(previous_level)
             progress.clear()
             for state in self.runtimes:
                 state.store.close()
@@ -221,7 +231,9 @@ def output_root(run: AgentCompassRun) -> Path:
     return root if root.is_absolute() else run.config.rootpath / root
 
 
-def make_runtime(run: AgentCompassRun, setup: RequestSetup, wanted: set[str], *, resume: bool) -> RequestRuntime:
+def make_runtime(
+    run: AgentCompassRun, setup: RequestSetup, wanted: set[str], *, resume: bool, order: dict[str, int] | None = None
+) -> RequestRuntime:
     """The runtime of one request: its run directory (new, resumed or shared), store and context."""
     config = run.config
     req = setup.req
@@ -257,6 +269,7 @@ def make_runtime(run: AgentCompassRun, setup: RequestSetup, wanted: set[str], *,
         reuse_dir=reuse_dir,
         resumed=resumable is not None,
         rerun=rerun,
+        order=order,
     )
 
 
@@ -265,11 +278,14 @@ def build_runtimes(run: AgentCompassRun, items: list[TaskItem]) -> list[RequestR
 
     :raises AgentCompassError: when ``reuse`` names nothing usable.
     """
-    wanted: dict[str, set[str]] = {}
-    for item in items:
-        wanted.setdefault(item.request_name, set()).add(item.task.task_id)
+    wanted: dict[str, dict[str, int]] = {}
+    for position, item in enumerate(items):
+        wanted.setdefault(item.request_name, {})[item.task.task_id] = position
     setups = sorted((s for s in run.setups.values() if s.req.name in wanted), key=lambda s: s.index)
-    return [make_runtime(run, setup, wanted[setup.req.name], resume=True) for setup in setups]
+    return [
+        make_runtime(run, setup, set(wanted[setup.req.name]), resume=True, order=wanted[setup.req.name])
+        for setup in setups
+    ]
 
 
 def drive(orchestrator: Orchestrator) -> OrchestrationResult:

@@ -136,3 +136,44 @@ def test_terminal_summary_per_request(pytester: pytest.Pytester, trace: Path) ->
             "  run directory: *runs/mix/*",
         ]
     )
+
+
+def test_task_logs_are_attached_to_their_own_report(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        bench="""
+        import asyncio, dataclasses, logging
+        from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+        log = logging.getLogger("my.bench")
+        class B(HarnessFreeBenchmark):
+            def load_tasks(self, req):
+                return [TaskSpec(f"t{i}") for i in range(4)]
+            async def run_task(self, task, prepared, env, req, plan):
+                for step in range(3):
+                    log.warning("task %s step %d", task.task_id, step)
+                    await asyncio.sleep(0.01)  # interleave with the other tasks
+                return RunResult(task.task_id, output=task.task_id)
+            def evaluate(self, task, prepared, result, req, plan, env=None):
+                return dataclasses.replace(result, score=0.0 if task.task_id == "t2" else 1.0)
+        """
+    )
+    write_config(pytester, [{"name": "r", "benchmark": {"id": "bench.py:B"}}], task_concurrency=4)
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*Captured log call*",
+            "WARNING  my.bench: task t2 step 0",
+            "WARNING  my.bench: task t2 step 1",
+            "WARNING  my.bench: task t2 step 2",
+        ]
+    )
+    assert "task t1 step" not in result.stdout.str()
+
+
+def test_failed_first_dispatches_failures_first(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("x", trace, n=5, wrong=["t3"])], task_concurrency=1)
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=4, failed=1)
+    trace.unlink()
+    pytester.runpytest("--agentcompass=agentcompass.yaml", "--ff").assert_outcomes(passed=4, failed=1)
+    ran = [e["task"] for e in read_trace(trace) if e["event"] == "prepare_task"]
+    assert ran[0] == "t3"

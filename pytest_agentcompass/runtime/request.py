@@ -16,6 +16,7 @@ from .._compat import maybe_await
 from ..errors import AgentCompassError, PreflightError
 from ..types import RunResult, RunStatus, TaskSpec, to_jsonable
 from .context import RequestContext
+from .logs import capture_task_logs
 from .store import RUN_INFO, RunStore, read_json
 from .task import TaskOutcome, outcome_from_detail, run_task
 
@@ -34,6 +35,7 @@ class RequestRuntime:
     :param tasks: The tasks the benchmark selected, in order.
     :param wanted: Ids of the tasks pytest will run (after ``-k``/``-m``/``--lf``).
     :param rerun: Ids that must run even if a reusable detail exists (``--lf``).
+    :param order: Dispatch position of each wanted id (pytest's item order).
     """
 
     def __init__(
@@ -46,12 +48,14 @@ class RequestRuntime:
         reuse_dir: Path | None = None,
         resumed: bool = False,
         rerun: set[str] | None = None,
+        order: dict[str, int] | None = None,
     ) -> None:
         self.ctx = ctx
         self.name = ctx.req.name
         self.tasks = list(tasks)
         self.wanted = wanted
         self.rerun = rerun or set()
+        self.order = order or {}
         self.config_dump = config_dump
         self.reuse_dir = reuse_dir
         self.resumed = resumed
@@ -123,6 +127,9 @@ class RequestRuntime:
                     taken.append(outcome)
             elif task.task_id in self.wanted:
                 self.pending.append(task)
+        if self.order:
+            # pytest's item order wins (``--ff``, ``-p randomly``, reordering plugins).
+            self.pending = deque(sorted(self.pending, key=lambda t: self.order.get(t.task_id, 0)))
         self.prepared = True
         return taken
 
@@ -171,7 +178,9 @@ class RequestRuntime:
 
     # -- tasks -----------------------------------------------------------
     async def run(self, task: TaskSpec) -> TaskOutcome:
-        outcome = await run_task(self.ctx, task)
+        with capture_task_logs() as logs:
+            outcome = await run_task(self.ctx, task)
+        outcome.logs = logs
         self.outcomes[task.task_id] = outcome
         # Notes about ignored state must be visible in the summary, not only in one detail.
         self.notes.extend(f"task {task.task_id}: {note}" for note in outcome.notes if note.startswith("ignored"))

@@ -38,6 +38,7 @@ class TaskOutcome:
     duration: float = 0.0
     detail_path: Path | None = None
     reused: bool = False
+    logs: list[str] = field(default_factory=list)
 
 
 async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Measurement", "measure", "pytest_cmd"]
+__all__ = ["Measurement", "measure", "pytest_cmd", "write_plain_suite"]
 
 
 @dataclass(frozen=True)
@@ -38,3 +38,12 @@ def measure(cmd: list[str], cwd: Path) -> Measurement:
     cpu = usage.ru_utime + usage.ru_stime
     tail = out.strip().splitlines()[-1] if out else ""
     return Measurement(elapsed, cpu, usage.ru_maxrss / 1024, proc.returncode, tail)
+
+
+def write_plain_suite(root: Path, n: int) -> None:
+    """``root/plain``: n trivial plain pytest tests, the baseline of every comparison."""
+    plain = root / "plain"
+    plain.mkdir(exist_ok=True)
+    (plain / "test_plain.py").write_text(
+        f"import pytest\n\n@pytest.mark.parametrize('i', range({n}))\ndef test_noop(i):\n    pass\n"
+    )

@@ -11,7 +11,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from _common import measure, pytest_cmd
+from _common import measure, pytest_cmd, write_plain_suite
 from bench_overhead import NOOP
 
 
@@ -29,10 +29,7 @@ def main() -> None:
                 "output_dir: runs\ntask_concurrency: 64\nrequests:\n"
                 f"  - name: noop\n    benchmark: {{id: 'noop.py:Noop', params: {{n: {n}}}}}\n"
             )
-            (root / "plain").mkdir()
-            (root / "plain/test_plain.py").write_text(
-                f"import pytest\n\n@pytest.mark.parametrize('i', range({n}))\ndef test_noop(i):\n    pass\n"
-            )
+            write_plain_suite(root, n)
             base = measure(pytest_cmd("plain"), root)
             plugin = measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off"), root)
             per_task = "" if first is None else f"{(plugin.peak_rss_mb - first[1]) * 1024 / (n - first[0]):8.1f}"

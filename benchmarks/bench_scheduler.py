@@ -14,7 +14,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from _common import measure, pytest_cmd
+from _common import measure, pytest_cmd, write_plain_suite
 
 SUITE = """
 import asyncio, dataclasses
@@ -58,11 +58,7 @@ def main() -> None:
                 """
             )
         )
-        plain = root / "plain"
-        plain.mkdir()
-        (plain / "test_plain.py").write_text(
-            f"import pytest\n\n@pytest.mark.parametrize('i', range({args.n}))\ndef test_noop(i):\n    pass\n"
-        )
+        write_plain_suite(root, args.n)
         ratios = []
         for _ in range(args.repeat):
             # Interleaved, so a noisy neighbour hurts both sides alike.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -58,3 +60,15 @@ def write_config(
 @pytest.fixture
 def trace(pytester: pytest.Pytester) -> Path:
     return pytester.path / "trace.jsonl"
+
+
+def start_pytest(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[str]:
+    """A real ``pytest`` process on the config in ``pytester.path`` (for signals and kills)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", *args],
+        cwd=pytester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )

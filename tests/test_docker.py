@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -18,7 +17,7 @@ from pytest_agentcompass import BaseEnvironment, EnvironmentSpec
 from pytest_agentcompass.environments.docker import DockerEnvironment
 from pytest_agentcompass.testing import EnvironmentConformance
 
-from conftest import tracing_request, write_config
+from conftest import start_pytest, tracing_request, write_config
 from tracing import read_trace
 
 IMAGE = "agentcompass-busybox:test"
@@ -99,14 +98,7 @@ def test_missing_image_is_a_preflight_error(pytester: pytest.Pytester, trace: Pa
 
 def test_interrupt_removes_every_container(pytester: pytest.Pytester, trace: Path) -> None:
     write_config(pytester, [docker_request("d", trace, n=4, sleep={"run": 60})], task_concurrency=4)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider"],
-        cwd=pytester.path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
+    proc = start_pytest(pytester)
     deadline = time.monotonic() + 60
     while len([e for e in read_trace(trace) if e["event"] == "run_task"]) < 4:
         assert time.monotonic() < deadline and proc.poll() is None

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import write_config
+from conftest import start_pytest, write_config
 
 BENCH = """
 import asyncio, dataclasses, os
@@ -62,14 +60,7 @@ def start(pytester: pytest.Pytester, environment: dict[str, object], grace: floa
         task_concurrency=3,
         cleanup_grace_seconds=grace,
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider"],
-        cwd=pytester.path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
+    proc = start_pytest(pytester)
     pids = pytester.path / "pids"
     deadline = time.monotonic() + 60
     while not (pids.exists() and len(pids.read_text().split()) >= 3):

@@ -110,3 +110,21 @@ def test_interrupt_removes_every_container(pytester: pytest.Pytester, trace: Pat
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     assert containers(f"agentcompass.run={run_dir.name}") == []
     assert json.loads((run_dir / "run_info.json").read_text())["status"] == "cancelled"
+
+
+def test_sweep_removes_what_a_killed_run_left() -> None:
+    import asyncio
+
+    from pytest_agentcompass.testing import make_plan
+
+    provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE}))
+    run_id = f"sweep-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> int:
+        for _ in range(2):  # opened and never closed, as by a SIGKILLed process
+            await provider.open(provider.build_config(make_plan(), "task", {"agentcompass.run": run_id}))
+        assert len(containers(f"agentcompass.run={run_id}")) == 2
+        return await provider.sweep(run_id)
+
+    assert asyncio.run(scenario()) == 2
+    assert containers(f"agentcompass.run={run_id}") == []

@@ -155,3 +155,16 @@ def test_network_policy_other_than_full_is_rejected_at_plan_time(phase: str) -> 
     provider = LocalEnvironment(EnvironmentSpec())
     with pytest.raises(PolicyError, match="does not support network policy 'disabled'"):
         provider.build_config(plan(**{phase: "disabled"}), "task")
+
+
+def test_sweep_removes_workspaces_of_one_run_only(tmp_path: Path) -> None:
+    provider = LocalEnvironment(EnvironmentSpec(params={"base_dir": str(tmp_path)}))
+
+    async def main() -> int:
+        for run in ("dead-run", "dead-run", "other-run"):
+            session = await provider.open(provider.build_config(plan(), "task", {"agentcompass.run": run}))
+            await session.write_text("f", "x")  # never closed, as by a SIGKILLed process
+        return await provider.sweep("dead-run")
+
+    assert asyncio.run(main()) == 2
+    assert [p.name.split("-t-")[0] for p in tmp_path.iterdir()] == ["agentcompass-other-run"]

@@ -181,12 +181,20 @@ def test_kill_9_at_random_points_then_resume(pytester: pytest.Pytester, tmp_path
     n, k = 40, 2
     wrong = ["t3", "t7", "t19"]
 
+    ws = pytester.path / "ws"
+    ws.mkdir()
+
     def config(trace: Path) -> None:
-        write_config(
-            pytester,
-            [tracing_request("r", trace, n=n, wrong=wrong, sleep={"run": 0.25}, execution={"attempts": {"k": k}})],
-            task_concurrency=4,
+        request = tracing_request(
+            "r",
+            trace,
+            n=n,
+            wrong=wrong,
+            sleep={"run": 0.25},
+            execution={"attempts": {"k": k}},
+            env_params={"base_dir": str(ws)},
         )
+        write_config(pytester, [request], task_concurrency=4)
 
     # The reference: one uninterrupted run.
     config(tmp_path / "reference.jsonl")
@@ -236,5 +244,6 @@ def test_kill_9_at_random_points_then_resume(pytester: pytest.Pytester, tmp_path
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["metrics"] == reference_summary["metrics"]
     assert not list((run_dir / "details").glob(".*.tmp")), "no half-written files"
+    assert list(ws.iterdir()) == [], "workspaces left by killed processes were swept on resume"
     for path in (run_dir / "details").glob("*.json"):
         json.loads(path.read_text())

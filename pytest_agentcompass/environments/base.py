@@ -183,5 +183,12 @@ class BaseEnvironment(abc.ABC):
     async def open(self, config: SessionConfig) -> EnvironmentSession:
         """Open a session. If it fails halfway, release what was acquired before raising."""
 
+    async def sweep(self, run_id: str) -> int:
+        """Remove what sessions of run ``run_id`` left behind when their process died.
+
+        Called before an interrupted run is resumed; returns how many were removed.
+        """
+        return 0
+
     async def aclose(self) -> None:
         """Release request-level resources (clients, pools). Idempotent."""

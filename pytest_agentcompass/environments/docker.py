@@ -271,6 +271,15 @@ class DockerEnvironment(BaseEnvironment):
             raise
         return session
 
+    async def sweep(self, run_id: str) -> int:
+        client = await asyncio.to_thread(self._client)
+        leftovers = await asyncio.to_thread(
+            client.containers.list, all=True, filters={"label": f"agentcompass.run={run_id}"}
+        )
+        for container in leftovers:
+            await asyncio.to_thread(_remove, container)
+        return len(leftovers)
+
     async def aclose(self) -> None:
         client = getattr(self, "_docker_client", None)
         if client is not None:

@@ -176,8 +176,16 @@ class LocalEnvironment(BaseEnvironment):
             self._workspace_parent = (self.rootdir / base if base else Path(tempfile.gettempdir())).resolve()
         return self._workspace_parent
 
+    async def sweep(self, run_id: str) -> int:
+        leftovers = list(self._parent().glob(f"agentcompass-{run_id}-*"))
+        for path in leftovers:
+            await asyncio.to_thread(shutil.rmtree, path, True)
+        return len(leftovers)
+
     async def open(self, config: SessionConfig) -> EnvironmentSession:
-        root = self._parent() / f"agentcompass-{config.task_id[:40]}-{secrets.token_hex(8)}"
+        # The run id in the name lets a resumed run sweep what a killed one left.
+        run = config.labels.get("agentcompass.run", "norun")
+        root = self._parent() / f"agentcompass-{run}-{config.task_id[:40]}-{secrets.token_hex(8)}"
         limit = int(self.spec.params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
         session = LocalSession(root, output_limit=limit)
         template = self.spec.params.get("template")

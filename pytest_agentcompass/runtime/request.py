@@ -115,6 +115,10 @@ class RequestRuntime:
             reused_from=str(self.reuse_dir) if self.reuse_dir else None,
         )
         store.write_run_info(info)
+        if self.resumed:
+            swept = await self.ctx.provider.sweep(self.ctx.run_id)
+            if swept:
+                self.notes.append(f"removed {swept} environment(s) left behind by the interrupted run")
         if self.reuse_dir is not None:
             self._materialize(self.reuse_dir)
         recorded = self._load_recorded()

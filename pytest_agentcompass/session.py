@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -44,6 +45,7 @@ class AgentCompassRun:
         self.registry = Registry(config.rootpath)
         self.setups: dict[str, RequestSetup] = {}
         self.runtimes: list[RequestRuntime] = []
+        self._items: list[TaskItem] = []
         self.result: OrchestrationResult | None = None
         self.run_id: str = config.hook.pytest_agentcompass_make_session_id(config=config) or ""
         self._registered = False
@@ -105,6 +107,7 @@ class AgentCompassRun:
 
     def _run_tasks(self, session: pytest.Session, items: list[TaskItem]) -> None:
         by_key = {(i.request_name, i.task.task_id): i for i in items}
+        self._items = items
         try:
             self.runtimes = build_runtimes(self, items)
         except AgentCompassError as exc:
@@ -159,9 +162,15 @@ class AgentCompassRun:
         if level:
             root.setLevel(level.upper() if isinstance(level, str) else level)
         root.addHandler(handler)
+        # Every finished task leaves long-lived objects (outcomes, reports); with
+        # the default thresholds that triggers a full collection every few
+        # hundred tasks over an ever larger heap. Young generations still run.
+        gc_thresholds = gc.get_threshold()
+        gc.set_threshold(gc_thresholds[0], gc_thresholds[1], max(gc_thresholds[2], 100))
         try:
             self.result = drive(orchestrator)
         finally:
+            gc.set_threshold(*gc_thresholds)
             root.removeHandler(handler)
             root.setLevel(previous_level)
             progress.clear()
@@ -220,6 +229,14 @@ class AgentCompassRun:
         from .limits import reset_limits
 
         reset_limits()
+        # The summary is printed: release every outcome before pytest's final
+        # full garbage collections walk the heap.
+        for state in self.runtimes:
+            state.outcomes.clear()
+        for item in self._items:
+            item.outcome = None
+        self.runtimes = []
+        self._items = []
 
 
 def _fmt(value: Any) -> str:

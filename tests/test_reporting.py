@@ -177,3 +177,21 @@ def test_failed_first_dispatches_failures_first(pytester: pytest.Pytester, trace
     pytester.runpytest("--agentcompass=agentcompass.yaml", "--ff").assert_outcomes(passed=4, failed=1)
     ran = [e["task"] for e in read_trace(trace) if e["event"] == "prepare_task"]
     assert ran[0] == "t3"
+
+
+def test_a_broken_reporting_hook_stops_cleanly_and_loses_nothing(pytester: pytest.Pytester, trace: Path) -> None:
+    pytester.makeconftest(
+        """
+        def pytest_agentcompass_task_finished(item, outcome):
+            raise RuntimeError("hook bug")
+        """
+    )
+    write_config(pytester, [tracing_request("r", trace, n=30, sleep={"run": 0.05})], task_concurrency=4)
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", timeout=60)
+    assert result.ret == pytest.ExitCode.INTERNAL_ERROR
+    result.stdout.fnmatch_lines(["INTERNALERROR*RuntimeError: hook bug"])
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    info = json.loads((run_dir / "run_info.json").read_text())
+    assert info["status"] == "stopped"
+    # Tasks already running when reporting broke finished and were recorded; none was half-written.
+    assert len(list((run_dir / "details").glob("*.json"))) == info["counts"]["tasks"] >= 1

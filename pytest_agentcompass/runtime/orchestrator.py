@@ -63,6 +63,8 @@ class Orchestrator:
         self.tick_seconds = tick_seconds
         self.result = OrchestrationResult()
         self._stopping = False
+        #: An exception raised by ``on_outcome``; re-raised once everything is finalized.
+        self.observer_error: Exception | None = None
         self._dispatchable = asyncio.Event()  # a request was prepared, or we stop
         self._changed = asyncio.Event()  # pending or active work changed
         self.started_at = 0.0
@@ -102,6 +104,8 @@ class Orchestrator:
         else:
             for task in done:
                 task.result()  # surface a bug in the orchestrator itself
+        if self.observer_error is not None:
+            raise self.observer_error
         return self.result
 
     async def _tick(self) -> None:
@@ -133,7 +137,7 @@ class Orchestrator:
                     self._fail_request(state)
                     taken = []
                 for outcome in taken:
-                    self.on_outcome(outcome)
+                    self._notify(outcome)
             self._dispatchable.set()
             self._changed.set()
 
@@ -142,7 +146,7 @@ class Orchestrator:
             if task.task_id in state.wanted and task.task_id not in state.outcomes:
                 outcome = state.error_outcome(task, state.failed or "request failed")
                 state.outcomes[task.task_id] = outcome
-                self.on_outcome(outcome)
+                self._notify(outcome)
 
     async def _worker(self) -> None:
         while True:
@@ -157,10 +161,24 @@ class Orchestrator:
             self._changed.set()
             try:
                 outcome = await state.run(task)
+            except Exception as exc:  # a bug below must cost one task, not the worker
+                log.exception("task %s of request %s failed inside the runtime", task.task_id, state.name)
+                outcome = state.error_outcome(task, f"internal error: {type(exc).__name__}: {exc}")
+                state.outcomes[task.task_id] = outcome
             finally:
                 state.active.pop(task.task_id, None)
                 self._changed.set()
+            self._notify(outcome)
+
+    def _notify(self, outcome: TaskOutcome) -> None:
+        """Hand ``outcome`` to the observer; if the observer breaks, stop cleanly and re-raise at the end."""
+        if self.observer_error is not None:
+            return
+        try:
             self.on_outcome(outcome)
+        except Exception as exc:
+            self.observer_error = exc
+            self.stop(f"reporting failed: {type(exc).__name__}: {exc}")
 
     def _select_state(self) -> RequestRuntime | None:
         """The first prepared request, in declaration order, with pending tasks."""
@@ -227,4 +245,4 @@ class Orchestrator:
                 state.stop(status, reason)
                 state.finalized = True
         for outcome in self.result.unfinished:
-            self.on_outcome(outcome)
+            self._notify(outcome)

@@ -88,26 +88,34 @@ class BaseBenchmark:
         """
         threshold = req.execution.pass_threshold
         k = req.execution.attempts.k
-        scored = [r for r in results if r.score is not None and not r.is_error]
-        errors = [r for r in results if r.is_error]
+        # One pass: ``results`` may be read from disk lazily, one task at a time.
+        tasks = scored = errors = passed = any_pass = 0
+        total = pass_at_1 = 0.0
+        for r in results:
+            tasks += 1
+            if r.is_error:
+                errors += 1
+                continue
+            if r.score is None:
+                continue
+            scored += 1
+            total += r.score
+            passed += r.score >= threshold
+            attempts = [float(s) for s in (r.metadata.get("attempt_scores") or {}).values() if s is not None]
+            attempts = attempts or [float(r.score)]
+            pass_at_1 += sum(1 for s in attempts if s >= threshold) / len(attempts)
+            any_pass += any(s >= threshold for s in attempts)
         metrics: dict[str, Any] = {
-            "tasks": len(results),
-            "scored": len(scored),
-            "errors": len(errors),
-            "passed": sum(1 for r in scored if r.score is not None and r.score >= threshold),
+            "tasks": tasks,
+            "scored": scored,
+            "errors": errors,
+            "passed": passed,
             "k": k,
-            "mean_score": (sum(r.score or 0.0 for r in scored) / len(scored)) if scored else None,
+            "mean_score": total / scored if scored else None,
         }
-        per_task: list[list[float]] = [
-            [float(s) for s in (r.metadata.get("attempt_scores") or {}).values() if s is not None]
-            or ([float(r.score)] if r.score is not None else [])
-            for r in scored
-        ]
-        if results:
-            metrics["pass@1"] = sum(
-                (sum(1 for s in scores if s >= threshold) / len(scores)) if scores else 0.0 for scores in per_task
-            ) / len(results)
-            metrics[f"pass@{k}"] = sum(1 for scores in per_task if any(s >= threshold for s in scores)) / len(results)
+        if tasks:
+            metrics["pass@1"] = pass_at_1 / tasks
+            metrics[f"pass@{k}"] = any_pass / tasks
         return metrics
 
 

@@ -179,6 +179,7 @@ class Orchestrator:
         except Exception as exc:
             self.observer_error = exc
             self.stop(f"reporting failed: {type(exc).__name__}: {exc}")
+        outcome.slim()  # reported: keep only what counts and summaries need
 
     def _select_state(self) -> RequestRuntime | None:
         """The first prepared request, in declaration order, with pending tasks."""

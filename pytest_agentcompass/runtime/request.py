@@ -10,7 +10,7 @@ import shutil
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from .._compat import maybe_await
 from ..errors import AgentCompassError, PreflightError
@@ -202,7 +202,8 @@ class RequestRuntime:
     async def finalize(self, status: str = "completed") -> dict[str, Any]:
         """Aggregate in task order and write ``summary.json`` and the final ``run_info.json``."""
         ordered = [self.outcomes[t.task_id] for t in self.tasks if t.task_id in self.outcomes]
-        results = [o.result for o in ordered]
+        self.store.flush()  # every detail is on disk before it is read back or summarized
+        results = StoredResults(ordered)
         try:
             metrics = await maybe_await(self.ctx.benchmark.aggregate_metrics(results, self.ctx.req))
         except Exception as exc:
@@ -226,7 +227,6 @@ class RequestRuntime:
                 for o in ordered
             ],
         }
-        self.store.flush()  # every detail is on disk before the summary says so
         self.store.write_summary(summary)
         self.store.drop_empty_checkpoints()
         self._close_info(status)
@@ -262,6 +262,40 @@ class RequestRuntime:
             **extra,
         )
         _release_lock(self.store.run_dir)
+
+
+class StoredResults(Sequence[RunResult]):
+    """Terminal results in task order, read back from their detail files one at a time.
+
+    Finalization hands this to ``aggregate_metrics`` so that memory does not
+    grow with outputs, artifacts and evidence of every task in the request.
+    """
+
+    def __init__(self, outcomes: Sequence[TaskOutcome]) -> None:
+        self._outcomes = list(outcomes)
+
+    def __len__(self) -> int:
+        return len(self._outcomes)
+
+    @overload
+    def __getitem__(self, index: int) -> RunResult: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[RunResult]: ...
+
+    def __getitem__(self, index: int | slice) -> RunResult | list[RunResult]:
+        if isinstance(index, slice):
+            return [self._load(o) for o in self._outcomes[index]]
+        return self._load(self._outcomes[index])
+
+    @staticmethod
+    def _load(outcome: TaskOutcome) -> RunResult:
+        if outcome.detail_path is not None:
+            try:
+                return RunResult.from_dict(read_json(outcome.detail_path))
+            except (OSError, ValueError):
+                pass  # fall back to what is in memory
+        return outcome.result
 
 
 # -- locating earlier runs ----------------------------------------------------

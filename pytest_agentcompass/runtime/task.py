@@ -40,6 +40,16 @@ class TaskOutcome:
     reused: bool = False
     logs: list[str] = field(default_factory=list)
 
+    def slim(self) -> None:
+        """Drop what only reporting needed, once reported: output, artifacts,
+        evidence, logs and trace live on in the detail file, not in memory."""
+        if self.detail_path is None:
+            return  # no detail to read the result back from: keep it whole
+        result = self.result
+        self.result = RunResult(result.task_id, score=result.score, status=result.status, error=result.error)
+        self.logs = []
+        self.trace = None
+
 
 async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
     """Run the missing attempts of ``task`` and write its detail record."""

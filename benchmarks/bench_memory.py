@@ -18,13 +18,17 @@ from bench_overhead import NOOP
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 50_000])
+    parser.add_argument("--output-kb", type=int, default=0, help="size of each task's output (default: tiny)")
     args = parser.parse_args()
     print(f"{'tasks':>8} {'plain RSS':>10} {'plugin RSS':>11} {'plugin/plain':>13} {'plugin s':>9} {'KB/task':>8}")
     first: tuple[int, float] | None = None
     for n in args.sizes:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
-            (root / "noop.py").write_text(NOOP)
+            noop = NOOP
+            if args.output_kb:
+                noop = noop.replace('output="ok"', f'output="x" * {args.output_kb * 1024}')
+            (root / "noop.py").write_text(noop)
             (root / "agentcompass.yaml").write_text(
                 "output_dir: runs\ntask_concurrency: 64\nrequests:\n"
                 f"  - name: noop\n    benchmark: {{id: 'noop.py:Noop', params: {{n: {n}}}}}\n"

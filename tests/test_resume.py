@@ -247,3 +247,28 @@ def test_kill_9_at_random_points_then_resume(pytester: pytest.Pytester, tmp_path
     assert list(ws.iterdir()) == [], "workspaces left by killed processes were swept on resume"
     for path in (run_dir / "details").glob("*.json"):
         json.loads(path.read_text())
+
+
+def test_aggregate_sees_full_results_read_back_from_details(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        bench="""
+        import dataclasses
+        from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+        class B(HarnessFreeBenchmark):
+            def load_tasks(self, req):
+                return [TaskSpec(f"t{i}") for i in range(5)]
+            async def run_task(self, task, prepared, env, req, plan):
+                return RunResult(task.task_id, output="x" * 1000 + task.task_id,
+                                 artifacts={"file": {"a.txt": task.task_id}})
+            def evaluate(self, task, prepared, result, req, plan, env=None):
+                return dataclasses.replace(result, score=1.0)
+            def aggregate_metrics(self, results, req):
+                return {"outputs": [r.output[-2:] for r in results],
+                        "artifacts": [r.artifacts["file"]["a.txt"] for r in results[1:3]]}
+        """
+    )
+    write_config(pytester, [{"name": "r", "benchmark": {"id": "bench.py:B"}}], task_concurrency=5)
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=5)
+    (summary,) = pytester.path.glob("runs/r/*/summary.json")
+    metrics = json.loads(summary.read_text())["metrics"]
+    assert metrics == {"outputs": ["t0", "t1", "t2", "t3", "t4"], "artifacts": ["t1", "t2"]}

@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,8 @@ from ..types import ExecutionPlan, RunResult, to_jsonable
 __all__ = ["RunStore", "new_run_id", "read_json"]
 
 RUN_INFO = "run_info.json"
+#: Records that may wait for the writer thread before submitting blocks.
+MAX_QUEUED_WRITES = 64
 
 
 def new_run_id() -> str:
@@ -73,6 +76,7 @@ class RunStore:
         self._made: set[Path] = set()
         self._writer: ThreadPoolExecutor | None = None
         self._failures: list[BaseException] = []
+        self._backlog = threading.BoundedSemaphore(MAX_QUEUED_WRITES)
         # Most runs never checkpoint: remember that instead of probing per task.
         self._checkpoints_seen = self.checkpoint_dir.is_dir()
 
@@ -101,12 +105,17 @@ class RunStore:
         """
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="agentcompass-store")
+        # Backpressure: when the disk falls behind, wait here rather than hold
+        # an ever longer queue of encoded records in memory.
+        self._backlog.acquire()
 
         def run() -> None:
             try:
                 action(*args)
             except BaseException as exc:  # kept for flush(): a lost write must not pass silently
                 self._failures.append(exc)
+            finally:
+                self._backlog.release()
 
         self._writer.submit(run)
 

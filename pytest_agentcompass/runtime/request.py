@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from .._compat import maybe_await
+from ..benchmark import BaseBenchmark
 from ..errors import AgentCompassError, PreflightError
 from ..types import RunResult, RunStatus, TaskSpec, to_jsonable
 from .context import RequestContext
@@ -203,9 +204,14 @@ class RequestRuntime:
         """Aggregate in task order and write ``summary.json`` and the final ``run_info.json``."""
         ordered = [self.outcomes[t.task_id] for t in self.tasks if t.task_id in self.outcomes]
         self.store.flush()  # every detail is on disk before it is read back or summarized
-        results = StoredResults(ordered)
+        benchmark = self.ctx.benchmark
+        if type(benchmark).aggregate_metrics is BaseBenchmark.aggregate_metrics:
+            # The default only reads scores and statuses, which slim outcomes keep.
+            results: Sequence[RunResult] = [o.result for o in ordered]
+        else:
+            results = StoredResults(ordered)
         try:
-            metrics = await maybe_await(self.ctx.benchmark.aggregate_metrics(results, self.ctx.req))
+            metrics = await maybe_await(benchmark.aggregate_metrics(results, self.ctx.req))
         except Exception as exc:
             log.warning("request %s: aggregate_metrics failed: %s", self.name, exc)
             metrics = {"error": f"aggregate_metrics failed: {type(exc).__name__}: {exc}"}

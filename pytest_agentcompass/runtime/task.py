@@ -46,7 +46,11 @@ class TaskOutcome:
         if self.detail_path is None:
             return  # no detail to read the result back from: keep it whole
         result = self.result
-        self.result = RunResult(result.task_id, score=result.score, status=result.status, error=result.error)
+        # attempt_scores stays: the default aggregation needs nothing else.
+        kept = {k: result.metadata[k] for k in ("attempt_scores",) if k in result.metadata}
+        self.result = RunResult(
+            result.task_id, score=result.score, status=result.status, error=result.error, metadata=kept
+        )
         self.logs = []
         self.trace = None
 

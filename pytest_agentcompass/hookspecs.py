@@ -1,6 +1,7 @@
 """Hooks of pytest-agentcompass, for plugins and ``conftest.py`` files.
 
-Registered through ``pytest_addhooks`` only when the plugin is active.
+Registered through ``pytest_addhooks`` whenever the plugin is installed (declaring
+hooks has no side effects); they are only called when ``--agentcompass`` is given.
 """
 
 from __future__ import annotations

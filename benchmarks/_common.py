@@ -6,10 +6,11 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Measurement", "measure", "pytest_cmd", "write_plain_suite"]
+__all__ = ["Measurement", "interleaved", "measure", "pytest_cmd", "write_plain_suite", "write_suite"]
 
 
 @dataclass(frozen=True)
@@ -47,3 +48,20 @@ def write_plain_suite(root: Path, n: int) -> None:
     (plain / "test_plain.py").write_text(
         f"import pytest\n\n@pytest.mark.parametrize('i', range({n}))\ndef test_noop(i):\n    pass\n"
     )
+
+
+def write_suite(root: Path, module: str, source: str, concurrency: int, request: str) -> None:
+    """``root/<module>.py`` plus an ``agentcompass.yaml`` with one request (given as YAML lines)."""
+    (root / f"{module}.py").write_text(source)
+    lines = "\n".join("    " + line for line in request.strip().splitlines())
+    (root / "agentcompass.yaml").write_text(
+        f"output_dir: runs\ntask_concurrency: {concurrency}\nrequests:\n  - {lines.lstrip()}\n"
+    )
+
+
+def interleaved(root: Path, repeat: int) -> Iterator[tuple[Measurement, Measurement]]:
+    """(plain, plugin) pairs, alternated so a noisy neighbour hurts both sides alike."""
+    for _ in range(repeat):
+        base = measure(pytest_cmd("plain"), root)
+        plugin = measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off"), root)
+        yield base, plugin

@@ -11,7 +11,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from _common import measure, pytest_cmd, write_plain_suite
+from _common import interleaved, write_plain_suite, write_suite
 from bench_overhead import NOOP
 
 
@@ -28,14 +28,9 @@ def main() -> None:
             noop = NOOP
             if args.output_kb:
                 noop = noop.replace('output="ok"', f'output="x" * {args.output_kb * 1024}')
-            (root / "noop.py").write_text(noop)
-            (root / "agentcompass.yaml").write_text(
-                "output_dir: runs\ntask_concurrency: 64\nrequests:\n"
-                f"  - name: noop\n    benchmark: {{id: 'noop.py:Noop', params: {{n: {n}}}}}\n"
-            )
+            write_suite(root, "noop", noop, 64, f"name: noop\nbenchmark: {{id: 'noop.py:Noop', params: {{n: {n}}}}}")
             write_plain_suite(root, n)
-            base = measure(pytest_cmd("plain"), root)
-            plugin = measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off"), root)
+            base, plugin = next(interleaved(root, 1))
             per_task = "" if first is None else f"{(plugin.peak_rss_mb - first[1]) * 1024 / (n - first[0]):8.1f}"
             first = first or (n, plugin.peak_rss_mb)
             print(

@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import textwrap
 from pathlib import Path
 
-from _common import measure, pytest_cmd, write_plain_suite
+from _common import interleaved, write_plain_suite, write_suite
 
 NOOP = """
 import dataclasses
@@ -42,24 +41,11 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "noop.py").write_text(NOOP)
-        (root / "agentcompass.yaml").write_text(
-            textwrap.dedent(
-                f"""\
-                output_dir: runs
-                task_concurrency: {args.concurrency}
-                requests:
-                  - name: noop
-                    benchmark: {{id: "noop.py:Noop", params: {{n: {args.n}}}}}
-                """
-            )
-        )
+        request = f"name: noop\nbenchmark: {{id: 'noop.py:Noop', params: {{n: {args.n}}}}}"
+        write_suite(root, "noop", NOOP, args.concurrency, request)
         write_plain_suite(root, args.n)
         ratios = []
-        for _ in range(args.repeat):
-            # Interleaved, so a noisy neighbour hurts both sides alike.
-            base = measure(pytest_cmd("plain"), root)
-            plugin = measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off"), root)
+        for base, plugin in interleaved(root, args.repeat):
             ratios.append(plugin.seconds / base.seconds)
             print(f"n={args.n}")
             print(f"  plain pytest : {base.seconds:7.2f}s  peak RSS {base.peak_rss_mb:6.1f} MB  [{base.tail}]")

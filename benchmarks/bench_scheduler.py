@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import textwrap
 from pathlib import Path
 
-from _common import measure, pytest_cmd, write_plain_suite
+from _common import interleaved, write_plain_suite, write_suite
 
 SUITE = """
 import asyncio, dataclasses
@@ -45,25 +44,14 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "suite.py").write_text(SUITE)
-        (root / "agentcompass.yaml").write_text(
-            textwrap.dedent(
-                f"""\
-                output_dir: runs
-                task_concurrency: {args.concurrency}
-                requests:
-                  - name: many
-                    benchmark: {{id: "suite.py:Many", params: {{n: {args.n}}}}}
-                    harness: {{id: "suite.py:Sleeper", params: {{sleep: {args.sleep}}}}}
-                """
-            )
+        request = (
+            f"name: many\nbenchmark: {{id: 'suite.py:Many', params: {{n: {args.n}}}}}\n"
+            f"harness: {{id: 'suite.py:Sleeper', params: {{sleep: {args.sleep}}}}}"
         )
+        write_suite(root, "suite", SUITE, args.concurrency, request)
         write_plain_suite(root, args.n)
         ratios = []
-        for _ in range(args.repeat):
-            # Interleaved, so a noisy neighbour hurts both sides alike.
-            base = measure(pytest_cmd("plain"), root)
-            plugin = measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off"), root)
+        for base, plugin in interleaved(root, args.repeat):
             ideal = args.n * args.sleep / args.concurrency
             reference = ideal + base.seconds
             ratios.append(plugin.seconds / reference)

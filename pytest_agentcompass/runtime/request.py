@@ -117,6 +117,7 @@ class RequestRuntime:
         )
         store.write_run_info(info)
         if self.resumed:
+            store.remove_stale_temp_files()
             swept = await self.ctx.provider.sweep(self.ctx.run_id)
             if swept:
                 self.notes.append(f"removed {swept} environment(s) left behind by the interrupted run")

@@ -255,6 +255,13 @@ class RunStore:
             shutil.rmtree(folder, ignore_errors=True)
             self._made.discard(folder)
 
+    def remove_stale_temp_files(self) -> int:
+        """Delete temporary files a killed writer left (call only while holding the run's lock)."""
+        stale = [p for p in self.run_dir.rglob(".*.tmp") if p.is_file()]
+        for path in stale:
+            path.unlink(missing_ok=True)
+        return len(stale)
+
     def drop_empty_checkpoints(self) -> None:
         try:
             self.checkpoint_dir.rmdir()

@@ -315,17 +315,22 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
     main = loop.create_task(orchestrator.execute())
     interrupts = 0
 
-    def on_sigint(signum: int, frame: Any) -> None:
+    def on_sigint() -> None:
         nonlocal interrupts
         interrupts += 1
         if interrupts == 1:
             sys.stderr.write("\nagentcompass: interrupted, cleaning up (press Ctrl-C again to exit at once)\n")
-            loop.call_soon_threadsafe(main.cancel)
+            main.cancel()
         else:
             raise KeyboardInterrupt
 
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, on_sigint) if in_main_thread else None
+    previous = signal.getsignal(signal.SIGINT) if in_main_thread else None
+    if in_main_thread:
+        # Through the loop, not signal.signal: the loop's wakeup fd is written
+        # from the C handler, so the loop wakes even when the kernel delivered
+        # SIGINT to a worker thread while the main thread sat in epoll_wait.
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
     forced = False
     try:
         try:
@@ -337,7 +342,9 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
             raise
     finally:
         if in_main_thread:
-            signal.signal(signal.SIGINT, previous)
+            loop.remove_signal_handler(signal.SIGINT)
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
         if not forced:
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()

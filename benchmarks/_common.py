@@ -64,4 +64,8 @@ def interleaved(root: Path, repeat: int) -> Iterator[tuple[Measurement, Measurem
     for _ in range(repeat):
         base = measure(pytest_cmd("plain"), root)
         plugin = measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off"), root)
+        for name, run in (("plain pytest", base), ("agentcompass", plugin)):
+            # A run that broke finishes fast; its time must never pass for a result.
+            if run.returncode != 0:
+                raise SystemExit(f"{name} run failed (exit {run.returncode}): {run.tail}")
         yield base, plugin

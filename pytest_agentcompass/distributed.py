@@ -108,7 +108,6 @@ def run_single_task(item: TaskItem) -> TaskOutcome:
         outcome = asyncio.run(state.run(item.task))
     except (KeyboardInterrupt, asyncio.CancelledError):
         outcome = state.cancelled_outcome(item.task, "cancelled: interrupted")
-    state.store.flush()  # the controller finalizes from what is on disk
     if not isinstance(distributed, DistributedRun):
         state.store.close()
     return outcome

@@ -3,8 +3,8 @@
 The mapping is one function (:func:`phase_problems`): an environment,
 inference or evaluation error is a failed *setup* (junit ``<error>``), a
 valid score below the threshold is a failed *call* (``<failure>``), and a
-cleanup problem is a failed *teardown* that leaves the task's own result
-standing.
+cleanup problem or a detail record the disk refused is a failed *teardown*
+that leaves the task's own result standing.
 """
 
 from __future__ import annotations
@@ -18,7 +18,15 @@ from .runtime.task import TaskOutcome
 if TYPE_CHECKING:
     from _pytest.reports import TestReport
 
-__all__ = ["TaskCleanupError", "TaskError", "TaskFailed", "TaskProblem", "emit_reports", "phase_problems"]
+__all__ = [
+    "TaskCleanupError",
+    "TaskError",
+    "TaskFailed",
+    "TaskProblem",
+    "TaskStorageError",
+    "emit_reports",
+    "phase_problems",
+]
 
 When = Literal["setup", "call", "teardown"]
 
@@ -37,6 +45,10 @@ class TaskFailed(TaskProblem):
 
 class TaskCleanupError(TaskProblem):
     """Cleanup failed after the task finished (teardown phase)."""
+
+
+class TaskStorageError(TaskProblem):
+    """The run directory did not take the task's record (teardown phase; the result is kept)."""
 
 
 def _clip(value: object, limit: int) -> str:
@@ -67,6 +79,10 @@ def phase_problems(outcome: TaskOutcome, pass_threshold: float) -> dict[When, Ta
     if outcome.cleanup_errors:
         problems["teardown"] = TaskCleanupError(
             "cleanup failed (the task's own result is kept):\n" + "\n".join(outcome.cleanup_errors)
+        )
+    if outcome.storage_error:
+        problems["teardown"] = TaskStorageError(
+            "\n\n".join([*([str(problems["teardown"])] if problems["teardown"] else []), outcome.storage_error])
         )
     return problems
 

@@ -204,7 +204,6 @@ class RequestRuntime:
     async def finalize(self, status: str = "completed") -> dict[str, Any]:
         """Aggregate in task order and write ``summary.json`` and the final ``run_info.json``."""
         ordered = [self.outcomes[t.task_id] for t in self.tasks if t.task_id in self.outcomes]
-        self.store.flush()  # every detail is on disk before it is read back or summarized
         benchmark = self.ctx.benchmark
         if type(benchmark).aggregate_metrics is BaseBenchmark.aggregate_metrics:
             # The default only reads scores and statuses, which slim outcomes keep.
@@ -258,14 +257,14 @@ class RequestRuntime:
 
     def _close_info(self, status: str, **extra: Any) -> None:
         kept = [e for o in self.outcomes.values() if not o.reused for e in o.kept_environments]
-        self.store.close()  # drains the writer: run_info is the last word
+        self.store.close()
         self.store.update_run_info(
             status=status,
             finished_at=_now(),
             counts=self.counts(),
             notes=self.notes,
             kept_environments=kept,
-            resolved_execution_plans=self.store.resolved_plans(),
+            with_plans=True,
             **extra,
         )
         _release_lock(self.store.run_dir)

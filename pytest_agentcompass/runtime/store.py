@@ -15,14 +15,14 @@ never leaves half a file, and every value passes through the redactor.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +32,9 @@ from ..types import ExecutionPlan, RunResult, to_jsonable
 __all__ = ["RunStore", "new_run_id", "read_json"]
 
 RUN_INFO = "run_info.json"
-#: Records that may wait for the writer thread before submitting blocks.
-MAX_QUEUED_WRITES = 64
+PLANS_KEY = "resolved_execution_plans"
+# The head of a line record_plan wrote: json.dumps keeps the keys in the order to_dict gives them.
+_PLAN_HEAD = re.compile(r'\{"task_id": ("(?:[^"\\]|\\.)*"), "attempt_index": (\d+),')
 
 
 def new_run_id() -> str:
@@ -58,8 +59,8 @@ def _readable(value: Any, depth: int = 2, indent: str = "") -> str:
     return "{\n" + ",\n".join(items) + "\n" + indent + "}"
 
 
-def read_json(path: Path) -> Any:
-    with path.open(encoding="utf-8") as fh:
+def read_json(path: str | os.PathLike[str]) -> Any:
+    with open(path, encoding="utf-8") as fh:
         return json.load(fh)
 
 
@@ -70,13 +71,15 @@ class RunStore:
         self.run_dir = run_dir
         self.redactor = redactor or Redactor()
         self.details_dir = run_dir / "details"
+        self._details = str(self.details_dir)
         self.retry_dir = run_dir / "retry_details"
         self.checkpoint_dir = run_dir / "checkpoints"
         self._plans_file: Any = None
-        self._made: set[Path] = set()
-        self._writer: ThreadPoolExecutor | None = None
-        self._failures: list[BaseException] = []
-        self._backlog = threading.BoundedSemaphore(MAX_QUEUED_WRITES)
+        self._made: set[str] = set()
+        # Unique temporary names without a random draw per file: a kill can
+        # leave one behind, and two processes (xdist workers) share the folder.
+        self._tmp_tag = f"{os.getpid()}-{secrets.token_hex(3)}-"
+        self._serial = 0
         # Most runs never checkpoint: remember that instead of probing per task.
         self._checkpoints_seen = self.checkpoint_dir.is_dir()
 
@@ -85,48 +88,51 @@ class RunStore:
         value = self.redactor.apply(data) if self.redactor else data
         return _readable(value) if pretty else json.dumps(value, separators=(",", ":"), default=_fallback)
 
-    def _write_text(self, path: Path, text: str) -> None:
-        if path.parent not in self._made:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._made.add(path.parent)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    def _temp_name(self, path: str | Path) -> str:
+        folder = os.path.dirname(path)
+        if folder not in self._made:
+            os.makedirs(folder, exist_ok=True)
+            self._made.add(folder)
+        self._serial += 1
+        return f"{folder}/.{os.path.basename(path)}.{self._tmp_tag}{self._serial}.tmp"
+
+    def _write_chunks(self, path: Path, chunks: Iterable[str]) -> None:
+        """Like :meth:`_write_text` for a file too large to hold as one string."""
+        tmp = self._temp_name(path)
         try:
-            tmp.write_text(text + "\n", encoding="utf-8")
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.writelines(chunks)
+                fh.write("\n")
             os.replace(tmp, path)
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
             raise
 
-    def _in_background(self, action: Callable[..., Any], *args: Any) -> None:
-        """Queue file work on the store's writer thread, in submission order.
+    def _write_text(self, path: str | Path, text: str) -> None:
+        """Write ``text`` to ``path`` through a temporary name and a rename.
 
-        Creating files is the slowest part of a no-op task; the event loop
-        should not wait for it. :meth:`flush` waits, and raises what failed.
+        Synchronous on purpose: creating a small file costs tens of
+        microseconds, while a writer thread paid for every system call with
+        a wait for the GIL of a busy event loop (measured in
+        docs/performance.md). Plain ``os`` calls on ``str`` paths: pathlib's
+        parsing was a visible share of a no-op task.
         """
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix="agentcompass-store")
-        # Backpressure: when the disk falls behind, wait here rather than hold
-        # an ever longer queue of encoded records in memory.
-        self._backlog.acquire()
-
-        def run() -> None:
+        tmp = self._temp_name(path)
+        data = (text + "\n").encode("utf-8")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
             try:
-                action(*args)
-            except BaseException as exc:  # kept for flush(): a lost write must not pass silently
-                self._failures.append(exc)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
             finally:
-                self._backlog.release()
-
-        self._writer.submit(run)
-
-    def flush(self) -> None:
-        """Wait for queued writes; raise the first one that failed."""
-        if self._writer is not None:
-            self._writer.submit(lambda: None).result()
-        if self._failures:
-            failure = self._failures[0]
-            self._failures.clear()
-            raise OSError(f"writing into {self.run_dir} failed: {failure}") from failure
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def write_json(self, path: Path, data: Any, *, pretty: bool = False) -> Path:
         """Atomically write ``data`` (redacted) to ``path``.
@@ -138,34 +144,36 @@ class RunStore:
         return path
 
     def close(self) -> None:
-        """Finish queued writes and release the writer thread and the plans file. Idempotent."""
-        try:
-            self.flush()
-        finally:
-            if self._writer is not None:
-                self._writer.shutdown(wait=True)
-                self._writer = None
-            if self._plans_file is not None:
-                self._plans_file.close()
-                self._plans_file = None
+        """Close the plans file. Idempotent."""
+        if self._plans_file is not None:
+            self._plans_file.close()
+            self._plans_file = None
 
     # -- run info ------------------------------------------------------
     def read_run_info(self) -> dict[str, Any]:
+        """``run_info.json`` without its recorded plans (those are rebuilt from ``plans.jsonl``)."""
         path = self.run_dir / RUN_INFO
-        return dict(read_json(path)) if path.exists() else {}
+        info = dict(read_json(path)) if path.exists() else {}
+        info.pop(PLANS_KEY, None)
+        return info
 
-    def write_run_info(self, info: Mapping[str, Any]) -> None:
-        self.write_json(self.run_dir / RUN_INFO, dict(info), pretty=True)
+    def write_run_info(self, info: Mapping[str, Any], *, with_plans: bool = False) -> None:
+        """Write ``run_info.json``; ``with_plans`` folds every recorded plan into it."""
+        info = {k: v for k, v in info.items() if k != PLANS_KEY}
+        if with_plans:
+            self._write_chunks(self.run_dir / RUN_INFO, self._run_info_lines(info))
+        else:
+            self.write_json(self.run_dir / RUN_INFO, info, pretty=True)
 
-    def update_run_info(self, **changes: Any) -> dict[str, Any]:
+    def update_run_info(self, *, with_plans: bool = False, **changes: Any) -> dict[str, Any]:
         info = self.read_run_info()
         info.update(changes)
-        self.write_run_info(info)
+        self.write_run_info(info, with_plans=with_plans)
         return info
 
     # -- plans ---------------------------------------------------------
     def record_plan(self, plan: ExecutionPlan) -> None:
-        """Append ``plan`` durably; folded into ``run_info.json`` by :meth:`resolved_plans`."""
+        """Append ``plan`` durably; folded into ``run_info.json`` by ``write_run_info(with_plans=True)``."""
         if self._plans_file is None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             path = self.run_dir / "plans.jsonl"
@@ -178,35 +186,58 @@ class RunStore:
         self._plans_file.write(line + "\n")
         self._plans_file.flush()
 
-    def resolved_plans(self) -> dict[str, dict[str, Any]]:
-        """``{task_id: {attempt_index: plan}}``, the last plan recorded for each attempt."""
-        out: dict[str, dict[str, Any]] = {}
+    def _plan_offsets(self) -> dict[str, dict[str, int]]:
+        """Where the last plan of each attempt starts in ``plans.jsonl``, tasks in first-seen order.
+
+        Keys are the task ids as JSON literals. Only the head of each line is
+        parsed, so folding ten thousand plans costs neither a parse nor a
+        dict per plan.
+        """
+        index: dict[str, dict[str, int]] = {}
         path = self.run_dir / "plans.jsonl"
         if not path.exists():
-            return out
-        with path.open(encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    plan = json.loads(line)
-                except json.JSONDecodeError:  # a line cut by a kill
-                    continue
-                out.setdefault(plan["task_id"], {})[str(plan["attempt_index"])] = plan
-        return out
+            return index
+        offset = 0
+        with path.open("rb") as fh:
+            for raw in fh:
+                line = raw.decode("utf-8", "replace")
+                head = _PLAN_HEAD.match(line)
+                if head is not None and line.endswith("}\n"):  # a line cut by a kill has no end
+                    index.setdefault(head[1], {})[head[2]] = offset
+                offset += len(raw)
+        return index
+
+    def _run_info_lines(self, info: Mapping[str, Any]) -> Iterator[str]:
+        """``run_info.json`` with the recorded plans streamed in under ``resolved_execution_plans``."""
+        text = self._encode(dict(info), pretty=True)
+        yield text[: text.rindex("}")].rstrip() + ("," if info else "") + f'\n  "{PLANS_KEY}": {{'
+        offsets = self._plan_offsets()
+        if offsets:
+            separator = "\n"
+            with (self.run_dir / "plans.jsonl").open("rb") as fh:
+                for task, attempts in offsets.items():
+                    parts = []
+                    for attempt, offset in attempts.items():
+                        fh.seek(offset)
+                        parts.append(f'"{attempt}": ' + fh.readline().decode("utf-8", "replace").rstrip("\n"))
+                    yield f"{separator}    {task}: {{" + ", ".join(parts) + "}"
+                    separator = ",\n"
+        yield "\n  }\n}"
 
     # -- details -------------------------------------------------------
     def detail_path(self, task_id: str) -> Path:
         return self.details_dir / f"{task_id}.json"
 
-    def save_partial_result(self, task_id: str, detail: Mapping[str, Any]) -> Path:
-        """Queue the terminal record of ``task_id``, then the removal of its attempt checkpoints.
+    def save_partial_result(self, task_id: str, detail: Mapping[str, Any]) -> str:
+        """Write the terminal record of ``task_id``, then remove its attempt checkpoints.
 
-        The writer thread keeps that order, so a kill in between leaves a
-        detail and stale checkpoints (harmless), never checkpoints alone.
+        In that order, so a kill in between leaves a detail and stale
+        checkpoints (harmless), never checkpoints alone.
         """
-        path = self.detail_path(task_id)
-        self._in_background(self._write_text, path, self._encode(detail, False))
+        path = f"{self._details}/{task_id}.json"  # a str: this runs once per task
+        self._write_text(path, self._encode(detail, False))
         if self._checkpoints_seen:
-            self._in_background(self.remove_checkpoints, task_id)
+            self.remove_checkpoints(task_id)
         return path
 
     def iter_details(self) -> Iterator[dict[str, Any]]:
@@ -220,7 +251,7 @@ class RunStore:
 
     def save_retry_detail(self, task_id: str, attempt_index: int, retry_number: int, payload: Any) -> Path:
         path = self.retry_dir / task_id / f"attempt-{attempt_index}-retry-{retry_number}.json"
-        self._in_background(self._write_text, path, self._encode(payload, False))
+        self._write_text(path, self._encode(payload, False))
         return path
 
     # -- checkpoints ---------------------------------------------------
@@ -228,7 +259,7 @@ class RunStore:
         path = self.checkpoint_dir / task_id / f"attempt-{attempt_index}.json"
         self._checkpoints_seen = True
         payload = {"fingerprint": fingerprint, "attempt_index": attempt_index, "result": result.to_dict()}
-        self._in_background(self._write_text, path, self._encode(payload, False))
+        self._write_text(path, self._encode(payload, False))
 
     def load_checkpoints(self, task_id: str, fingerprint: str) -> tuple[dict[int, RunResult], int]:
         """Compatible checkpoints of ``task_id`` and the number of incompatible ones ignored."""
@@ -253,7 +284,7 @@ class RunStore:
         folder = self.checkpoint_dir / task_id
         if folder.exists():  # most tasks never had one: skip the failing rmtree
             shutil.rmtree(folder, ignore_errors=True)
-            self._made.discard(folder)
+            self._made.discard(str(folder))
 
     def remove_stale_temp_files(self) -> int:
         """Delete temporary files a killed writer left (call only while holding the run's lock)."""

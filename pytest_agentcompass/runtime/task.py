@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from ..analysis import select_analyzers
@@ -18,9 +20,10 @@ from .traces import format_trace
 __all__ = ["TaskOutcome", "outcome_from_detail", "run_task"]
 
 log = logging.getLogger("pytest_agentcompass")
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-@dataclass
+@dataclass(slots=True)  # one per task lives until the end of the run
 class TaskOutcome:
     """A terminal task, as the pytest face and the finalizer see it."""
 
@@ -36,9 +39,12 @@ class TaskOutcome:
     notes: list[str] = field(default_factory=list)
     trace: str | None = None
     duration: float = 0.0
-    detail_path: Path | None = None
+    #: The task's detail file (a ``str``: ten thousand ``Path`` objects are megabytes).
+    detail_path: str | None = None
     reused: bool = False
     logs: list[str] = field(default_factory=list)
+    #: Why the detail record could not be written (the result itself stands).
+    storage_error: str | None = None
 
     def slim(self) -> None:
         """Drop what only reporting needed, once reported: output, artifacts,
@@ -49,7 +55,12 @@ class TaskOutcome:
         # attempt_scores stays: the default aggregation needs nothing else.
         kept = {k: result.metadata[k] for k in ("attempt_scores",) if k in result.metadata}
         self.result = RunResult(
-            result.task_id, score=result.score, status=result.status, error=result.error, metadata=kept
+            result.task_id,
+            score=result.score,
+            status=result.status,
+            error=result.error,
+            artifacts=_EMPTY,
+            metadata=kept or _EMPTY,
         )
         self.logs = []
         self.trace = None
@@ -105,7 +116,11 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
         duration=time.monotonic() - started,
     )
     detail = _detail(ctx, outcome, fingerprint, scheduler.done, analysis, analysis_errors)
-    outcome.detail_path = ctx.store.save_partial_result(task.task_id, detail)
+    try:
+        outcome.detail_path = ctx.store.save_partial_result(task.task_id, detail)
+    except OSError as exc:
+        # The score is known: report and summarize it, and say that a resume will run the task again.
+        outcome.storage_error = f"its detail record could not be written, so a resume runs it again: {exc}"
     return outcome
 
 
@@ -153,7 +168,7 @@ def _detail(
     }
 
 
-def outcome_from_detail(request: str, task: TaskSpec, detail: dict[str, Any], path: Path) -> TaskOutcome:
+def outcome_from_detail(request: str, task: TaskSpec, detail: dict[str, Any], path: str | Path) -> TaskOutcome:
     """Rebuild a :class:`TaskOutcome` from a recorded detail (reuse and resume)."""
     result = RunResult.from_dict(detail)
     return TaskOutcome(
@@ -168,6 +183,6 @@ def outcome_from_detail(request: str, task: TaskSpec, detail: dict[str, Any], pa
         kept_environments=list(detail.get("kept_environments") or []),
         trace=detail.get("trace"),
         duration=float(detail.get("duration", 0.0)),
-        detail_path=path,
+        detail_path=str(path),
         reused=True,
     )

@@ -1,0 +1,122 @@
+"""The run directory writer: atomic files, plans folded into run_info, a disk that refuses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_agentcompass import ExecutionPlan
+from pytest_agentcompass.runtime.store import RunStore
+
+
+def _plan(task_id: str, attempt: int, mode: str = "none") -> ExecutionPlan:
+    return ExecutionPlan(task_id=task_id, attempt_index=attempt, evaluation_environment_mode=mode)
+
+
+def test_run_info_folds_the_last_plan_of_each_attempt_in_task_order(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    awkward = 'quote " back \\ snow ☃'
+    store.record_plan(_plan("b", 0))
+    store.record_plan(_plan(awkward, 0))
+    store.record_plan(_plan("b", 1))
+    store.record_plan(_plan("b", 0, mode="fresh"))  # a retry planned again: the later plan wins
+    store.close()
+    store.write_run_info({"status": "completed"}, with_plans=True)
+
+    info = json.loads((tmp_path / "run_info.json").read_text())
+    plans = info["resolved_execution_plans"]
+    assert list(plans) == ["b", awkward]
+    assert plans["b"]["0"]["evaluation_environment_mode"] == "fresh"
+    assert plans["b"]["1"]["attempt_index"] == 1
+    assert plans[awkward]["0"]["task_id"] == awkward
+    assert info["status"] == "completed"
+
+
+def test_a_plan_line_cut_by_a_kill_is_skipped_and_the_log_stays_appendable(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    store.record_plan(_plan("t0", 0))
+    store.close()
+    with (tmp_path / "plans.jsonl").open("a") as fh:
+        fh.write('{"task_id": "t1", "attempt_index": 0, "evalua')  # what SIGKILL mid-write leaves
+
+    resumed = RunStore(tmp_path)
+    resumed.record_plan(_plan("t2", 0))
+    resumed.close()
+    resumed.write_run_info({"status": "completed"}, with_plans=True)
+
+    plans = json.loads((tmp_path / "run_info.json").read_text())["resolved_execution_plans"]
+    assert list(plans) == ["t0", "t2"]
+
+
+def test_run_info_without_plans_and_reading_it_back(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    store.write_run_info({"status": "running"}, with_plans=True)
+    assert json.loads((tmp_path / "run_info.json").read_text()) == {
+        "status": "running",
+        "resolved_execution_plans": {},
+    }
+    store.record_plan(_plan("t0", 0))
+    info = store.update_run_info(status="completed", with_plans=True)
+    assert "resolved_execution_plans" not in info, "plans are streamed from plans.jsonl, never held"
+    assert store.read_run_info() == {"status": "completed"}
+    store.close()
+
+
+def test_details_are_whole_files_with_no_temporary_left(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    for i in range(50):
+        store.save_partial_result(f"t{i}", {"task_id": f"t{i}", "output": "x" * 100_000})
+    store.close()
+    files = sorted(p.name for p in (tmp_path / "details").iterdir())
+    assert files == sorted(f"t{i}.json" for i in range(50))
+    assert json.loads((tmp_path / "details" / "t7.json").read_text())["output"] == "x" * 100_000
+
+
+def test_a_refused_write_raises_and_leaves_no_temporary(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    store.save_partial_result("t0", {"task_id": "t0"})
+    (tmp_path / "details" / "t1.json").mkdir()  # os.replace cannot put a file over a directory
+    with pytest.raises(OSError):
+        store.save_partial_result("t1", {"task_id": "t1"})
+    assert sorted(p.name for p in (tmp_path / "details").iterdir()) == ["t0.json", "t1.json"]
+
+
+DISK_FULL = """
+import dataclasses, shutil
+from pathlib import Path
+from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+
+class Blocked(HarnessFreeBenchmark):
+    def load_tasks(self, req):
+        return [TaskSpec("t0", ground_truth="a"), TaskSpec("t1", ground_truth="b")]
+    async def run_task(self, task, prepared, env, req, plan):
+        if task.task_id == "t1":
+            # What a full or read-only disk looks like to the store: the details folder is gone.
+            for details in Path("runs/blocked").glob("*/details"):
+                shutil.rmtree(details)
+                details.write_text("not a folder")
+        return RunResult(task.task_id, output="a")
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=float(result.output == task.ground_truth))
+"""
+
+
+def test_a_detail_the_disk_refuses_is_a_teardown_error_and_the_result_stands(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(blocked=DISK_FULL)
+    pytester.makefile(
+        ".yaml",
+        agentcompass="output_dir: runs\ntask_concurrency: 1\nrequests:\n"
+        "  - name: blocked\n    benchmark: {id: 'blocked.py:Blocked'}\n    harness: {id: none}\n",
+    )
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1, errors=1)  # t1: scored (call failed) + teardown error
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of*t1*",
+            "*its detail record could not be written, so a resume runs it again:*",
+        ]
+    )
+    summary = json.loads(next(pytester.path.glob("runs/blocked/*/summary.json")).read_text())
+    assert [(t["task_id"], t["score"]) for t in summary["tasks"]] == [("t0", 1.0), ("t1", 0.0)]

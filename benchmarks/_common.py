@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -10,7 +11,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Measurement", "interleaved", "measure", "pytest_cmd", "write_plain_suite", "write_suite"]
+__all__ = [
+    "Measurement",
+    "interleaved",
+    "measure",
+    "print_medians",
+    "pytest_cmd",
+    "write_plain_suite",
+    "write_suite",
+]
 
 
 @dataclass(frozen=True)
@@ -69,3 +78,18 @@ def interleaved(root: Path, repeat: int) -> Iterator[tuple[Measurement, Measurem
             if run.returncode != 0:
                 raise SystemExit(f"{name} run failed (exit {run.returncode}): {run.tail}")
         yield base, plugin
+
+
+def print_medians(pairs: list[tuple[Measurement, Measurement]], ideal: float = 0.0) -> None:
+    """Pairwise ratios are what a target is read against; medians of each side show the noise apart."""
+    ratios = [plugin.seconds / (ideal + base.seconds) for base, plugin in pairs]
+    base_wall = statistics.median(b.seconds for b, _ in pairs)
+    plugin_wall = statistics.median(p.seconds for _, p in pairs)
+    base_cpu = statistics.median(b.cpu_seconds for b, _ in pairs)
+    plugin_cpu = statistics.median(p.cpu_seconds for _, p in pairs)
+    print(f"pairwise ratios: {', '.join(f'{r:.2f}' for r in ratios)}")
+    print(f"median ratio over {len(ratios)} run(s): {statistics.median(ratios):.2f}x")
+    print(
+        f"medians: plain {base_wall:.2f}s, plugin {plugin_wall:.2f}s -> {plugin_wall / (ideal + base_wall):.2f}x;"
+        f" CPU plain {base_cpu:.2f}s, plugin {plugin_cpu:.2f}s -> {plugin_cpu / base_cpu:.2f}x"
+    )

@@ -9,11 +9,10 @@ what matters. Usage::
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 from pathlib import Path
 
-from _common import interleaved, write_plain_suite, write_suite
+from _common import interleaved, print_medians, write_plain_suite, write_suite
 
 NOOP = """
 import dataclasses
@@ -45,7 +44,9 @@ def main() -> None:
         write_suite(root, "noop", NOOP, args.concurrency, request)
         write_plain_suite(root, args.n)
         ratios = []
+        pairs = []
         for base, plugin in interleaved(root, args.repeat):
+            pairs.append((base, plugin))
             ratios.append(plugin.seconds / base.seconds)
             print(f"n={args.n}")
             print(f"  plain pytest : {base.seconds:7.2f}s  peak RSS {base.peak_rss_mb:6.1f} MB  [{base.tail}]")
@@ -55,7 +56,7 @@ def main() -> None:
                 f"  CPU seconds  : {plugin.cpu_seconds:.2f}/{base.cpu_seconds:.2f}"
                 f" = {plugin.cpu_seconds / base.cpu_seconds:.2f}x"
             )
-        print(f"median ratio over {len(ratios)} run(s): {statistics.median(ratios):.2f}x")
+        print_medians(pairs)
 
 
 if __name__ == "__main__":

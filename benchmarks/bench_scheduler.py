@@ -9,11 +9,10 @@ pytest needs to report n items, measured in the same run. Usage::
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 from pathlib import Path
 
-from _common import interleaved, write_plain_suite, write_suite
+from _common import interleaved, print_medians, write_plain_suite, write_suite
 
 SUITE = """
 import asyncio, dataclasses
@@ -51,7 +50,9 @@ def main() -> None:
         write_suite(root, "suite", SUITE, args.concurrency, request)
         write_plain_suite(root, args.n)
         ratios = []
+        pairs = []
         for base, plugin in interleaved(root, args.repeat):
+            pairs.append((base, plugin))
             ideal = args.n * args.sleep / args.concurrency
             reference = ideal + base.seconds
             ratios.append(plugin.seconds / reference)
@@ -68,7 +69,7 @@ def main() -> None:
                 f"  CPU seconds plugin/plain : {plugin.cpu_seconds:.2f}/{base.cpu_seconds:.2f}"
                 f" = {plugin.cpu_seconds / base.cpu_seconds:.2f}x"
             )
-        print(f"median ratio over {len(ratios)} run(s): {statistics.median(ratios):.2f}x")
+        print_medians(pairs, ideal=args.n * args.sleep / args.concurrency)
 
 
 if __name__ == "__main__":

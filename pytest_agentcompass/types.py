@@ -49,10 +49,13 @@ class RunStatus(enum.StrEnum):
 
     @property
     def is_error(self) -> bool:
-        return self in (RunStatus.INFERENCE_ERROR, RunStatus.EVALUATION_ERROR, RunStatus.CANCELLED)
+        return self in _ERROR_STATUSES
 
 
-@dataclass(frozen=True)
+_ERROR_STATUSES = frozenset({RunStatus.INFERENCE_ERROR, RunStatus.EVALUATION_ERROR, RunStatus.CANCELLED})
+
+
+@dataclass(frozen=True, slots=True)
 class TaskSpec:
     """One sample of a benchmark, as ``Benchmark.load_tasks`` returns it.
 
@@ -70,7 +73,7 @@ class TaskSpec:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PreparedTask:
     """What ``Benchmark.prepare_task`` hands to the inference path.
 
@@ -84,7 +87,7 @@ class PreparedTask:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunResult:
     """The outcome of one attempt: raw after inference, scored after evaluation.
 
@@ -103,7 +106,10 @@ class RunResult:
 
     @property
     def is_error(self) -> bool:
-        return RunStatus(self.status).is_error
+        status = self.status
+        if isinstance(status, RunStatus):  # the common case skips the enum lookup (hot: several per task)
+            return status.is_error
+        return RunStatus(status).is_error
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -124,7 +130,7 @@ class RunResult:
         return cls(**values)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExecResult:
     """What ``EnvironmentSession.exec`` returns.
 
@@ -145,7 +151,7 @@ class ExecResult:
         return self.exit_code == 0 and not self.timed_out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExecutionPlan:
     """Everything one semantic attempt will do, decided before anything opens.
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ..types import RunResult, RunStatus
 
@@ -34,11 +34,14 @@ def _scores(done: Mapping[int, RunResult]) -> dict[str, float | None]:
     return {str(i): (r.score if not r.is_error else None) for i, r in sorted(done.items())}
 
 
-def _base(done: Mapping[int, RunResult], chosen: RunResult, k: int) -> RunResult:
-    metadata = dict(chosen.metadata)
+def _base(
+    done: Mapping[int, RunResult], chosen: RunResult, k: int, extra: Mapping[str, Any] = {}, **changes: Any
+) -> RunResult:
+    """``chosen`` with the attempt bookkeeping every strategy records (one copy: this runs per task)."""
+    metadata = {**chosen.metadata, **extra}
     metadata["attempt_scores"] = _scores(done)
     metadata["attempts"] = {"k": k, "completed": len(done)}
-    return dataclasses.replace(chosen, metadata=metadata)
+    return dataclasses.replace(chosen, metadata=metadata, **changes)
 
 
 class AverageStrategy:
@@ -60,12 +63,9 @@ class AverageStrategy:
         if not scored:
             return _base(done, last, k)
         mean = sum(float(r.score or 0.0) for r in scored) / len(scored)
-        result = dataclasses.replace(scored[-1], score=mean, status=RunStatus.SCORED, error=None)
-        result = _base(done, result, k)
         errors = len(done) - len(scored)
-        if errors:
-            result = dataclasses.replace(result, metadata={**result.metadata, "attempt_errors": errors})
-        return result
+        extra = {"attempt_errors": errors} if errors else {}
+        return _base(done, scored[-1], k, extra, score=mean, status=RunStatus.SCORED, error=None)
 
 
 class PassStrategy:

@@ -22,6 +22,7 @@ import pytest
 from .components import build_request
 from .runtime.request import RequestRuntime
 from .runtime.task import TaskOutcome, outcome_from_detail
+from .runtime.threads import run_with_pool
 
 if TYPE_CHECKING:
     from .nodes import TaskItem
@@ -105,7 +106,8 @@ def run_single_task(item: TaskItem) -> TaskOutcome:
 
         state = make_runtime(run, item.setup_info, {item.task.task_id}, resume=False)
     try:
-        outcome = asyncio.run(state.run(item.task))
+        grace = run.orchestration.cleanup_grace_seconds
+        outcome = run_with_pool(state.run(item.task), max_workers=16, grace=grace)
     except (KeyboardInterrupt, asyncio.CancelledError):
         outcome = state.cancelled_outcome(item.task, "cancelled: interrupted")
     if not isinstance(distributed, DistributedRun):

@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from .runtime.logs import TaskLogHandler
 from .runtime.orchestrator import OrchestrationResult, Orchestrator
 from .runtime.request import RequestRuntime, claim_run_dir, find_resumable_run, find_reusable_run
 from .runtime.store import RunStore
+from .runtime.threads import BlockingCallPool
 
 if TYPE_CHECKING:
     from .components import RequestSetup
@@ -224,6 +226,13 @@ class AgentCompassRun:
                 tr.write_line(f"  {name}::{task_id}: {env}")
         if self.result and self.result.status in ("timeout", "cancelled"):
             tr.write_line(f"orchestration {self.result.status}: {self.result.reason}", red=True)
+        if self.result and self.result.abandoned_calls:
+            calls = self.result.abandoned_calls
+            tr.write_line(
+                f"{len(calls)} blocking call(s) still running after the cleanup grace were abandoned "
+                f"(daemon threads, they end with the process): {', '.join(calls)}",
+                yellow=True,
+            )
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         from .limits import reset_limits
@@ -312,6 +321,9 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
     the grace period); a second one raises ``KeyboardInterrupt`` at once.
     """
     loop = asyncio.new_event_loop()
+    # Room for every active task's blocking calls (a Docker exec holds one thread while it streams).
+    pool = BlockingCallPool(max(16, 4 * orchestrator.task_concurrency), grace=orchestrator.cleanup_grace_seconds)
+    loop.set_default_executor(pool)
     main = loop.create_task(orchestrator.execute())
     interrupts = 0
 
@@ -348,4 +360,11 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
         if not forced:
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
+            started = orchestrator.result.cleanup_started
+            spent = 0.0 if started is None else time.monotonic() - started
+            # One grace for everything cancellation waits on: async tasks first, then threads.
+            pool.shutdown(wait=True, cancel_futures=True, timeout=max(0.0, pool.grace - spent))
+            orchestrator.result.abandoned_calls = pool.abandoned
+            if pool.abandoned:
+                log.warning("blocking calls still running after the cleanup grace: %s", ", ".join(pool.abandoned))
     return orchestrator.result

@@ -32,6 +32,10 @@ class OrchestrationResult:
     reason: str | None = None
     unfinished: list[TaskOutcome] = field(default_factory=list)
     stuck_tasks: int = 0
+    #: Blocking calls (``asyncio.to_thread``) still running after the cleanup grace, left to daemon threads.
+    abandoned_calls: list[str] = field(default_factory=list)
+    #: ``time.monotonic()`` when cancellation began: the cleanup grace counts from here.
+    cleanup_started: float | None = None
 
 
 class Orchestrator:
@@ -223,6 +227,7 @@ class Orchestrator:
     async def _cancel_remaining(self, tasks: Sequence[asyncio.Future[None]], status: str, reason: str) -> None:
         """Freeze the status, cancel everything, wait within the grace, persist what is unfinished."""
         self.result.status, self.result.reason = status, reason
+        self.result.cleanup_started = time.monotonic()
         self._stopping = True
         active: list[tuple[RequestRuntime, TaskSpec]] = [
             (state, task) for state in self.requests for task in state.active.values()

@@ -1,0 +1,135 @@
+"""The executor behind ``asyncio.to_thread`` while the plugin's loop runs.
+
+Provider SDKs (Docker's among them) block, so providers call them through
+``asyncio.to_thread``. The loop's stock default executor has ``cpu + 4``
+workers, which caps a 500-task run at a handful of concurrent container
+calls, and its threads are joined at interpreter exit, so one hung SDK call
+hangs pytest after the run. This pool grows with the run's concurrency,
+remembers what is in flight, waits for it within the cleanup grace, and then
+abandons what is still running on daemon threads, saying which calls they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, ParamSpec, TypeVar
+
+__all__ = ["BlockingCallPool", "run_with_pool"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _describe(fn: Callable[..., Any]) -> str:
+    inner: Any = fn
+    if isinstance(inner, functools.partial):
+        # asyncio.to_thread submits partial(context.run, func, ...): name func.
+        if isinstance(getattr(inner.func, "__self__", None), contextvars.Context) and inner.args:
+            inner = inner.args[0]
+        else:
+            inner = inner.func
+    name = getattr(inner, "__qualname__", None) or type(inner).__name__
+    module = getattr(inner, "__module__", None)
+    return f"{module}.{name}" if module else name
+
+
+class BlockingCallPool(ThreadPoolExecutor):
+    """Daemon worker threads, started on demand up to ``max_workers``; idle ones exit.
+
+    A ``ThreadPoolExecutor`` only because ``loop.set_default_executor``
+    accepts nothing else; none of the base class's threads are ever started.
+
+    :param grace: How long :meth:`shutdown` with ``wait=True`` waits for
+        calls in flight before it abandons them (listed in :attr:`abandoned`).
+    """
+
+    def __init__(self, max_workers: int, grace: float, name: str = "agentcompass-io") -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix=name)
+        self.max_workers = max_workers
+        self.grace = grace
+        self.name = name
+        #: Calls still running when a waiting shutdown gave up on them.
+        self.abandoned: list[str] = []
+        self._queue: deque[tuple[Future[Any], Callable[[], Any], str]] = deque()
+        self._running: dict[Future[Any], str] = {}
+        self._workers = 0
+        self._idle = 0
+        self._closed = False
+        self._lock = threading.Condition()
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot schedule new calls after shutdown")
+            self._queue.append((future, lambda: fn(*args, **kwargs), _describe(fn)))
+            if self._idle:
+                self._lock.notify()
+            # Each queued call needs its own thread: one that blocks must not hold up the next.
+            if len(self._queue) > self._idle and self._workers < self.max_workers:
+                self._workers += 1
+                threading.Thread(target=self._work, name=f"{self.name}-{self._workers}", daemon=True).start()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue and not self._closed:
+                    self._idle += 1
+                    self._lock.wait(timeout=2.0)  # linger briefly: calls come in bursts
+                    self._idle -= 1
+                if not self._queue:
+                    self._workers -= 1
+                    self._lock.notify_all()
+                    return
+                future, call, description = self._queue.popleft()
+                if not future.set_running_or_notify_cancel():
+                    continue
+                self._running[future] = description
+            try:
+                result = call()
+            except BaseException as exc:  # handed to the awaiting coroutine, like the stock executor
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+            finally:
+                with self._lock:
+                    self._running.pop(future, None)
+                    self._lock.notify_all()
+
+    def in_flight(self) -> list[str]:
+        """What is running now, by function name."""
+        with self._lock:
+            return list(self._running.values())
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False, timeout: float | None = None) -> None:
+        """Take no new calls; with ``wait``, wait up to ``timeout`` (default: the grace) for running ones."""
+        with self._lock:
+            self._closed = True
+            if cancel_futures:
+                while self._queue:
+                    self._queue.popleft()[0].cancel()
+            self._lock.notify_all()
+            if not wait:
+                return
+            deadline = time.monotonic() + (self.grace if timeout is None else timeout)
+            while self._running or self._queue:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._lock.wait(timeout=remaining)
+            self.abandoned = [*self._running.values(), *(d for _, _, d in self._queue)]
+
+
+def run_with_pool(coro: Coroutine[Any, Any, T], *, max_workers: int, grace: float) -> T:
+    """``asyncio.run(coro)`` with a :class:`BlockingCallPool` as the default executor."""
+    with asyncio.Runner() as runner:
+        runner.get_loop().set_default_executor(BlockingCallPool(max_workers, grace))
+        return runner.run(coro)

@@ -1,0 +1,119 @@
+"""Blocking calls (``asyncio.to_thread``): enough threads for the run, and none that outlive the grace."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from pytest_agentcompass.runtime.threads import BlockingCallPool, run_with_pool
+
+
+def test_every_queued_call_gets_its_own_thread() -> None:
+    pool = BlockingCallPool(64, grace=1)
+    barrier = threading.Barrier(30, timeout=10)  # breaks unless 30 calls block at the same time
+    futures = [pool.submit(barrier.wait) for _ in range(30)]
+    assert sorted(f.result() for f in futures) == list(range(30))
+    pool.shutdown()
+    assert pool.abandoned == []
+
+
+def test_errors_reach_the_caller_and_idle_threads_exit() -> None:
+    pool = BlockingCallPool(4, grace=1)
+    with pytest.raises(ValueError, match="invalid literal"):
+        pool.submit(int, "x").result()
+    pool.shutdown()
+    deadline = time.monotonic() + 10
+    while any(t.name.startswith("agentcompass-io") for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [t for t in threading.enumerate() if t.name.startswith("agentcompass-io")]
+
+
+def test_shutdown_waits_within_the_grace_then_abandons_and_names_the_call() -> None:
+    pool = BlockingCallPool(4, grace=0.3)
+    release = threading.Event()
+    pool.submit(release.wait)
+    started = time.monotonic()
+    pool.shutdown(wait=True)
+    assert 0.25 <= time.monotonic() - started < 5
+    assert pool.abandoned == ["threading.Event.wait"]
+    stuck = [t for t in threading.enumerate() if t.name.startswith("agentcompass-io")]
+    assert stuck and all(t.daemon for t in stuck), "an abandoned call must not keep the interpreter alive"
+    release.set()
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(time.sleep, 0)
+
+
+def test_to_thread_uses_the_pool_and_is_named_by_its_function() -> None:
+    async def main() -> list[str]:
+        task = asyncio.ensure_future(asyncio.to_thread(time.sleep, 0.5))
+        await asyncio.sleep(0.1)
+        pool = asyncio.get_running_loop()._default_executor
+        assert isinstance(pool, BlockingCallPool)
+        seen = pool.in_flight()
+        await task
+        return seen
+
+    assert run_with_pool(main(), max_workers=4, grace=1) == ["time.sleep"]
+
+
+BLOCKING = """
+import asyncio, threading
+from pytest_agentcompass import BaseBenchmark, BaseHarness, RunResult, TaskSpec
+
+N = 24
+BARRIER = threading.Barrier(N, timeout=20)
+
+class Many(BaseBenchmark):
+    def load_tasks(self, req):
+        return [TaskSpec(f"t{i}") for i in range(N)]
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return RunResult(task.task_id, output=result.output, score=1.0)
+
+class Together(BaseHarness):
+    async def run(self, session, task, prepared, env, req, plan):
+        # Like an SDK call that streams for the whole task: all N must hold a thread at once.
+        await asyncio.to_thread(BARRIER.wait)
+        return RunResult(task.task_id, output="ok")
+
+class Hung(BaseHarness):
+    async def run(self, session, task, prepared, env, req, plan):
+        await asyncio.to_thread(threading.Event().wait)  # never returns, ignores cancellation
+        return RunResult(task.task_id, output="never")
+"""
+
+
+def _config(pytester: pytest.Pytester, harness: str, extra: str = "") -> None:
+    pytester.makepyfile(blocking=BLOCKING)
+    pytester.makefile(
+        ".yaml",
+        agentcompass=f"output_dir: runs\ntask_concurrency: 24\n{extra}requests:\n"
+        f"  - name: r\n    benchmark: {{id: 'blocking.py:Many'}}\n    harness: {{id: 'blocking.py:{harness}'}}\n",
+    )
+
+
+def test_blocking_calls_of_every_active_task_run_at_once(pytester: pytest.Pytester) -> None:
+    _config(pytester, "Together")
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=24)
+
+
+def test_a_hung_blocking_call_does_not_hang_pytest(pytester: pytest.Pytester) -> None:
+    _config(pytester, "Hung", "timeout_seconds: 1\ncleanup_grace_seconds: 1\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        timeout=120,  # the stock executor joins its threads at exit: this would never return
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "orchestration timeout" in proc.stdout
+    assert (
+        "24 blocking call(s) still running after the cleanup grace were abandoned "
+        "(daemon threads, they end with the process): threading.Event.wait" in proc.stdout
+    )

@@ -88,26 +88,28 @@ class RunStore:
         value = self.redactor.apply(data) if self.redactor else data
         return _readable(value) if pretty else json.dumps(value, separators=(",", ":"), default=_fallback)
 
-    def _temp_name(self, path: str | Path) -> str:
+    @contextlib.contextmanager
+    def _replacing(self, path: str | Path) -> Iterator[str]:
+        """A temporary name that becomes ``path`` if the block succeeds and is removed if it fails."""
         folder = os.path.dirname(path)
         if folder not in self._made:
             os.makedirs(folder, exist_ok=True)
             self._made.add(folder)
         self._serial += 1
-        return f"{folder}/.{os.path.basename(path)}.{self._tmp_tag}{self._serial}.tmp"
-
-    def _write_chunks(self, path: Path, chunks: Iterable[str]) -> None:
-        """Like :meth:`_write_text` for a file too large to hold as one string."""
-        tmp = self._temp_name(path)
+        tmp = f"{folder}/.{os.path.basename(path)}.{self._tmp_tag}{self._serial}.tmp"
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.writelines(chunks)
-                fh.write("\n")
+            yield tmp
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+
+    def _write_chunks(self, path: Path, chunks: Iterable[str]) -> None:
+        """Like :meth:`_write_text` for a file too large to hold as one string."""
+        with self._replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+            fh.writelines(chunks)
+            fh.write("\n")
 
     def _write_text(self, path: str | Path, text: str) -> None:
         """Write ``text`` to ``path`` through a temporary name and a rename.
@@ -118,9 +120,8 @@ class RunStore:
         docs/performance.md). Plain ``os`` calls on ``str`` paths: pathlib's
         parsing was a visible share of a no-op task.
         """
-        tmp = self._temp_name(path)
         data = (text + "\n").encode("utf-8")
-        try:
+        with self._replacing(path) as tmp:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
             try:
                 view = memoryview(data)
@@ -128,11 +129,6 @@ class RunStore:
                     view = view[os.write(fd, view) :]
             finally:
                 os.close(fd)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
 
     def write_json(self, path: Path, data: Any, *, pretty: bool = False) -> Path:
         """Atomically write ``data`` (redacted) to ``path``.

@@ -43,15 +43,13 @@ def main() -> None:
         request = f"name: noop\nbenchmark: {{id: 'noop.py:Noop', params: {{n: {args.n}}}}}"
         write_suite(root, "noop", NOOP, args.concurrency, request)
         write_plain_suite(root, args.n)
-        ratios = []
         pairs = []
         for base, plugin in interleaved(root, args.repeat):
             pairs.append((base, plugin))
-            ratios.append(plugin.seconds / base.seconds)
             print(f"n={args.n}")
             print(f"  plain pytest : {base.seconds:7.2f}s  peak RSS {base.peak_rss_mb:6.1f} MB  [{base.tail}]")
             print(f"  agentcompass : {plugin.seconds:7.2f}s  peak RSS {plugin.peak_rss_mb:6.1f} MB  [{plugin.tail}]")
-            print(f"  ratio        : {ratios[-1]:7.2f}x (target <= 1.5x, RSS < 300 MB)")
+            print(f"  ratio        : {plugin.seconds / base.seconds:7.2f}x (target <= 1.5x, RSS < 300 MB)")
             print(
                 f"  CPU seconds  : {plugin.cpu_seconds:.2f}/{base.cpu_seconds:.2f}"
                 f" = {plugin.cpu_seconds / base.cpu_seconds:.2f}x"

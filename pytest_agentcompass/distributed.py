@@ -22,7 +22,7 @@ import pytest
 from .components import build_request
 from .runtime.request import RequestRuntime
 from .runtime.task import TaskOutcome, outcome_from_detail
-from .runtime.threads import run_with_pool
+from .runtime.threads import run_with_pool, workers_for
 
 if TYPE_CHECKING:
     from .nodes import TaskItem
@@ -107,7 +107,7 @@ def run_single_task(item: TaskItem) -> TaskOutcome:
         state = make_runtime(run, item.setup_info, {item.task.task_id}, resume=False)
     try:
         grace = run.orchestration.cleanup_grace_seconds
-        outcome = run_with_pool(state.run(item.task), max_workers=16, grace=grace)
+        outcome = run_with_pool(state.run(item.task), max_workers=workers_for(1), grace=grace)
     except (KeyboardInterrupt, asyncio.CancelledError):
         outcome = state.cancelled_outcome(item.task, "cancelled: interrupted")
     if not isinstance(distributed, DistributedRun):

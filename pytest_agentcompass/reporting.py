@@ -81,9 +81,9 @@ def phase_problems(outcome: TaskOutcome, pass_threshold: float) -> dict[When, Ta
             "cleanup failed (the task's own result is kept):\n" + "\n".join(outcome.cleanup_errors)
         )
     if outcome.storage_error:
-        problems["teardown"] = TaskStorageError(
-            "\n\n".join([*([str(problems["teardown"])] if problems["teardown"] else []), outcome.storage_error])
-        )
+        cleanup = problems["teardown"]
+        text = outcome.storage_error if cleanup is None else f"{cleanup}\n\n{outcome.storage_error}"
+        problems["teardown"] = TaskStorageError(text)
     return problems
 
 

@@ -27,7 +27,7 @@ from .runtime.logs import TaskLogHandler
 from .runtime.orchestrator import OrchestrationResult, Orchestrator
 from .runtime.request import RequestRuntime, claim_run_dir, find_resumable_run, find_reusable_run
 from .runtime.store import RunStore
-from .runtime.threads import BlockingCallPool
+from .runtime.threads import BlockingCallPool, workers_for
 
 if TYPE_CHECKING:
     from .components import RequestSetup
@@ -321,8 +321,7 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
     the grace period); a second one raises ``KeyboardInterrupt`` at once.
     """
     loop = asyncio.new_event_loop()
-    # Room for every active task's blocking calls (a Docker exec holds one thread while it streams).
-    pool = BlockingCallPool(max(16, 4 * orchestrator.task_concurrency), grace=orchestrator.cleanup_grace_seconds)
+    pool = BlockingCallPool(workers_for(orchestrator.task_concurrency), grace=orchestrator.cleanup_grace_seconds)
     loop.set_default_executor(pool)
     main = loop.create_task(orchestrator.execute())
     interrupts = 0

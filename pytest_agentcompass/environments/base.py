@@ -22,13 +22,23 @@ from ..types import ExecResult, ExecutionPlan, NetworkPolicy
 if TYPE_CHECKING:
     from ..config import EnvironmentSpec
 
-__all__ = ["BaseEnvironment", "EnvironmentSession", "SessionConfig", "SessionPurpose"]
+__all__ = ["BaseEnvironment", "EnvironmentSession", "SessionConfig", "SessionPurpose", "argv_list"]
 
 SessionPurpose = Literal["task", "evaluation"]
 
 # Set while a throttled ``open`` runs, so a subclass calling ``super().open``
 # is not throttled twice.
 _throttled: contextvars.ContextVar[bool] = contextvars.ContextVar("agentcompass_throttled", default=False)
+
+
+def argv_list(argv: Sequence[str]) -> list[str]:
+    """``argv`` as a list; a string is refused, since splitting it would guess at the shell's quoting.
+
+    :raises TypeError: for a ``str`` (a common slip that would otherwise run each character).
+    """
+    if isinstance(argv, str):
+        raise TypeError("exec takes an argument list, not a string; use ['sh', '-c', cmd]")
+    return list(argv)
 
 
 @dataclass(frozen=True)

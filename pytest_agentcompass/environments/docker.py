@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import PreflightError, SessionError
 from ..types import ExecResult, NetworkPolicy
-from .base import BaseEnvironment, EnvironmentSession, SessionConfig
+from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
 from .local import DEFAULT_OUTPUT_LIMIT
 
 __all__ = ["DockerEnvironment", "DockerSession"]
@@ -72,13 +72,11 @@ class DockerSession(EnvironmentSession):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> ExecResult:
-        if isinstance(argv, str):
-            raise TypeError("exec takes an argument list, not a string; use ['sh', '-c', cmd]")
         api = self.client.api
         created = await asyncio.to_thread(
             api.exec_create,
             self.container.id,
-            list(argv),
+            argv_list(argv),
             environment=dict(env or {}),
             workdir=self._path(cwd) if cwd else self.workdir,
         )

@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import SessionError, WorkspacePathError
 from ..types import ExecResult
-from .base import BaseEnvironment, EnvironmentSession, SessionConfig
+from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
 
 __all__ = ["LocalEnvironment", "LocalSession", "DEFAULT_OUTPUT_LIMIT"]
 
@@ -94,10 +94,9 @@ class LocalSession(EnvironmentSession):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> ExecResult:
-        if isinstance(argv, str):
-            raise TypeError("exec takes an argument list, not a string; use ['sh', '-c', cmd]")
+        args = argv_list(argv)
         workdir = self.resolve(cwd) if cwd else self.resolve(".")
-        argv = [self._map_argument(arg) for arg in argv]
+        argv = [self._map_argument(arg) for arg in args]
         started = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(

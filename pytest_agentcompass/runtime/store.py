@@ -24,7 +24,7 @@ import shutil
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..redact import Redactor
 from ..types import ExecutionPlan, RunResult, to_jsonable
@@ -71,6 +71,7 @@ class RunStore:
         self.run_dir = run_dir
         self.redactor = redactor or Redactor()
         self.details_dir = run_dir / "details"
+        self.plans_path = run_dir / "plans.jsonl"
         self._details = str(self.details_dir)
         self.retry_dir = run_dir / "retry_details"
         self.checkpoint_dir = run_dir / "checkpoints"
@@ -155,11 +156,10 @@ class RunStore:
 
     def write_run_info(self, info: Mapping[str, Any], *, with_plans: bool = False) -> None:
         """Write ``run_info.json``; ``with_plans`` folds every recorded plan into it."""
-        info = {k: v for k, v in info.items() if k != PLANS_KEY}
         if with_plans:
             self._write_chunks(self.run_dir / RUN_INFO, self._run_info_lines(info))
         else:
-            self.write_json(self.run_dir / RUN_INFO, info, pretty=True)
+            self.write_json(self.run_dir / RUN_INFO, dict(info), pretty=True)
 
     def update_run_info(self, *, with_plans: bool = False, **changes: Any) -> dict[str, Any]:
         info = self.read_run_info()
@@ -172,8 +172,7 @@ class RunStore:
         """Append ``plan`` durably; folded into ``run_info.json`` by ``write_run_info(with_plans=True)``."""
         if self._plans_file is None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            path = self.run_dir / "plans.jsonl"
-            self._plans_file = path.open("a+", encoding="utf-8")
+            self._plans_file = self.plans_path.open("a+", encoding="utf-8")
             if self._plans_file.tell():
                 self._plans_file.seek(self._plans_file.tell() - 1)
                 if self._plans_file.read(1) != "\n":  # a kill cut the last line: end it
@@ -182,7 +181,8 @@ class RunStore:
         self._plans_file.write(line + "\n")
         self._plans_file.flush()
 
-    def _plan_offsets(self) -> dict[str, dict[str, int]]:
+    @staticmethod
+    def _plan_offsets(fh: BinaryIO) -> dict[str, dict[str, int]]:
         """Where the last plan of each attempt starts in ``plans.jsonl``, tasks in first-seen order.
 
         Keys are the task ids as JSON literals. Only the head of each line is
@@ -190,28 +190,23 @@ class RunStore:
         dict per plan.
         """
         index: dict[str, dict[str, int]] = {}
-        path = self.run_dir / "plans.jsonl"
-        if not path.exists():
-            return index
         offset = 0
-        with path.open("rb") as fh:
-            for raw in fh:
-                line = raw.decode("utf-8", "replace")
-                head = _PLAN_HEAD.match(line)
-                if head is not None and line.endswith("}\n"):  # a line cut by a kill has no end
-                    index.setdefault(head[1], {})[head[2]] = offset
-                offset += len(raw)
+        for raw in fh:
+            line = raw.decode("utf-8", "replace")
+            head = _PLAN_HEAD.match(line)
+            if head is not None and line.endswith("}\n"):  # a line cut by a kill has no end
+                index.setdefault(head[1], {})[head[2]] = offset
+            offset += len(raw)
         return index
 
     def _run_info_lines(self, info: Mapping[str, Any]) -> Iterator[str]:
         """``run_info.json`` with the recorded plans streamed in under ``resolved_execution_plans``."""
         text = self._encode(dict(info), pretty=True)
         yield text[: text.rindex("}")].rstrip() + ("," if info else "") + f'\n  "{PLANS_KEY}": {{'
-        offsets = self._plan_offsets()
-        if offsets:
-            separator = "\n"
-            with (self.run_dir / "plans.jsonl").open("rb") as fh:
-                for task, attempts in offsets.items():
+        if self.plans_path.exists():
+            with self.plans_path.open("rb") as fh:
+                separator = "\n"
+                for task, attempts in self._plan_offsets(fh).items():
                     parts = []
                     for attempt, offset in attempts.items():
                         fh.seek(offset)
@@ -222,7 +217,10 @@ class RunStore:
 
     # -- details -------------------------------------------------------
     def detail_path(self, task_id: str) -> Path:
-        return self.details_dir / f"{task_id}.json"
+        return Path(self._detail_file(task_id))
+
+    def _detail_file(self, task_id: str) -> str:
+        return f"{self._details}/{task_id}.json"  # a str: built once per task
 
     def save_partial_result(self, task_id: str, detail: Mapping[str, Any]) -> str:
         """Write the terminal record of ``task_id``, then remove its attempt checkpoints.
@@ -230,7 +228,7 @@ class RunStore:
         In that order, so a kill in between leaves a detail and stale
         checkpoints (harmless), never checkpoints alone.
         """
-        path = f"{self._details}/{task_id}.json"  # a str: this runs once per task
+        path = self._detail_file(task_id)
         self._write_text(path, self._encode(detail, False))
         if self._checkpoints_seen:
             self.remove_checkpoints(task_id)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["BlockingCallPool", "run_with_pool"]
+__all__ = ["BlockingCallPool", "run_with_pool", "workers_for"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -40,6 +40,11 @@ def _describe(fn: Callable[..., Any]) -> str:
     return f"{module}.{name}" if module else name
 
 
+def workers_for(task_concurrency: int) -> int:
+    """Threads a run may need: a Docker exec holds one while it streams, and each task makes a few calls."""
+    return max(16, 4 * task_concurrency)
+
+
 class BlockingCallPool(ThreadPoolExecutor):
     """Daemon worker threads, started on demand up to ``max_workers``; idle ones exit.
 
@@ -52,9 +57,7 @@ class BlockingCallPool(ThreadPoolExecutor):
 
     def __init__(self, max_workers: int, grace: float, name: str = "agentcompass-io") -> None:
         super().__init__(max_workers=max_workers, thread_name_prefix=name)
-        self.max_workers = max_workers
         self.grace = grace
-        self.name = name
         #: Calls still running when a waiting shutdown gave up on them.
         self.abandoned: list[str] = []
         self._queue: deque[tuple[Future[Any], Callable[[], Any], str]] = deque()
@@ -73,9 +76,10 @@ class BlockingCallPool(ThreadPoolExecutor):
             if self._idle:
                 self._lock.notify()
             # Each queued call needs its own thread: one that blocks must not hold up the next.
-            if len(self._queue) > self._idle and self._workers < self.max_workers:
+            if len(self._queue) > self._idle and self._workers < self._max_workers:
                 self._workers += 1
-                threading.Thread(target=self._work, name=f"{self.name}-{self._workers}", daemon=True).start()
+                name = f"{self._thread_name_prefix}-{self._workers}"
+                threading.Thread(target=self._work, name=name, daemon=True).start()
         return future
 
     def _work(self) -> None:
@@ -87,7 +91,6 @@ class BlockingCallPool(ThreadPoolExecutor):
                     self._idle -= 1
                 if not self._queue:
                     self._workers -= 1
-                    self._lock.notify_all()
                     return
                 future, call, description = self._queue.popleft()
                 if not future.set_running_or_notify_cancel():

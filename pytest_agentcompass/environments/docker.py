@@ -33,7 +33,7 @@ from ..config import ParamsModel
 from ..errors import PreflightError, SessionError
 from ..types import ExecResult, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
-from .local import DEFAULT_OUTPUT_LIMIT
+from .process import DEFAULT_OUTPUT_LIMIT, descendants
 
 __all__ = ["DockerEnvironment", "DockerSession"]
 

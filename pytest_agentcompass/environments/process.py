@@ -29,6 +29,7 @@ from ._reaper import _HEADER, children_of
 
 __all__ = [
     "DEFAULT_OUTPUT_LIMIT",
+    "EXEC_MARKER",
     "MARKER",
     "Completed",
     "ExecControls",
@@ -41,6 +42,8 @@ __all__ = [
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024
 #: The environment variable naming the run a command belongs to.
 MARKER = "AGENTCOMPASS_RUN"
+#: The environment variable naming one exec (for providers that must find its processes).
+EXEC_MARKER = "AGENTCOMPASS_EXEC"
 _CHUNK = 64 * 1024
 #: How long to wait for the reaper's report after asking it to kill (it takes milliseconds).
 _KILL_WAIT = 10.0
@@ -51,13 +54,13 @@ def descendants(pid: int) -> list[int]:
     return children_of(pid)
 
 
-def kill_marked(run_id: str, rounds: int = 20) -> int:
-    """SIGKILL every process of this user whose environment says ``AGENTCOMPASS_RUN=<run_id>``.
+def kill_marked(value: str, variable: str = MARKER, rounds: int = 20) -> int:
+    """SIGKILL every process we may signal whose environment holds ``<variable>=<value>``.
 
     Repeated until a scan finds none, since a dying process tree may fork
     meanwhile. Returns how many were killed.
     """
-    needle = f"{MARKER}={run_id}".encode()
+    needle = f"{variable}={value}".encode()
     mine = {os.getpid(), os.getppid()}
     killed: set[int] = set()
     for _ in range(rounds):

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, overload
 
-from .._compat import maybe_await
+from .._compat import call_user
 from ..benchmark import BaseBenchmark
 from ..errors import AgentCompassError, PreflightError
 from ..types import RunResult, RunStatus, TaskSpec, to_jsonable
@@ -82,7 +82,7 @@ class RequestRuntime:
         try:
             await ctx.provider.preflight()
             if ctx.harness is not None and hasattr(ctx.harness, "preflight"):
-                await maybe_await(ctx.harness.preflight())
+                await call_user(ctx.harness.preflight)
             if self.tasks:
                 # A plan the provider cannot honour fails here, before anything opens.
                 ctx.planner.plan(self.tasks[0], 0)
@@ -198,7 +198,7 @@ class RequestRuntime:
         else:
             results = StoredResults(ordered)
         try:
-            metrics = await maybe_await(benchmark.aggregate_metrics(results, self.ctx.req))
+            metrics = await call_user(benchmark.aggregate_metrics, results, self.ctx.req)
         except Exception as exc:
             log.warning("request %s: aggregate_metrics failed: %s", self.name, exc)
             metrics = {"error": f"aggregate_metrics failed: {type(exc).__name__}: {exc}"}

@@ -23,7 +23,7 @@ async def maybe_await(value: Any) -> Any:
 def _is_async(fn: Callable[..., Any]) -> bool:
     # iscoroutinefunction sees through bound methods and functools.partial;
     # an object with ``async def __call__`` needs the second look.
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
 async def call_user(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:

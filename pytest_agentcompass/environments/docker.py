@@ -45,8 +45,8 @@ log = logging.getLogger("pytest_agentcompass")
 # environment holds it is killed, again until none is left (one may fork).
 _KILLER = (
     "n=1; i=0; while [ $n -gt 0 ] && [ $i -lt 20 ]; do n=0; i=$((i+1)); "
-    "for d in /proc/[0-9]*; do p=${d#/proc/}; [ \"$p\" = $$ ] && continue; "
-    f"if grep -q \"{EXEC_MARKER}=$1\" \"$d/environ\" 2>/dev/null; then kill -9 \"$p\" 2>/dev/null && n=$((n+1)); fi; "
+    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = $$ ] && continue; '
+    f'if grep -q "{EXEC_MARKER}=$1" "$d/environ" 2>/dev/null; then kill -9 "$p" 2>/dev/null && n=$((n+1)); fi; '
     "done; done"
 )
 

@@ -99,7 +99,9 @@ class _ReaperServer:
         script = Path(__file__).with_name("_reaper.py")
         with theirs:
             # -I -S: no site, no user paths; the script needs only the standard library.
-            self._proc = subprocess.Popen([sys.executable, "-I", "-S", str(script)], stdin=theirs, close_fds=True)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(script)], stdin=theirs.fileno(), close_fds=True
+            )
         self._sock, self._owner = ours, os.getpid()
         return ours
 
@@ -220,7 +222,12 @@ async def run_reaped(
     # From here on nothing awaits outside the try below, so a cancel always reaches the kill.
     out, err, status = _Drain(loop, out_r, output_limit), _Drain(loop, err_r, output_limit), _Drain(loop, st_r, 4096)
     reported: asyncio.Future[dict[str, int]] = loop.create_future()
-    status.done.add_done_callback(lambda _: reported.done() or reported.set_result(_parse(status.kept)))
+
+    def on_status(_: object) -> None:
+        if not reported.done():
+            reported.set_result(_parse(status.kept))
+
+    status.done.add_done_callback(on_status)
     controls.add(ctl_w, reported)
     timed_out = False
     try:

@@ -15,7 +15,7 @@ from ..errors import AgentCompassError, PreflightError
 from ..types import RunResult, RunStatus, TaskSpec, to_jsonable
 from .context import RequestContext
 from .logs import capture_task_logs
-from .store import RunStore, copy_details, now, read_json, release_run_dir
+from .store import RunStore, copy_details, killed_runs, now, read_json, release_run_dir
 from .task import TaskOutcome, outcome_from_detail, run_task
 
 __all__ = ["RequestRuntime", "StoredResults"]
@@ -113,9 +113,12 @@ class RequestRuntime:
         store.write_run_info(info)
         if self.resumed:
             store.remove_stale_temp_files()
-            swept = await self.ctx.provider.sweep(self.ctx.run_id)
+        # Every killed run of the request, not only the one resumed: another
+        # run may have completed since, and the killed one is never resumed.
+        for run_id in killed_runs(store.run_dir, include_current=self.resumed):
+            swept = await self.ctx.provider.sweep(run_id)
             if swept:
-                self.notes.append(f"removed {swept} environment(s) left behind by the interrupted run")
+                self.notes.append(f"removed {swept} environment(s) or process(es) left behind by run {run_id}")
         if self.reuse_dir is not None:
             self._materialize(self.reuse_dir)
         recorded = self._load_recorded()

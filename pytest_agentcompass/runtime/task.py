@@ -128,9 +128,7 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
     return outcome
 
 
-async def _analyze(
-    ctx: RequestContext, task: TaskSpec, result: RunResult
-) -> tuple[dict[str, Any], dict[str, str]]:
+async def _analyze(ctx: RequestContext, task: TaskSpec, result: RunResult) -> tuple[dict[str, Any], dict[str, str]]:
     findings: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for analyzer in select_analyzers(ctx.analyzers, task, result, ctx.req):

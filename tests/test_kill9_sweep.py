@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_local_processes import kill_with_its_reapers
 
 from conftest import write_config
 
@@ -72,13 +73,13 @@ def setup(pytester: pytest.Pytester) -> tuple[pytest.Pytester, dict[str, str]]:
 
 
 def kill_a_run(pytester: pytest.Pytester, env: dict[str, str]) -> tuple[list[int], str]:
-    """Start a run, wait until both agents left their daemon, then SIGKILL pytest and its reapers at once."""
+    """Start a run, wait until both agents left their daemon, then SIGKILL pytest and its exec reapers."""
     proc = subprocess.Popen(pytest_cmd(), cwd=pytester.path, env=env, stdout=subprocess.DEVNULL, start_new_session=True)
     pids = pytester.path / "pids"
     while not (pids.exists() and len(pids.read_text().split()) >= 2):
         assert proc.poll() is None, "the run ended before its agents started"
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # as a CI runner cancelling the job does
+    kill_with_its_reapers(proc.pid)  # nothing is left to kill the daemons at once
     proc.wait()
     daemons = [int(p) for p in pids.read_text().split()]
     assert all(alive(pid) for pid in daemons)  # nothing was left to kill them

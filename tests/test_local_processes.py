@@ -16,11 +16,23 @@ from test_local_environment import alive, open_session
 
 from pytest_agentcompass import EnvironmentSpec, LocalEnvironment
 from pytest_agentcompass.environments.local import LocalSession
-from pytest_agentcompass.environments.process import MARKER, kill_marked
+from pytest_agentcompass.environments.process import MARKER, descendants, kill_marked
 from pytest_agentcompass.testing import make_plan
 
 # A daemon as careful as they come: its own session, a double fork, no pipes kept.
 DAEMON = "setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' </dev/null >/dev/null 2>&1 &"
+
+
+def kill_with_its_reapers(pid: int) -> None:
+    """SIGKILL process ``pid`` and the reapers of its execs (they live in a session of their own)."""
+    os.kill(pid, signal.SIGSTOP)  # frozen first: it must not see a reaper die and carry on
+    for child in descendants(pid):
+        try:
+            if b"_reaper.py" in Path(f"/proc/{child}/cmdline").read_bytes():
+                os.kill(child, signal.SIGKILL)
+        except OSError:
+            pass
+    os.kill(pid, signal.SIGKILL)
 
 
 def read_pid(path: Path) -> int:
@@ -175,14 +187,13 @@ def test_sweep_kills_processes_left_by_a_run_whose_reapers_died(tmp_path: Path) 
     run = f"dead-{uuid.uuid4().hex[:8]}"
     script = textwrap.dedent(
         f"""
-        import asyncio, os, signal, sys
+        import asyncio, sys
         from pathlib import Path
         from pytest_agentcompass.environments.local import LocalSession
 
         async def main():
             session = LocalSession(Path(sys.argv[1]), run_id={run!r})
             await session.exec(["sh", "-c", {DAEMON.format(pidfile=tmp_path / "d.pid") + " sleep 300"!r}])
-        os.setpgid(0, 0)
         asyncio.run(main())
         """
     )
@@ -191,7 +202,7 @@ def test_sweep_kills_processes_left_by_a_run_whose_reapers_died(tmp_path: Path) 
         wait_for_file(tmp_path / "d.pid", owner)
         daemon = read_pid(tmp_path / "d.pid")
     finally:
-        os.killpg(owner.pid, signal.SIGKILL)  # the owner and its reapers at once, as a CI runner would
+        kill_with_its_reapers(owner.pid)  # as the OOM killer might
         owner.wait()
     provider = LocalEnvironment(EnvironmentSpec(params={"base_dir": str(tmp_path)}))
     try:

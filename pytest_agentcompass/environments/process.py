@@ -36,6 +36,7 @@ __all__ = [
     "descendants",
     "kill_marked",
     "run_reaped",
+    "shutdown_reaper",
 ]
 
 #: Bytes of stdout/stderr kept per stream; the rest is counted and dropped.
@@ -99,8 +100,10 @@ class _ReaperServer:
         script = Path(__file__).with_name("_reaper.py")
         with theirs:
             # -I -S: no site, no user paths; the script needs only the standard library.
+            # Its own session: a Ctrl-C or a kill of pytest's process group leaves the reapers
+            # alive to see their control pipes close and kill what the commands started.
             self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(script)], stdin=theirs.fileno(), close_fds=True
+                [sys.executable, "-I", "-S", str(script)], stdin=theirs.fileno(), close_fds=True, start_new_session=True
             )
         self._sock, self._owner = ours, os.getpid()
         return ours
@@ -121,8 +124,19 @@ class _ReaperServer:
                     if attempt == 2:
                         raise
 
+    def shutdown(self) -> None:
+        """Stop the server (running commands are killed) and wait for it; the next spawn starts another."""
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+            if self._proc is not None:
+                self._proc.wait()
+                self._proc = None
+
 
 _server = _ReaperServer()
+shutdown_reaper = _server.shutdown
 
 
 class ExecControls:

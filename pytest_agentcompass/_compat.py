@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 from collections.abc import Callable
@@ -18,6 +19,19 @@ async def maybe_await(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+@functools.cache
+def _inline() -> frozenset[Any]:
+    """The base classes' own defaults: they return at once, so a thread would only cost time."""
+    from .benchmark import BaseBenchmark
+    from .harnesses.base import BaseHarness
+
+    names = {
+        BaseBenchmark: ("prepare_task", "collect_artifacts"),
+        BaseHarness: ("adjust_input", "start_session", "close_session"),
+    }
+    return frozenset(getattr(base, name) for base, names_ in names.items() for name in names_)
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
@@ -39,6 +53,8 @@ async def call_user(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any
     """
     if _is_async(fn):
         return await fn(*args, **kwargs)
+    if getattr(fn, "__func__", None) in _inline():
+        return await maybe_await(fn(*args, **kwargs))
     call = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
     try:
         result = await asyncio.shield(call)

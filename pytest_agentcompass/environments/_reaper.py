@@ -190,7 +190,7 @@ def serve(sock: socket.socket) -> None:
         try:
             head, fds, _, _ = socket.recv_fds(sock, _HEADER.size, 4, socket.MSG_CMSG_CLOEXEC)
             if not head:
-                return  # the caller is gone
+                break  # the caller is gone
             (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, head))
             request = json.loads(_recv_exact(sock, size))
         except (EOFError, OSError):

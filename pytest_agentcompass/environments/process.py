@@ -125,7 +125,10 @@ class _ReaperServer:
                         raise
 
     def shutdown(self) -> None:
-        """Stop the server (running commands are killed) and wait for it; the next spawn starts another."""
+        """Stop the server and wait for it (and its reapers: call it with no command running).
+
+        The next spawn starts another. For measurements, so the server's CPU time is counted.
+        """
         with self._lock:
             if self._sock is not None:
                 self._sock.close()

@@ -1,8 +1,13 @@
-"""Process-wide provider limits: capacity permits and open-rate throttles.
+"""Provider limits: capacity permits and open-rate throttles.
 
 Both are keyed by Environment id and shared by every event loop and every
 orchestration in the process, so the state is guarded by ``threading`` locks
 and waiters are woken with ``call_soon_threadsafe`` on their own loop.
+
+When several processes run one session (pytest-xdist workers), the limits
+are run-wide instead: :func:`use_permit_service` connects this process to
+the controller's :class:`~.permit_service.PermitService`, and the same
+functions then hand out :class:`RemotePermits` and :class:`RemoteRateLimiter`.
 """
 
 from __future__ import annotations
@@ -13,8 +18,22 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
-__all__ = ["CapacityPermits", "OpenRateLimiter", "capacity_for", "rate_limiter_for", "reset_limits"]
+if TYPE_CHECKING:
+    from .permit_service import PermitClient
+
+__all__ = [
+    "CapacityPermits",
+    "OpenRateLimiter",
+    "RemotePermits",
+    "RemoteRateLimiter",
+    "capacity_for",
+    "rate_limiter_for",
+    "reset_limits",
+    "task_slots",
+    "use_permit_service",
+]
 
 
 class CapacityPermits:
@@ -107,9 +126,72 @@ class OpenRateLimiter:
             await asyncio.sleep(slot - now)
 
 
+class RemotePermits(CapacityPermits):
+    """Permits counted run-wide by the permit service; ``0`` is unlimited (no round trip)."""
+
+    def __init__(self, client: PermitClient, key: str, limit: int) -> None:
+        super().__init__(limit)
+        self._client = client
+        self._key = key
+        self._remote = 0  # permits of this process that came from the service
+
+    async def acquire(self) -> None:
+        if self.limit == 0:
+            with self._lock:
+                self._take()
+            return
+        await self._client.acquire(self._key, self.limit)
+        with self._lock:
+            self._take()
+            self._remote += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._in_use -= 1
+            remote = self._remote > 0
+            if remote:
+                self._remote -= 1
+        if remote:
+            self._client.release(self._key)
+
+
+class RemoteRateLimiter(OpenRateLimiter):
+    """Open slots spaced run-wide by the permit service."""
+
+    def __init__(self, client: PermitClient, key: str, qps: float) -> None:
+        super().__init__(qps)
+        self._client = client
+        self._key = key
+
+    async def wait(self) -> None:
+        if self.qps <= 0:
+            return
+        delay = await self._client.slot_delay(self._key, self.qps)
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
 _registry_lock = threading.Lock()
 _capacities: dict[str, CapacityPermits] = {}
 _rates: dict[str, OpenRateLimiter] = {}
+_service: PermitClient | None = None
+
+
+def use_permit_service(address: str) -> None:
+    """Count every limit of this process run-wide, through the service at ``address``."""
+    from .permit_service import PermitClient
+
+    global _service
+    reset_limits()
+    _service = PermitClient(address)
+
+
+def task_slots(limit: int) -> CapacityPermits | None:
+    """Run-wide permits for ``task_concurrency`` when a permit service is in use; else ``None``."""
+    with _registry_lock:
+        if _service is None or limit <= 0:
+            return None
+        return RemotePermits(_service, "tasks", limit)
 
 
 def capacity_for(environment_id: str, limit: int) -> CapacityPermits:
@@ -121,7 +203,11 @@ def capacity_for(environment_id: str, limit: int) -> CapacityPermits:
     with _registry_lock:
         permits = _capacities.get(environment_id)
         if permits is None:
-            permits = _capacities[environment_id] = CapacityPermits(limit)
+            if _service is not None:
+                permits = RemotePermits(_service, f"capacity:{environment_id}", limit)
+            else:
+                permits = CapacityPermits(limit)
+            _capacities[environment_id] = permits
         elif limit and (permits.limit == 0 or limit < permits.limit):
             permits.limit = limit
         return permits
@@ -132,14 +218,22 @@ def rate_limiter_for(environment_id: str, qps: float) -> OpenRateLimiter:
     with _registry_lock:
         limiter = _rates.get(environment_id)
         if limiter is None:
-            limiter = _rates[environment_id] = OpenRateLimiter(qps)
+            if _service is not None:
+                limiter = RemoteRateLimiter(_service, f"open:{environment_id}", qps)
+            else:
+                limiter = OpenRateLimiter(qps)
+            _rates[environment_id] = limiter
         elif qps and (limiter.qps == 0 or qps < limiter.qps):
             limiter.qps = qps
         return limiter
 
 
 def reset_limits() -> None:
-    """Forget every limit (between independent runs in one process, e.g. pytester)."""
+    """Forget every limit and leave the permit service (between runs in one process, e.g. pytester)."""
+    global _service
     with _registry_lock:
         _capacities.clear()
         _rates.clear()
+        if _service is not None:
+            _service.close()
+            _service = None

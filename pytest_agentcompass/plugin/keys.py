@@ -14,6 +14,7 @@ import pytest
 if TYPE_CHECKING:
     from ..config import LoadedConfig, Orchestration, RunRequest
     from ..runtime.assembly import RequestSetup
+    from ..runtime.orchestrator import OrchestrationResult
     from ..runtime.request import RequestRuntime
     from ..runtime.task import TaskOutcome
 
@@ -27,6 +28,7 @@ class RunHandle(Protocol):
     loaded: LoadedConfig
     run_id: str
     runtimes: list[RequestRuntime]
+    result: OrchestrationResult | None
     #: The xdist glue (``xdist.DistributedRun``) when ``-n`` is in use.
     distributed: Any
 
@@ -50,6 +52,10 @@ class RunHandle(Protocol):
 
     def unregister(self) -> None:
         """Release the run's state and unregister its plugins (``pytest_unconfigure``)."""
+        ...
+
+    def task_finished(self, item: Any, outcome: TaskOutcome) -> None:
+        """Keep ``outcome`` on ``item`` and fire ``pytest_agentcompass_task_finished``."""
         ...
 
     def request_finalized(self, state: RequestRuntime) -> None:

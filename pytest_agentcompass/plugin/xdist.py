@@ -1,33 +1,44 @@
-"""Running under pytest-xdist (``-n``).
+"""Running under pytest-xdist (``-n``): the controller's side.
 
-xdist workers run one item at a time through the standard protocol, so each
-worker runs a task inside ``TaskItem.setup`` and writes its detail into one
-run directory shared by all workers (its name comes from the controller).
-The controller collects nothing; when the session ends it finalizes each
-request from the details on disk: ``summary.json``, ``run_info.json`` and the
-terminal summary.
-
-Limits: provider capacity and open rate are per process, so with ``-n N`` at
-most N attempts run at once across the workers; resume and reuse apply to the
-in-process loop only.
+The controller collects nothing, but it owns the run: before any worker
+starts it claims each request's run directory (a new one, or the newest
+unfinished one to resume; ``--agentcompass-reuse`` as in process) and starts
+the permit service that makes ``task_concurrency``, ``capacity`` and
+``open_qps`` run-wide. Once the workers' collections are known it prepares
+the runs (``run_info.json``, the sweep of what a killed run left behind,
+reused details copied in), and the scheduler hands every worker enough
+tasks to keep its concurrent loop (:mod:`.worker`) full. When the session
+ends it finalizes each request once, from the details on disk:
+``summary.json``, ``run_info.json``, ``pytest_agentcompass_request_finalized``
+and the terminal summary. A session that was interrupted, or that leaves a
+task without a result (a worker was killed), is recorded ``interrupted`` and
+resumes on the next run like any other unfinished run.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..errors import AgentCompassError
+from ..runtime.orchestrator import OrchestrationResult
 from ..runtime.request import RequestRuntime
+from ..runtime.store import release_run_dir
 from ..runtime.task import TaskOutcome, outcome_from_detail
 from ..runtime.threads import run_with_pool, workers_for
 
 if TYPE_CHECKING:
+    from ..permit_service import PermitService
     from .keys import RunHandle
     from .nodes import TaskItem
 
 __all__ = ["DistributedRun", "run_single_task"]
+
+#: Keys of ``config.workerinput`` (set by the controller for each worker).
+RUN_ID, RUN_DIRS, PERMITS = "agentcompass_run_id", "agentcompass_run_dirs", "agentcompass_permits"
 
 
 class DistributedRun:
@@ -35,68 +46,151 @@ class DistributedRun:
 
     def __init__(self, run: RunHandle) -> None:
         self.run = run
-        self.worker_states: dict[str, RequestRuntime] = {}
+        self.config = run.config
+        #: The controller's runtime of each request whose run directory it claimed.
+        self.states: dict[str, RequestRuntime] = {}
+        #: Tasks that had a usable result before this session (reported as reused).
+        self.recorded: dict[str, set[str]] = {}
+        self.service: PermitService | None = None
+        workerinput = getattr(self.config, "workerinput", None)
+        if workerinput and workerinput.get(PERMITS):
+            from ..limits import use_permit_service
+
+            use_permit_service(workerinput[PERMITS])
+
+    @property
+    def task_concurrency(self) -> int:
+        return int(self.config.getoption("agentcompass_concurrency") or self.run.orchestration.task_concurrency)
+
+    # -- the controller, before the workers start --------------------------------------
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.run.is_worker or self.config.option.collectonly:
+            return
+        for index, req in enumerate(self.run.orchestration.requests):
+            try:
+                setup = self.run.build(index, req, session)
+            except Exception:  # the workers collect it too and report the error there
+                continue
+            try:
+                self.states[req.name] = self.run.runtime(setup, set(), resume=True)
+            except AgentCompassError as exc:
+                self._release()
+                raise pytest.UsageError(str(exc)) from None
+        from ..permit_service import PermitService
+
+        self.service = PermitService()
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
-        node.workerinput["agentcompass_run_id"] = self.run.run_id
+        node.workerinput[RUN_ID] = self.run.run_id
+        node.workerinput[RUN_DIRS] = {name: str(state.store.run_dir) for name, state in self.states.items()}
+        node.workerinput[PERMITS] = self.service.address if self.service else None
 
-    def state_for(self, item: TaskItem) -> RequestRuntime:
-        """The worker's runtime of ``item``'s request, created once per worker."""
-        name = item.request_name
-        if name not in self.worker_states:
-            setup = item.setup_info
-            self.worker_states[name] = self.run.runtime(
-                setup, {t.task_id for t in setup.tasks}, resume=False, shared=True
-            )
-        return self.worker_states[name]
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        if config.getvalue("dist") != "load":
+            return None  # the user chose another distribution: the workers' loops still run concurrently
+        from .scheduling import TaskScheduling
 
+        return TaskScheduling(config, log, depth=2 * self.task_concurrency, on_collection=self.prepare)
+
+    def prepare(self, nodeids: Sequence[str]) -> None:
+        """Prepare every claimed run for the tasks the workers collected (once, before any is sent)."""
+        wanted: dict[str, set[str]] = {name: set() for name in self.states}
+        config_name = self.run.loaded.path.name
+        for nodeid in nodeids:
+            parts = nodeid.split("::")
+            if len(parts) == 3 and parts[0].endswith(config_name) and parts[1] in wanted:
+                wanted[parts[1]].add(parts[2])
+        rerun = bool(self.config.getoption("lf", False))
+        for name, state in self.states.items():
+            known = {t.task_id for t in state.tasks}
+            state.wanted = wanted[name] & known
+            state.rerun = set(state.wanted) if rerun else set()
+            try:
+                asyncio.run(state.prepare())
+            except Exception as exc:  # reported with the summary; the tasks still run
+                state.failed = f"request {name!r}: preparing the run directory failed: {type(exc).__name__}: {exc}"
+            state.pending.clear()  # the workers run them
+            self.recorded[name] = set(state.outcomes)
+
+    # -- a worker ------------------------------------------------------------------------
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        if not self.run.is_worker or self.config.option.collectonly:
+            return None
+        from .worker import WorkerLoop, xdist_worker_plugin
+
+        interactor = xdist_worker_plugin(self.config)
+        if interactor is None:
+            return None  # not an xdist worker after all: the standard loop runs
+        run_dirs = getattr(self.config, "workerinput", {}).get(RUN_DIRS) or {}
+        return WorkerLoop(self.run, session, interactor, run_dirs).run_loop()
+
+    # -- the controller, at the end -----------------------------------------------------
     @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.run.is_worker:
-            for state in self.worker_states.values():
-                state.store.close()
             return
-        self.run.runtimes = [
-            state
-            for state in (self._finalize(i) for i in range(len(self.run.orchestration.requests)))
-            if state is not None
-        ]
+        try:
+            result = OrchestrationResult()
+            if session.shouldfail or session.shouldstop:
+                result.status, result.reason = "stopped", str(session.shouldfail or session.shouldstop)
+            elif exitstatus == pytest.ExitCode.INTERRUPTED:
+                result.status, result.reason = "interrupted", "interrupted by the user"
+            self.run.result = result
+            self.run.runtimes = [s for s in (self._finalize(s, result) for s in self.states.values()) if s]
+        finally:
+            if self.service is not None:
+                self.service.close()
 
-    def _finalize(self, index: int) -> RequestRuntime | None:
-        """Aggregate one request from the details the workers wrote."""
-        run = self.run
-        req = run.orchestration.requests[index]
-        if not (run.loaded.output_root / req.name / run.run_id).is_dir():
-            return None  # no worker ran a task of this request
-        setup = run.build(index, req)
-        state = run.runtime(setup, set(), resume=False, shared=True)
-        by_id = {t.task_id: t for t in setup.tasks}
+    def _finalize(self, state: RequestRuntime, result: OrchestrationResult) -> RequestRuntime | None:
+        """Finalize one request from the details the workers wrote, once."""
+        if not state.prepared:
+            release_run_dir(state.store.run_dir)
+            return None
+        recorded = self.recorded.get(state.name, set())
+        by_id = {t.task_id: t for t in state.tasks}
         for detail in state.store.iter_details():
             task = by_id.get(str(detail.get("task_id")))
-            if task is not None:
-                outcome = outcome_from_detail(req.name, task, detail, state.store.detail_path(task.task_id))
-                outcome.reused = False
-                state.outcomes[task.task_id] = outcome
-                state.wanted.add(task.task_id)
-        state.prepared = True
-        asyncio.run(state.finalize())
-        run.request_finalized(state)
+            if task is None or detail.get("fingerprint") != state.ctx.task_fingerprint(task):
+                continue
+            outcome = outcome_from_detail(state.name, task, detail, state.store.detail_path(task.task_id))
+            outcome.reused = task.task_id in recorded
+            outcome.slim()
+            state.outcomes[task.task_id] = outcome
+        missing = [t for t in state.wanted if t not in state.outcomes]
+        if result.status == "stopped":
+            asyncio.run(state.finalize("stopped"))
+        elif result.status == "interrupted" or missing:
+            reason = result.reason or f"{len(missing)} task(s) ended without a result (a worker was lost)"
+            state.stop("interrupted", reason)
+            state.notes.append(f"interrupted: {reason}; the next run resumes it")
+            return state
+        else:
+            asyncio.run(state.finalize())
+        self.run.request_finalized(state)
         return state
+
+    def _release(self) -> None:
+        for state in self.states.values():
+            state.store.close()
+            release_run_dir(state.store.run_dir)
+        self.states.clear()
 
 
 def run_single_task(run: RunHandle, item: TaskItem) -> TaskOutcome:
-    """Run one task to its terminal outcome, in this process (an xdist worker)."""
-    distributed = run.distributed
-    if isinstance(distributed, DistributedRun):
-        state = distributed.state_for(item)
-    else:  # the standard protocol without xdist (another plugin replaced our loop)
-        state = run.runtime(item.setup_info, {item.task.task_id}, resume=False)
+    """Run one task to its terminal outcome under the standard protocol.
+
+    Only used when another plugin replaced the plugin's own loop; under xdist
+    the workers run :mod:`.worker`'s concurrent loop instead.
+    """
+    state = run.runtime(item.setup_info, {item.task.task_id}, resume=False)
     try:
         grace = run.orchestration.cleanup_grace_seconds
         outcome = run_with_pool(state.run(item.task), max_workers=workers_for(1), grace=grace)
     except (KeyboardInterrupt, asyncio.CancelledError):
         outcome = state.cancelled_outcome(item.task, "cancelled: interrupted")
-    if not isinstance(distributed, DistributedRun):
-        state.store.close()
+    state.store.close()
     return outcome

@@ -257,10 +257,13 @@ def make_runtime(
     resume: bool,
     shared: bool = False,
     order: dict[str, int] | None = None,
+    run_dir: Path | None = None,
 ) -> RequestRuntime:
     """The runtime of one request: its run directory (new, resumed or shared), store and context.
 
-    :param shared: Several processes write this run (xdist workers): no resume, no lock.
+    :param shared: Several processes write this run (xdist workers): the
+        process that owns ``run_dir`` claimed, prepares and finalizes it.
+    :param run_dir: The run directory chosen by that owner (shared runtimes).
     :raises AgentCompassError: when ``reuse`` names nothing usable or the run is held by another process.
     """
     req = setup.req
@@ -270,9 +273,11 @@ def make_runtime(
     resumable = None
     if resume and not shared and not reuse_spec and not options.new_run:
         resumable = find_resumable_run(request_dir, fingerprint)
-    run_dir = resumable or request_dir / options.run_id
+    run_dir = run_dir or resumable or request_dir / options.run_id
     claim_run_dir(run_dir, req.name, fingerprint, shared=shared)
-    reuse_dir = find_reusable_run(request_dir, reuse_spec, current=run_dir) if reuse_spec else None
+    reuse_dir = None
+    if reuse_spec and not shared:
+        reuse_dir = find_reusable_run(request_dir, reuse_spec, current=run_dir)
     ctx = RequestContext(
         req=req,
         benchmark=setup.benchmark,
@@ -295,4 +300,5 @@ def make_runtime(
         resumed=resumable is not None,
         rerun=set(wanted) if options.rerun_selected else set(),
         order=order,
+        shared=shared,
     )

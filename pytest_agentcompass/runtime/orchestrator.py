@@ -4,6 +4,12 @@ Three groups cooperate: a preparer (requests in order, pipelined), the
 workers (``task_concurrency`` of them, pulling from the first prepared
 request with pending work), and a finalizer (each request as soon as it is
 eligible). The deadline and cancellation are handled here and only here.
+
+A *shared* orchestration runs one process's share of a run that several
+processes run together (pytest-xdist workers): tasks arrive through
+:meth:`Orchestrator.submit` until :meth:`Orchestrator.close_feed`, each
+running task holds one of the run-wide ``slots``, and preparing and
+finalizing the run directories is left to the process that owns them.
 """
 
 from __future__ import annotations
@@ -11,15 +17,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..errors import PreflightError
 from ..types import TaskSpec
 from .request import RequestRuntime
 from .task import TaskOutcome
 
-__all__ = ["OrchestrationResult", "Orchestrator"]
+__all__ = ["OrchestrationResult", "Orchestrator", "Slots"]
 
 log = logging.getLogger("pytest_agentcompass")
 
@@ -38,11 +46,21 @@ class OrchestrationResult:
     cleanup_started: float | None = None
 
 
+class Slots(Protocol):
+    """Run-wide task permits shared with other processes (``limits.RemotePermits``)."""
+
+    async def acquire(self) -> None: ...
+
+    def release(self) -> None: ...
+
+
 class Orchestrator:
     """Runs the tasks of several requests under one deadline.
 
     :param on_outcome: Called in the loop thread for every terminal task
         (new, reused, cancelled), as soon as it is known.
+    :param shared: This process runs a share of the run (see the module doc).
+    :param slots: Permits every running task holds, shared with the other processes.
     """
 
     def __init__(
@@ -56,6 +74,8 @@ class Orchestrator:
         on_event: Callable[[str, RequestRuntime], None] = lambda event, state: None,
         on_tick: Callable[[], None] | None = None,
         tick_seconds: float = 1.0,
+        shared: bool = False,
+        slots: Slots | None = None,
     ) -> None:
         self.requests = list(requests)
         self.task_concurrency = task_concurrency
@@ -72,6 +92,14 @@ class Orchestrator:
         self._dispatchable = asyncio.Event()  # a request was prepared, or we stop
         self._changed = asyncio.Event()  # pending or active work changed
         self.started_at = 0.0
+        self.shared = shared
+        self.slots = slots
+        # Shared mode: tasks handed over by another thread, and whether more may come.
+        self._inbox: deque[tuple[RequestRuntime, TaskSpec]] = deque()
+        self._feed_closed = not shared
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._main: asyncio.Task[object] | None = None
+        self._interrupted = False
 
     # -- public --------------------------------------------------------------
     def stop(self, reason: str = "stopped") -> None:
@@ -82,8 +110,59 @@ class Orchestrator:
         self._dispatchable.set()
         self._changed.set()
 
+    # -- thread-safe entry points (shared mode: the pytest side runs in another thread) ----
+    def submit(self, state: RequestRuntime, task: TaskSpec) -> None:
+        """Hand over ``task`` of ``state`` to run; callable from any thread."""
+        self._inbox.append((state, task))
+        self._poke(self._drain)
+
+    def close_feed(self) -> None:
+        """No more tasks will be submitted; callable from any thread."""
+        self._feed_closed = True
+        self._poke(self._drain)
+
+    def stop_threadsafe(self, reason: str) -> None:
+        """:meth:`stop` from another thread."""
+        self._poke(lambda: self.stop(reason))
+
+    def interrupt(self) -> None:
+        """Cancel like a first Ctrl-C (cleanup within the grace); callable from any thread."""
+        self._interrupted = True
+        main = self._main
+        if main is not None:
+            self._poke(main.cancel)
+
+    def _poke(self, callback: Callable[[], object]) -> None:
+        loop = self._loop
+        if loop is not None:  # before execute() starts, it drains the inbox itself
+            try:
+                loop.call_soon_threadsafe(callback)
+            except RuntimeError:  # the loop is closed: nothing runs any more
+                pass
+
+    def _drain(self) -> None:
+        """Move submitted tasks to their request's queue (in the loop thread)."""
+        while self._inbox:
+            state, task = self._inbox.popleft()
+            recorded = state.recorded(task)
+            if recorded is not None:  # resumed or reused: report, do not run
+                state.outcomes[task.task_id] = recorded
+                self._notify(recorded)
+            elif state.failed is not None:
+                outcome = state.error_outcome(task, state.failed)
+                state.outcomes[task.task_id] = outcome
+                self._notify(outcome)
+            else:
+                state.pending.append(task)
+        self._dispatchable.set()
+        self._changed.set()
+
     async def execute(self) -> OrchestrationResult:
         """Preflight every request, then run everything under the deadline."""
+        self._loop = asyncio.get_running_loop()
+        self._main = asyncio.current_task()
+        if self._interrupted:
+            raise asyncio.CancelledError
         for state in self.requests:
             try:
                 await state.preflight()
@@ -93,7 +172,9 @@ class Orchestrator:
         self.started_at = time.monotonic()
         tasks = [asyncio.ensure_future(self._prepare_in_order())]
         tasks += [asyncio.ensure_future(self._worker()) for _ in range(self.task_concurrency)]
-        tasks.append(asyncio.ensure_future(self._finalize_ready()))
+        if not self.shared:  # a shared run is finalized by the process that owns it
+            tasks.append(asyncio.ensure_future(self._finalize_ready()))
+        self._drain()
         ticker = asyncio.ensure_future(self._tick()) if self.on_tick else None
         try:
             done, _ = await asyncio.wait(tasks, timeout=self.timeout_seconds)
@@ -154,12 +235,20 @@ class Orchestrator:
 
     async def _worker(self) -> None:
         while True:
+            if self._inbox:
+                self._drain()
             state = self._select_state()
             if state is None:
-                if self._stopping or all(s.prepared for s in self.requests):
+                if self._stopping or (self._feed_closed and all(s.prepared for s in self.requests)):
                     return
                 await self._wait(self._dispatchable)
                 continue
+            if self.slots is not None:
+                await self.slots.acquire()
+                state = self._select_state()  # others may have taken the work meanwhile
+                if state is None:
+                    self.slots.release()
+                    continue
             task = state.pending.popleft()
             state.active[task.task_id] = task
             self._changed.set()
@@ -172,6 +261,8 @@ class Orchestrator:
             finally:
                 state.active.pop(task.task_id, None)
                 self._changed.set()
+                if self.slots is not None:
+                    self.slots.release()
             self._notify(outcome)
 
     def _notify(self, outcome: TaskOutcome) -> None:
@@ -239,15 +330,19 @@ class Orchestrator:
             self.result.stuck_tasks = len(still)
             if still:
                 log.warning("%d orchestration task(s) did not stop within the cleanup grace", len(still))
+        if self.shared:  # what was handed over and not yet queued is unfinished too
+            while self._inbox:
+                state, task = self._inbox.popleft()
+                state.pending.append(task)
         for state in self.requests:
-            if state.prepared:
+            if state.prepared or self.shared:
                 unfinished = [*state.pending, *(t for s, t in active if s is state)]
             else:
                 unfinished = [t for t in state.tasks if t.task_id in state.wanted]
             for task in unfinished:
                 outcome = state.cancelled_outcome(task, f"{status}: {reason}")
                 self.result.unfinished.append(outcome)
-            if not state.finalized and state.prepared and state.failed is None:
+            if not state.finalized and state.prepared and state.failed is None and not self.shared:
                 state.stop(status, reason)
                 state.finalized = True
         for outcome in self.result.unfinished:

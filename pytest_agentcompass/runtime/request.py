@@ -30,6 +30,8 @@ class RequestRuntime:
     :param wanted: Ids of the tasks pytest will run (after ``-k``/``-m``/``--lf``).
     :param rerun: Ids that must run even if a reusable detail exists (``--lf``).
     :param order: Dispatch position of each wanted id (pytest's item order).
+    :param shared: Another process prepares and finalizes this run (an xdist
+        controller); this one only runs the tasks handed to it.
     """
 
     def __init__(
@@ -43,8 +45,10 @@ class RequestRuntime:
         resumed: bool = False,
         rerun: set[str] | None = None,
         order: dict[str, int] | None = None,
+        shared: bool = False,
     ) -> None:
         self.ctx = ctx
+        self.shared = shared
         self.name = ctx.req.name
         self.tasks = list(tasks)
         self.wanted = wanted
@@ -94,7 +98,12 @@ class RequestRuntime:
         """Write ``run_info.json``, take over reusable details, fill the queue.
 
         Returns the outcomes taken from reused or resumed details of wanted tasks.
+        A shared runtime has nothing to prepare: its tasks are handed to it
+        one by one and each checked with :meth:`recorded`.
         """
+        if self.shared:
+            self.prepared = True
+            return []
         store = self.store
         info = store.read_run_info() if self.resumed else {}
         info.update(
@@ -170,6 +179,24 @@ class RequestRuntime:
         if ignored:
             self.notes.append(f"ignored {ignored} recorded detail(s) made with a different config")
         return out
+
+    def recorded(self, task: TaskSpec) -> TaskOutcome | None:
+        """The recorded outcome of ``task`` in this run directory, if it is usable (shared runs).
+
+        The owner of the run resumed it or copied reused details into it
+        before handing out tasks; a detail made with other settings, or of a
+        task ``--lf`` reruns, does not count.
+        """
+        if not self.shared or task.task_id in self.rerun:
+            return None
+        path = self.store.detail_path(task.task_id)
+        try:
+            detail = read_json(path)
+        except (OSError, ValueError):
+            return None  # none yet (the common case), or cut short by a kill
+        if not isinstance(detail, dict) or detail.get("fingerprint") != self.ctx.task_fingerprint(task):
+            return None
+        return outcome_from_detail(self.name, task, detail, path)
 
     # -- tasks -----------------------------------------------------------
     async def run(self, task: TaskSpec) -> TaskOutcome:

@@ -1,14 +1,45 @@
-"""``-n`` through pytest-xdist: workers run tasks, the controller finalizes from the run directory."""
+"""``-n`` through pytest-xdist: workers run their tasks concurrently under run-wide limits,
+the controller owns the run directories (resume, reuse, finalization, hooks)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conftest import tracing_request, write_config
+from tracing import read_trace
+
+#: A guard against a hang (a lost permit deadlocks these runs), never a measurement.
+GUARD = 60
+
+
+def max_open(trace: Path) -> int:
+    """The most task Environments open at once, over every process (the trace is one file)."""
+    current = peak = 0
+    for event in read_trace(trace):
+        if event["event"] == "env_open":
+            current += 1
+            peak = max(peak, current)
+        elif event["event"] == "env_close":
+            current -= 1
+    return peak
+
+
+def only_run(pytester: pytest.Pytester, name: str) -> Path:
+    (run,) = (pytester.path / "runs" / name).iterdir()
+    return run
+
+
+def run_info(run: Path) -> dict[str, Any]:
+    return dict(json.loads((run / "run_info.json").read_text()))
 
 
 def test_tasks_run_on_workers_and_the_controller_summarizes(pytester: pytest.Pytester, trace: Path) -> None:
@@ -16,26 +47,203 @@ def test_tasks_run_on_workers_and_the_controller_summarizes(pytester: pytest.Pyt
         pytester,
         [tracing_request("a", trace, n=4, wrong=["t1"]), tracing_request("b", trace, n=2, fail={"run": {"t0": -1}})],
     )
-    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", "--junitxml=j.xml")
+    result = pytester.runpytest_subprocess(
+        "--agentcompass=agentcompass.yaml", "-n", "2", "--junitxml=j.xml", timeout=GUARD
+    )
     result.assert_outcomes(passed=4, failed=1, errors=1)
     result.stdout.fnmatch_lines(
         ["*a: 4 tasks, 3 passed, 1 failed, 0 errors*", "*b: 2 tasks, 1 passed, 0 failed, 1 errors*"]
     )
-    pids = {json.loads(line)["pid"] for line in trace.read_text().splitlines() if '"run_task"' in line}
+    pids = {e["pid"] for e in read_trace(trace) if e["event"] == "run_task"}
     assert len(pids) == 2, "both workers ran tasks"
-    (run_a,) = (pytester.path / "runs/a").iterdir()
-    (run_b,) = (pytester.path / "runs/b").iterdir()
+    run_a, run_b = only_run(pytester, "a"), only_run(pytester, "b")
     assert run_a.name == run_b.name, "one run id for every worker"
     summary = json.loads((run_a / "summary.json").read_text())
     assert [t["task_id"] for t in summary["tasks"]] == ["t0", "t1", "t2", "t3"]
     assert summary["metrics"]["passed"] == 3
-    assert json.loads((run_a / "run_info.json").read_text())["status"] == "completed"
+    assert run_info(run_a)["status"] == "completed"
     props = [p.get("name") for p in ET.parse(pytester.path / "j.xml").getroot().iter("property")]
     assert props.count("agentcompass.status") == 6
 
 
+def test_workers_run_tasks_concurrently_up_to_the_run_wide_limit(pytester: pytest.Pytester, trace: Path) -> None:
+    # Every task waits in run_task until 4 are in it at once: the run can only
+    # finish if the two workers together run 4 tasks concurrently.
+    barrier = pytester.mkdir("barrier")
+    write_config(
+        pytester,
+        [tracing_request("a", trace, n=16, barrier={"dir": str(barrier), "count": 4})],
+        task_concurrency=4,
+    )
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)
+    result.assert_outcomes(passed=16)
+    assert max_open(trace) == 4, "task_concurrency is run-wide: never more than 4 at once over both workers"
+    assert len({e["pid"] for e in read_trace(trace) if e["event"] == "run_task"}) == 2
+
+
+def test_provider_capacity_is_run_wide(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(
+        pytester,
+        [tracing_request("a", trace, n=8, sleep={"run": 0.05}, environment={"capacity": 1})],
+        task_concurrency=8,
+    )
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)
+    result.assert_outcomes(passed=8)
+    assert max_open(trace) == 1
+
+
 def test_plain_tests_and_tasks_together_under_xdist(pytester: pytest.Pytester, trace: Path) -> None:
-    pytester.makepyfile(test_unit="def test_unit():\n    pass\n")
-    write_config(pytester, [tracing_request("a", trace, n=2)])
-    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "test_unit.py", "-n", "2")
-    result.assert_outcomes(passed=3)
+    pytester.makepyfile(
+        test_unit="""
+        import pytest
+
+        @pytest.fixture(scope="session")
+        def resource():
+            return 41
+
+        @pytest.mark.parametrize("i", range(3))
+        def test_unit(resource, i):
+            assert resource + 1 == 42
+        """
+    )
+    write_config(pytester, [tracing_request("a", trace, n=6, sleep={"run": 0.05})])
+    result = pytester.runpytest_subprocess(
+        "--agentcompass=agentcompass.yaml", "test_unit.py", "-n", "2", "-v", timeout=GUARD
+    )
+    result.assert_outcomes(passed=9)
+    result.stdout.fnmatch_lines(["*PASSED test_unit.py::test_unit?0?*", "*PASSED agentcompass.yaml::a::t5*"])
+
+
+def test_reuse_resume_and_last_failed_under_xdist(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("a", trace, n=6, wrong=["t2"])])
+    first = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)
+    first.assert_outcomes(passed=5, failed=1)
+    ran = len([e for e in read_trace(trace) if e["event"] == "run_task"])
+    assert ran == 6
+
+    reused = pytester.runpytest_subprocess(
+        "--agentcompass=agentcompass.yaml", "-n", "2", "--agentcompass-reuse=latest", timeout=GUARD
+    )
+    reused.assert_outcomes(passed=5, failed=1)
+    reused.stdout.fnmatch_lines(["*a: 6 tasks, 5 passed, 1 failed, 0 errors, 6 reused*"])
+    assert len([e for e in read_trace(trace) if e["event"] == "run_task"]) == ran, "nothing ran again"
+
+    last_failed = pytester.runpytest_subprocess(
+        "--agentcompass=agentcompass.yaml", "-n", "2", "--lf", "--agentcompass-reuse=latest", timeout=GUARD
+    )
+    last_failed.assert_outcomes(failed=1)
+    runs = [e["task"] for e in read_trace(trace) if e["event"] == "run_task"][ran:]
+    assert runs == ["t2"], "--lf reruns the failed task only"
+
+
+def test_hooks_fire_under_xdist(pytester: pytest.Pytester, trace: Path) -> None:
+    pytester.makeconftest(
+        """
+        import json, os
+
+        def pytest_agentcompass_task_finished(item, outcome):
+            with open("finished.log", "a") as fh:
+                fh.write(f"{os.getpid()} {outcome.task.task_id}\\n")
+
+        def pytest_agentcompass_request_finalized(request, summary):
+            with open("finalized.log", "a") as fh:
+                fh.write(json.dumps({"pid": os.getpid(), "request": request, "counts": summary["counts"]}) + "\\n")
+        """
+    )
+    write_config(pytester, [tracing_request("a", trace, n=4), tracing_request("b", trace, n=2)])
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)
+    result.assert_outcomes(passed=6)
+    finished = (pytester.path / "finished.log").read_text().split()
+    assert sorted(finished[1::2]) == ["t0", "t0", "t1", "t1", "t2", "t3"]
+    finalized = [json.loads(line) for line in (pytester.path / "finalized.log").read_text().splitlines()]
+    assert [f["request"] for f in finalized] == ["a", "b"], "once per request, in the controller"
+    workers = {e["pid"] for e in read_trace(trace) if e["event"] == "run_task"}
+    (controller,) = {f["pid"] for f in finalized}
+    assert controller not in workers
+    assert {int(pid) for pid in finished[0::2]} <= workers, "task_finished fires where the task ran"
+    assert finalized[0]["counts"]["passed"] == 4
+
+
+def test_exit_first_under_xdist_stops_and_records_it(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("a", trace, n=12, wrong=["t0"])], task_concurrency=1)
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", "-x", timeout=GUARD)
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed") == 1
+    assert outcomes.get("passed", 0) < 11
+    info = run_info(only_run(pytester, "a"))
+    assert info["status"] == "stopped"
+
+
+def _start(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[str]:
+    """A real ``pytest -n 2`` in its own process group (so a Ctrl-C can reach all its processes)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", *args],
+        cwd=pytester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        start_new_session=True,
+    )
+
+
+def _wait_for_event(trace: Path, proc: subprocess.Popen[str], event: str) -> dict[str, Any]:
+    import time
+
+    while True:
+        found = [e for e in read_trace(trace) if e["event"] == event]
+        if found:
+            return found[0]
+        if proc.poll() is not None:
+            raise AssertionError(f"pytest ended before {event}:\n{proc.stdout.read() if proc.stdout else ''}")
+        time.sleep(0.05)
+
+
+def test_a_killed_worker_gives_its_permits_back_and_the_run_resumes(pytester: pytest.Pytester, trace: Path) -> None:
+    # One permit for the whole run. The worker holding it is killed (-9) while
+    # its task hangs; if its permit leaked, nothing else could ever run.
+    flag = pytester.path / "hang"
+    flag.touch()
+    write_config(
+        pytester,
+        [tracing_request("a", trace, n=4, hang_if={"file": str(flag)})],
+        task_concurrency=1,
+    )
+    proc = _start(pytester, "-n", "2")
+    holder = _wait_for_event(trace, proc, "run_task")
+    flag.unlink()  # tasks that start from now on do not hang
+    os.kill(holder["pid"], signal.SIGKILL)
+    out, _ = proc.communicate(timeout=GUARD)
+    assert "crashed while running" in out and f"{holder['task']}" in out, out
+    assert "3 passed" in out, out
+    run = only_run(pytester, "a")
+    info = run_info(run)
+    assert info["status"] == "interrupted", info
+    assert info["unfinished_tasks"] == [holder["task"]]
+
+    resumed = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)
+    resumed.assert_outcomes(passed=4)
+    resumed.stdout.fnmatch_lines(["*a: 4 tasks, 4 passed, 0 failed, 0 errors, 3 reused*"])
+    assert only_run(pytester, "a") == run, "the interrupted run was resumed, not replaced"
+    assert run_info(run)["status"] == "completed"
+    ran = [e["task"] for e in read_trace(trace) if e["event"] == "run_task"]
+    assert ran.count(holder["task"]) == 2 and len(ran) == 5, "only the lost task ran again"
+
+
+def test_ctrl_c_under_xdist_leaves_an_interrupted_run_that_resumes(pytester: pytest.Pytester, trace: Path) -> None:
+    flag = pytester.path / "hang"
+    flag.touch()
+    write_config(pytester, [tracing_request("a", trace, n=4, hang_if={"file": str(flag)})], task_concurrency=4)
+    proc = _start(pytester, "-n", "2")
+    _wait_for_event(trace, proc, "run_task")
+    flag.unlink()
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=GUARD)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "Traceback" not in out and "INTERNALERROR" not in out, out
+    run = only_run(pytester, "a")
+    assert run_info(run)["status"] == "interrupted"
+    resumed = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)
+    resumed.assert_outcomes(passed=4)
+    assert only_run(pytester, "a") == run
+    assert run_info(run)["status"] == "completed"

@@ -2,8 +2,9 @@
 
 Each call appends one JSON line to ``params.trace`` so tests can read the
 exact order of calls, across threads and processes. Failures are injected
-with ``fail: {"<stage>": N}`` (fail the first N calls of that stage) and
-delays with ``sleep: {"<stage>": seconds}``.
+with ``fail: {"<stage>": N}`` (fail the first N calls of that stage),
+delays with ``sleep: {"<stage>": seconds}``, and ``barrier: {dir, count}``
+makes each task wait in ``run_task`` until ``count`` tasks are in it at once.
 """
 
 from __future__ import annotations
@@ -121,6 +122,11 @@ class TracingBenchmark(_Tracing, HarnessFreeBenchmark):
         hang = self.params.get("hang_if") or {}
         if hang and Path(hang["file"]).exists() and plan.attempt_index in hang.get("attempts", [plan.attempt_index]):
             await asyncio.sleep(3600)
+        barrier = self.params.get("barrier") or {}
+        if barrier:  # wait until ``count`` tasks (in any process) are running at once
+            Path(barrier["dir"], task.task_id).touch()
+            while len(os.listdir(barrier["dir"])) < int(barrier["count"]):
+                await asyncio.sleep(0.02)
         per_attempt = self.params.get("fail_each_attempt") or {}
         if _should_fail(self.params["trace"] + f"#{plan.attempt_index}", per_attempt, "run", task.task_id):
             raise RuntimeError(f"injected run failure in attempt {plan.attempt_index}")

@@ -1,0 +1,234 @@
+"""Running under pytest-xdist (``-n``): a worker's concurrent loop.
+
+xdist's own worker loop runs one item at a time and keeps one item of
+lookahead. This loop replaces it on workers (``pytest_runtestloop``) and
+speaks the same protocol to the controller:
+
+- commands from the controller (``runtests``, ``shutdown``) arrive on the
+  execnet channel; task items go straight to the worker's Orchestrator,
+  which runs them concurrently on its own event loop in a second thread,
+  the same loop as without xdist (``runtime.driver.drive``), with one
+  run-wide permit per running task;
+- every finished task is reported from the main thread through the standard
+  hooks (``logstart``, setup/call/teardown ``logreport``, ``logfinish``),
+  with xdist's current-item index set to that task, then acknowledged with
+  ``runtest_protocol_complete``: xdist's worker plugin serializes the
+  reports, so terminal output, junit, ``--lf`` and ``-x`` on the controller
+  see exactly what they see from xdist's own loop;
+- ordinary test items run through the standard protocol in the main thread,
+  while the tasks go on in the loop thread.
+
+It relies on the worker plugin's ``channel``, ``sendevent`` and
+``item_index`` (pytest-xdist 3.x, the pinned range; a pytester test covers it).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ..limits import task_slots
+from ..runtime.driver import drive
+from ..runtime.logs import TaskLogHandler, route_task_output
+from ..runtime.orchestrator import OrchestrationResult, Orchestrator
+from ..runtime.request import RequestRuntime
+from .nodes import TaskItem
+from .outcomes import emit_reports
+
+if TYPE_CHECKING:
+    from ..runtime.task import TaskOutcome
+    from .keys import RunHandle
+
+__all__ = ["WorkerLoop", "xdist_worker_plugin"]
+
+_END = object()  # the channel's end marker: the controller is gone
+
+
+def xdist_worker_plugin(config: pytest.Config) -> Any:
+    """xdist's worker-side plugin (``WorkerInteractor``), found by what it offers."""
+    for plugin in config.pluginmanager.get_plugins():
+        if all(hasattr(plugin, name) for name in ("channel", "sendevent", "torun", "handle_command")):
+            return plugin
+    return None
+
+
+class WorkerLoop:
+    """One worker's session: receive items, run tasks concurrently, report each one."""
+
+    def __init__(self, run: RunHandle, session: pytest.Session, interactor: Any, run_dirs: dict[str, str]) -> None:
+        self.run = run
+        self.session = session
+        self.interactor = interactor
+        self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self.index_of: dict[tuple[str, str], int] = {}
+        self.shutdown = False
+        items = [i for i in session.items if isinstance(i, TaskItem)]
+        # An ordinary test ends with this as ``nextitem``, so session fixtures
+        # (which components may come from) stay up while tasks run.
+        self.anchor: pytest.Item | None = items[0] if items else None
+        self.states = self._runtimes(items, run_dirs)
+        orchestration = run.orchestration
+        concurrency = int(run.config.getoption("agentcompass_concurrency") or orchestration.task_concurrency)
+        self.orchestrator = Orchestrator(
+            list(self.states.values()),
+            task_concurrency=concurrency,
+            timeout_seconds=orchestration.timeout_seconds,
+            cleanup_grace_seconds=orchestration.cleanup_grace_seconds,
+            on_outcome=self._finished,
+            shared=True,
+            slots=task_slots(concurrency),
+        )
+
+    def _runtimes(self, items: list[TaskItem], run_dirs: dict[str, str]) -> dict[str, RequestRuntime]:
+        from pathlib import Path
+
+        wanted: dict[str, set[str]] = {}
+        setups = {}
+        for item in items:
+            wanted.setdefault(item.request_name, set()).add(item.task.task_id)
+            setups[item.request_name] = item.setup_info
+        ordered = sorted(setups.values(), key=lambda s: s.index)
+        return {
+            setup.req.name: self.run.runtime(
+                setup,
+                wanted[setup.req.name],
+                resume=False,
+                shared=True,
+                run_dir=Path(run_dirs[setup.req.name]) if setup.req.name in run_dirs else None,
+            )
+            for setup in ordered
+        }
+
+    # -- threads other than the main one -------------------------------------------------
+    def _command(self, command: Any) -> None:
+        """execnet's receiver thread: commands become events for the main thread."""
+        if command is _END:
+            self.events.put(("shutdown", None))
+            return
+        name, kwargs = command
+        if name == "runtests":
+            self.events.put(("run", list(kwargs["indices"])))
+        elif name == "runtests_all":
+            self.events.put(("run", list(range(len(self.session.items)))))
+        elif name == "shutdown":
+            self.events.put(("shutdown", None))
+        elif name == "steal":  # everything handed over is already in the loop: nothing to give back
+            self.interactor.sendevent("unscheduled", indices=[])
+
+    def _finished(self, outcome: TaskOutcome) -> None:
+        """The loop thread: hand a terminal task to the main thread (a copy: the loop slims its own)."""
+        self.events.put(("outcome", copy.copy(outcome)))
+
+    def _drive(self) -> None:
+        try:
+            self.events.put(("done", drive(self.orchestrator)))
+        except BaseException as exc:  # surfaced in the main thread
+            self.events.put(("done", exc))
+
+    # -- the main thread ------------------------------------------------------------------
+    def run_loop(self) -> bool:
+        self.interactor.channel.setcallback(self._command, endmarker=_END)
+        handler = TaskLogHandler()
+        root = logging.getLogger()
+        root.addHandler(handler)
+        thread = threading.Thread(target=self._drive, name="agentcompass-loop", daemon=True)
+        interrupted = False
+        try:
+            with route_task_output():
+                thread.start()
+                while True:
+                    try:
+                        result = self._serve()
+                        break
+                    except KeyboardInterrupt:
+                        if interrupted:
+                            raise  # a second Ctrl-C: leave at once
+                        interrupted = True
+                        self.orchestrator.interrupt()
+        finally:
+            root.removeHandler(handler)
+            for state in self.states.values():
+                state.store.close()
+        if isinstance(result, BaseException):
+            raise result
+        # Handed over but never queued (the loop had ended): reported, never lost.
+        self._cancel_leftovers(result)
+        if interrupted or result.status == "cancelled":
+            raise KeyboardInterrupt
+        session = self.session
+        while not self.shutdown and not (session.shouldfail or session.shouldstop):
+            # The deadline passed: the controller may still send work until it sees it is done.
+            kind, value = self.events.get()
+            if kind == "run":
+                self._start(value)
+                self._cancel_leftovers(result)
+            elif kind == "shutdown":
+                self.shutdown = True
+        session._setupstate.teardown_exact(None)
+        return True
+
+    def _serve(self) -> OrchestrationResult | BaseException:
+        """Handle events until the loop thread is done; returns what it returned (or raised)."""
+        while True:
+            kind, value = self.events.get()
+            if kind == "run":
+                self._start(value)
+            elif kind == "outcome":
+                self._report(value)
+            elif kind == "shutdown":
+                self.shutdown = True
+                self.orchestrator.close_feed()
+            elif kind == "done":
+                return value  # type: ignore[no-any-return]
+
+    def _cancel_leftovers(self, result: OrchestrationResult) -> None:
+        items = self.session.items
+        for index in list(self.index_of.values()):
+            item = items[index]
+            assert isinstance(item, TaskItem)
+            state = self.states[item.request_name]
+            self._report(state.cancelled_outcome(item.task, f"{result.status}: {result.reason or 'not run'}"))
+
+    def _start(self, indices: list[int]) -> None:
+        items = self.session.items
+        plain = [i for i in indices if not isinstance(items[i], TaskItem)]
+        for index in indices:
+            item = items[index]
+            if isinstance(item, TaskItem):
+                state = self.states[item.request_name]
+                self.index_of[(item.request_name, item.task.task_id)] = index
+                self.orchestrator.submit(state, item.task)
+        for position, index in enumerate(plain):
+            following = plain[position + 1] if position + 1 < len(plain) else None
+            nextitem = items[following] if following is not None else self.anchor
+            self._run_plain(index, nextitem)
+
+    def _run_plain(self, index: int, nextitem: pytest.Item | None) -> None:
+        """An ordinary test: the standard protocol, as xdist's own loop runs it."""
+        self.interactor.item_index = index
+        started = time.perf_counter()
+        self.run.config.hook.pytest_runtest_protocol(item=self.session.items[index], nextitem=nextitem)
+        self._complete(index, time.perf_counter() - started)
+
+    def _report(self, outcome: TaskOutcome) -> None:
+        index = self.index_of.pop((outcome.request, outcome.task.task_id), None)
+        if index is None:
+            return  # not handed to this worker
+        item = self.session.items[index]
+        assert isinstance(item, TaskItem)
+        self.interactor.item_index = index
+        self.run.task_finished(item, outcome)
+        emit_reports(item, outcome, item.setup_info.req.execution.pass_threshold)
+        self._complete(index, outcome.duration)
+
+    def _complete(self, index: int, duration: float) -> None:
+        self.interactor.sendevent("runtest_protocol_complete", item_index=index, duration=duration)
+        session = self.session
+        if session.shouldfail or session.shouldstop:
+            self.orchestrator.stop_threadsafe(str(session.shouldfail or session.shouldstop))

@@ -68,11 +68,11 @@ def write_suite(root: Path, module: str, source: str, concurrency: int, request:
     )
 
 
-def interleaved(root: Path, repeat: int) -> Iterator[tuple[Measurement, Measurement]]:
-    """(plain, plugin) pairs, alternated so a noisy neighbour hurts both sides alike."""
+def interleaved(root: Path, repeat: int, extra: tuple[str, ...] = ()) -> Iterator[tuple[Measurement, Measurement]]:
+    """(plain, plugin) pairs, alternated so a noisy neighbour hurts both sides alike; ``extra`` goes to both."""
     for _ in range(repeat):
-        base = measure(pytest_cmd("plain"), root)
-        plugin = measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off"), root)
+        base = measure(pytest_cmd("plain", *extra), root)
+        plugin = measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off", *extra), root)
         for name, run in (("plain pytest", base), ("agentcompass", plugin)):
             # A run that broke finishes fast; its time must never pass for a result.
             if run.returncode != 0:

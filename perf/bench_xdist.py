@@ -1,0 +1,66 @@
+"""Scale-out under pytest-xdist: N tasks of D seconds each at a run-wide concurrency, with ``-n W``.
+
+The target compares the plugin under ``-n W`` with what the work cannot go
+below: the ideal time (N * D / concurrency) plus plain pytest under ``-n W``
+running N trivial tests, both measured in the same run, alternated::
+
+    python perf/bench_xdist.py --n 10000 --seconds 0.05 --concurrency 500 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from _common import interleaved, print_medians, write_plain_suite, write_suite
+
+SLEEPER = """
+import asyncio, dataclasses
+from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+
+class Sleeper(HarnessFreeBenchmark):
+    evaluation_environment_mode = "none"
+    def __init__(self, n, seconds):
+        super().__init__(n=n, seconds=seconds)
+        self.n, self.seconds = n, seconds
+    def load_tasks(self, req):
+        return [TaskSpec(f"t{i}") for i in range(self.n)]
+    async def run_task(self, task, prepared, env, req, plan):
+        await asyncio.sleep(self.seconds)  # an agent waiting on a model or a container
+        return RunResult(task.task_id, output="ok")
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=1.0)
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n", type=int, default=10_000)
+    parser.add_argument("--seconds", type=float, default=0.05)
+    parser.add_argument("--concurrency", type=int, default=500)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    ideal = args.n * args.seconds / args.concurrency
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        request = (
+            f"name: sleep\nbenchmark: {{id: 'sleeper.py:Sleeper', params: {{n: {args.n}, seconds: {args.seconds}}}}}"
+        )
+        write_suite(root, "sleeper", SLEEPER, args.concurrency, request)
+        write_plain_suite(root, args.n)
+        pairs = []
+        for base, plugin in interleaved(root, args.repeat, ("-n", str(args.workers))):
+            pairs.append((base, plugin))
+            print(f"n={args.n} x {args.seconds}s at concurrency {args.concurrency}, -n {args.workers}")
+            print(f"  plain pytest -n : {base.seconds:7.2f}s  CPU {base.cpu_seconds:6.2f}s  [{base.tail}]")
+            print(f"  agentcompass -n : {plugin.seconds:7.2f}s  CPU {plugin.cpu_seconds:6.2f}s  [{plugin.tail}]")
+            print(
+                f"  ratio to ideal {ideal:.2f}s + plain: {plugin.seconds / (ideal + base.seconds):.2f}x (target <= 1.3x)"
+            )
+        print_medians(pairs, ideal=ideal)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""The permit service that makes limits run-wide under xdist, over its real Unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+
+import pytest
+
+from pytest_agentcompass.limits import RemotePermits, RemoteRateLimiter
+from pytest_agentcompass.permit_service import PermitClient, PermitService
+
+
+@pytest.fixture
+def service() -> Iterator[PermitService]:
+    svc = PermitService()
+    yield svc
+    svc.close()
+    assert not os.path.exists(svc.address), "the socket's folder is removed"
+
+
+def test_permits_are_counted_over_clients_first_come_first_served(service: PermitService) -> None:
+    async def scenario() -> list[str]:
+        one, two = PermitClient(service.address), PermitClient(service.address)
+        order: list[str] = []
+        try:
+            await one.acquire("k", 2)
+            await two.acquire("k", 2)
+            waiting = [asyncio.ensure_future(c.acquire("k", 2)) for c in (two, one)]
+            for future, name in zip(waiting, ("two", "one"), strict=True):
+                future.add_done_callback(lambda _, name=name: order.append(name))
+            await asyncio.sleep(0.05)
+            assert not any(f.done() for f in waiting), "both permits are held"
+            one.release("k")
+            await waiting[0]
+            two.release("k")
+            await waiting[1]
+            return order
+        finally:
+            one.close()
+            two.close()
+
+    assert asyncio.run(scenario()) == ["two", "one"]
+    assert service.peak["k"] == 2
+
+
+def test_a_cancelled_waiter_takes_nothing(service: PermitService) -> None:
+    async def scenario() -> None:
+        client = PermitClient(service.address)
+        try:
+            await client.acquire("k", 1)
+            waiter = asyncio.ensure_future(client.acquire("k", 1))
+            await asyncio.sleep(0.05)
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            client.release("k")
+            await asyncio.wait_for(client.acquire("k", 1), 30)  # the permit is free again
+        finally:
+            client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_killed_holder_frees_its_permits(service: PermitService) -> None:
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import asyncio, sys
+                from pytest_agentcompass.permit_service import PermitClient
+
+                async def main():
+                    client = PermitClient({service.address!r})
+                    await client.acquire("k", 1)
+                    print("held", flush=True)
+                    await asyncio.sleep(3600)
+
+                asyncio.run(main())
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "held"
+
+    async def scenario() -> None:
+        client = PermitClient(service.address)
+        try:
+            waiter = asyncio.ensure_future(client.acquire("k", 1))
+            await asyncio.sleep(0.05)
+            assert not waiter.done(), "the other process holds the only permit"
+            os.kill(holder.pid, signal.SIGKILL)
+            holder.wait()
+            await asyncio.wait_for(waiter, 60)
+        finally:
+            client.close()
+
+    asyncio.run(scenario())
+
+
+def test_open_slots_are_spaced_run_wide(service: PermitService) -> None:
+    async def scenario() -> list[float]:
+        one, two = PermitClient(service.address), PermitClient(service.address)
+        try:
+            # 0.01 per second: slots 100 s apart, so the computed delays are far from any scheduling noise.
+            return [await client.slot_delay("open", 0.01) for client in (one, two, one)]
+        finally:
+            one.close()
+            two.close()
+
+    first, second, third = asyncio.run(scenario())
+    assert first == 0
+    assert 90 < second <= 100
+    assert 190 < third <= 200
+
+
+def test_remote_limits_keep_the_smallest_limit_and_skip_the_service_when_unlimited(service: PermitService) -> None:
+    async def scenario() -> None:
+        client = PermitClient(service.address)
+        try:
+            unlimited = RemotePermits(client, "capacity:x", 0)
+            for _ in range(5):
+                await unlimited.acquire()
+            assert unlimited.in_use == 5 and service.peak["capacity:x"] == 0, "no round trip when unlimited"
+            for _ in range(5):
+                unlimited.release()
+            limited = RemotePermits(client, "capacity:y", 1)
+            await limited.acquire()
+            waiter = asyncio.ensure_future(limited.acquire())
+            await asyncio.sleep(0.05)
+            assert not waiter.done()
+            limited.release()
+            await asyncio.wait_for(waiter, 30)
+            limited.release()
+            rate = RemoteRateLimiter(client, "open:z", 0)
+            await rate.wait()  # unlimited: returns at once
+        finally:
+            client.close()
+
+    asyncio.run(scenario())

@@ -56,9 +56,8 @@ def main() -> None:
             print(f"n={args.n} x {args.seconds}s at concurrency {args.concurrency}, -n {args.workers}")
             print(f"  plain pytest -n : {base.seconds:7.2f}s  CPU {base.cpu_seconds:6.2f}s  [{base.tail}]")
             print(f"  agentcompass -n : {plugin.seconds:7.2f}s  CPU {plugin.cpu_seconds:6.2f}s  [{plugin.tail}]")
-            print(
-                f"  ratio to ideal {ideal:.2f}s + plain: {plugin.seconds / (ideal + base.seconds):.2f}x (target <= 1.3x)"
-            )
+            ratio = plugin.seconds / (ideal + base.seconds)
+            print(f"  ratio to ideal {ideal:.2f}s + plain: {ratio:.2f}x (target <= 1.3x)")
         print_medians(pairs, ideal=ideal)
 
 

@@ -16,7 +16,7 @@ import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -29,6 +29,7 @@ __all__ = [
     "RemotePermits",
     "RemoteRateLimiter",
     "capacity_for",
+    "on_run_stop",
     "rate_limiter_for",
     "reset_limits",
     "task_slots",
@@ -184,6 +185,15 @@ def use_permit_service(address: str) -> None:
     global _service
     reset_limits()
     _service = PermitClient(address)
+
+
+def on_run_stop(callback: Callable[[str], None]) -> None:
+    """Call ``callback(reason)`` (from another thread) when the run stops starting tasks (``-x`` elsewhere)."""
+    with _registry_lock:
+        if _service is not None:
+            _service.on_stop = callback
+            if _service.stopped is not None:
+                callback(_service.stopped)
 
 
 def task_slots(limit: int) -> CapacityPermits | None:

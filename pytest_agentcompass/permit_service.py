@@ -14,7 +14,10 @@ forgets its waiters.
 The protocol is one line per message::
 
     client: acquire <id> <key> <limit> | cancel <id> | release <key> | slot <id> <key> <qps>
-    server: grant <id> | slot <id> <delay seconds>
+    server: grant <id> | slot <id> <delay seconds> | stop <reason>
+
+``stop`` is the run-wide ``-x``: the controller saw enough failures, so every
+worker stops starting tasks (the ones running finish), as one process would.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = ["PermitClient", "PermitService"]
@@ -66,10 +70,22 @@ class PermitService:
         self._pools: dict[str, _Pool] = {}
         self._next_slot: dict[str, float] = {}
         self._closing = False
+        self._stop: str | None = None
+        self._lock = threading.Lock()  # the serving thread and stop_all() both write to clients
         #: Highest number of permits ever held at once, per key (tests read it).
         self.peak: Counter[str] = Counter()
         self._thread = threading.Thread(target=self._serve, name="agentcompass-permits", daemon=True)
         self._thread.start()
+
+    def stop_all(self, reason: str) -> None:
+        """Tell every process, now and later ones, to start no more tasks. Idempotent."""
+        with self._lock:
+            if self._stop is not None:
+                return
+            self._stop = " ".join(reason.split()) or "stopped"
+            conns = [k.data for k in self._selector.get_map().values() if isinstance(k.data, _Conn)]
+        for conn in conns:
+            self._send(conn, f"stop {self._stop}")
 
     def close(self) -> None:
         """Stop serving and remove the socket's folder. Idempotent."""
@@ -103,7 +119,12 @@ class PermitService:
         with contextlib.suppress(BlockingIOError):
             sock, _ = self._listener.accept()
             sock.setblocking(True)  # replies are a few bytes; clients read them at once
-            self._selector.register(sock, selectors.EVENT_READ, _Conn(sock))
+            conn = _Conn(sock)
+            with self._lock:
+                self._selector.register(sock, selectors.EVENT_READ, conn)
+                stop = self._stop
+            if stop is not None:  # a replacement worker joins a run that is stopping
+                self._send(conn, f"stop {stop}")
 
     def _read(self, conn: _Conn) -> None:
         try:
@@ -157,13 +178,14 @@ class PermitService:
 
     def _send(self, conn: _Conn, line: str) -> None:
         try:
-            conn.sock.sendall(line.encode() + b"\n")
+            with self._lock:
+                conn.sock.sendall(line.encode() + b"\n")
         except OSError:
             pass  # the peer is gone; its EOF frees what it holds
 
     def _drop(self, conn: _Conn) -> None:
         """A process went away (finished, or killed): free its permits, forget its waiters."""
-        with contextlib.suppress(KeyError, ValueError):
+        with self._lock, contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(conn.sock)
         conn.sock.close()
         for key, pool in self._pools.items():
@@ -184,6 +206,9 @@ class PermitClient:
         self._waiting: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future[float], str]] = {}
         self._abandoned: dict[str, str] = {}  # id -> key of acquires cancelled while in flight
         self._closed = False
+        #: Called (in a reader thread) with the reason when the run stops starting tasks.
+        self.on_stop: Callable[[str], None] | None = None
+        self.stopped: str | None = None
         self._reader = threading.Thread(target=self._read, name="agentcompass-permits-client", daemon=True)
         self._reader.start()
 
@@ -249,6 +274,11 @@ class PermitClient:
             buffer += data
             *lines, buffer = buffer.split(b"\n")
             for line in lines:
+                if line.startswith(b"stop "):
+                    self.stopped = line[5:].decode()
+                    if self.on_stop is not None:
+                        self.on_stop(self.stopped)
+                    continue
                 kind, ident, *rest = line.decode().split()
                 with self._lock:
                     entry = self._waiting.pop(ident, None)

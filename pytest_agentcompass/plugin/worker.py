@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..limits import task_slots
+from ..limits import on_run_stop, task_slots
 from ..runtime.driver import drive
 from ..runtime.logs import TaskLogHandler, route_task_output
 from ..runtime.orchestrator import OrchestrationResult, Orchestrator
@@ -68,6 +68,8 @@ class WorkerLoop:
         self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self.index_of: dict[tuple[str, str], int] = {}
         self.shutdown = False
+        #: Why another process stopped the run (``-x``), if it did.
+        self.stopped: str | None = None
         items = [i for i in session.items if isinstance(i, TaskItem)]
         # An ordinary test ends with this as ``nextitem``, so session fixtures
         # (which components may come from) stay up while tasks run.
@@ -84,6 +86,8 @@ class WorkerLoop:
             shared=True,
             slots=task_slots(concurrency),
         )
+
+        on_run_stop(lambda reason: self.events.put(("stop", reason)))
 
     def _runtimes(self, items: list[TaskItem], run_dirs: dict[str, str]) -> dict[str, RequestRuntime]:
         from pathlib import Path
@@ -157,12 +161,18 @@ class WorkerLoop:
                 state.store.close()
         if isinstance(result, BaseException):
             raise result
-        # Handed over but never queued (the loop had ended): reported, never lost.
+        session = self.session
+        if self.stopped and not (session.shouldfail or session.shouldstop):
+            session.shouldstop = self.stopped  # tells the controller why work is left undone
+        if session.shouldfail or session.shouldstop:
+            # -x: what did not start is not reported, as with xdist's own loop.
+            session._setupstate.teardown_exact(None)
+            return True
+        # Handed over but never run (cancelled, or the loop had ended): reported, never lost.
         self._cancel_leftovers(result)
         if interrupted or result.status == "cancelled":
             raise KeyboardInterrupt
-        session = self.session
-        while not self.shutdown and not (session.shouldfail or session.shouldstop):
+        while not self.shutdown:
             # The deadline passed: the controller may still send work until it sees it is done.
             kind, value = self.events.get()
             if kind == "run":
@@ -184,6 +194,9 @@ class WorkerLoop:
             elif kind == "shutdown":
                 self.shutdown = True
                 self.orchestrator.close_feed()
+            elif kind == "stop":
+                self.stopped = value
+                self.orchestrator.stop_threadsafe(value)
             elif kind == "done":
                 return value  # type: ignore[no-any-return]
 

@@ -52,6 +52,7 @@ class DistributedRun:
         #: Tasks that had a usable result before this session (reported as reused).
         self.recorded: dict[str, set[str]] = {}
         self.service: PermitService | None = None
+        self.session: pytest.Session | None = None
         workerinput = getattr(self.config, "workerinput", None)
         if workerinput and workerinput.get(PERMITS):
             from ..limits import use_permit_service
@@ -67,6 +68,7 @@ class DistributedRun:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.run.is_worker or self.config.option.collectonly:
             return
+        self.session = session
         for index, req in enumerate(self.run.orchestration.requests):
             try:
                 setup = self.run.build(index, req, session)
@@ -114,6 +116,13 @@ class DistributedRun:
                 state.failed = f"request {name!r}: preparing the run directory failed: {type(exc).__name__}: {exc}"
             state.pending.clear()  # the workers run them
             self.recorded[name] = set(state.outcomes)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """The controller: once ``-x``/``--maxfail`` is reached, every worker stops starting tasks."""
+        session = getattr(self, "session", None)
+        if self.service is not None and session is not None and (session.shouldfail or session.shouldstop):
+            self.service.stop_all(str(session.shouldfail or session.shouldstop))
 
     # -- a worker ------------------------------------------------------------------------
     @pytest.hookimpl(tryfirst=True)

@@ -169,7 +169,8 @@ def test_exit_first_under_xdist_stops_and_records_it(pytester: pytest.Pytester, 
     result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", "-x", timeout=GUARD)
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed") == 1
-    assert outcomes.get("passed", 0) < 11
+    assert outcomes.get("errors", 0) == 0, "what never started is not reported, as with xdist's own loop"
+    assert len([e for e in read_trace(trace) if e["event"] == "run_task"]) < 12
     info = run_info(only_run(pytester, "a"))
     assert info["status"] == "stopped"
 

@@ -149,3 +149,26 @@ def test_remote_limits_keep_the_smallest_limit_and_skip_the_service_when_unlimit
             client.close()
 
     asyncio.run(scenario())
+
+
+def test_stop_reaches_every_process_including_later_ones(service: PermitService) -> None:
+    import queue
+    import time
+
+    seen: queue.SimpleQueue[str] = queue.SimpleQueue()
+    early = PermitClient(service.address)
+    early.on_stop = seen.put
+    late: PermitClient | None = None
+    try:
+        service.stop_all("stopping after 1 failures")
+        assert seen.get(timeout=60) == "stopping after 1 failures"
+        late = PermitClient(service.address)  # a replacement worker joins after the stop
+        for _ in range(6000):  # a guard, not a measurement
+            if late.stopped:
+                break
+            time.sleep(0.01)
+        assert late.stopped == "stopping after 1 failures"
+    finally:
+        early.close()
+        if late is not None:
+            late.close()

@@ -53,6 +53,8 @@ class DistributedRun:
         self.recorded: dict[str, set[str]] = {}
         self.service: PermitService | None = None
         self.session: pytest.Session | None = None
+        #: Requests the controller could not build (their runs are not finalized), and why.
+        self.unbuilt: dict[str, str] = {}
         workerinput = getattr(self.config, "workerinput", None)
         if workerinput and workerinput.get(PERMITS):
             from ..limits import use_permit_service
@@ -66,13 +68,23 @@ class DistributedRun:
     # -- the controller, before the workers start --------------------------------------
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        if self.run.is_worker or self.config.option.collectonly:
-            return
         self.session = session
+
+    def _claim(self) -> None:
+        """Build every request and claim its run directory, once, as the first worker is configured.
+
+        Not earlier: session fixtures (components may come from them) need the
+        session's fixture manager, made in ``pytest_sessionstart``; not later:
+        the workers need the run directories in their ``workerinput``.
+        """
+        session = self.session
+        if self.service is not None or session is None or self.config.option.collectonly:
+            return
         for index, req in enumerate(self.run.orchestration.requests):
             try:
                 setup = self.run.build(index, req, session)
-            except Exception:  # the workers collect it too and report the error there
+            except Exception as exc:  # the workers collect it too; an error there is theirs to report
+                self.unbuilt[req.name] = f"{type(exc).__name__}: {exc}"
                 continue
             try:
                 self.states[req.name] = self.run.runtime(setup, set(), resume=True)
@@ -85,6 +97,7 @@ class DistributedRun:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
+        self._claim()
         node.workerinput[RUN_ID] = self.run.run_id
         node.workerinput[RUN_DIRS] = {name: str(state.store.run_dir) for name, state in self.states.items()}
         node.workerinput[PERMITS] = self.service.address if self.service else None
@@ -153,6 +166,14 @@ class DistributedRun:
         finally:
             if self.service is not None:
                 self.service.close()
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        for name, why in self.unbuilt.items():
+            terminalreporter.write_line(
+                f"agentcompass: request {name!r} ran on the workers but is not finalized: the xdist controller, "
+                f"which collects nothing, could not build it ({why})",
+                yellow=True,
+            )
 
     def _finalize(self, state: RequestRuntime, result: OrchestrationResult) -> RequestRuntime | None:
         """Finalize one request from the details the workers wrote, once."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import tracing_request, write_config
+from conftest import SUITES, tracing_request, write_config
 from tracing import read_trace
 
 #: A guard against a hang (a lost permit deadlocks these runs), never a measurement.
@@ -248,3 +248,37 @@ def test_ctrl_c_under_xdist_leaves_an_interrupted_run_that_resumes(pytester: pyt
     resumed.assert_outcomes(passed=4)
     assert only_run(pytester, "a") == run
     assert run_info(run)["status"] == "completed"
+
+
+def test_a_fixture_supplied_benchmark_under_xdist(pytester: pytest.Pytester, trace: Path) -> None:
+    # The controller builds the request too (to own its run): a rootdir conftest's fixture is visible to it.
+    pytester.makeconftest(
+        f"""
+        import sys
+        import pytest
+        sys.path.insert(0, {str(SUITES)!r})
+        from tracing import TracingBenchmark
+
+        @pytest.fixture(scope="session")
+        def traced():
+            return TracingBenchmark(trace={str(trace)!r}, n=4)
+        """
+    )
+    request = tracing_request("a", trace, n=4)
+    request["benchmark"] = {"id": "fixture:traced"}
+    write_config(pytester, [request])
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*a: 4 tasks, 4 passed, 0 failed, 0 errors*"])
+    assert run_info(only_run(pytester, "a"))["status"] == "completed"
+
+
+def test_reuse_of_nothing_under_xdist_is_one_clear_error(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("a", trace, n=2)])
+    result = pytester.runpytest_subprocess(
+        "--agentcompass=agentcompass.yaml", "-n", "2", "--agentcompass-reuse=latest", timeout=GUARD
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*reuse: latest: no earlier run with results under*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert not read_trace(trace) or not [e for e in read_trace(trace) if e["event"] == "run_task"]

@@ -64,7 +64,7 @@ class RequestNode(pytest.Collector):
         self.index = index
         self.req = req
 
-    def collect(self) -> Iterable[TaskItem]:
+    def collect(self) -> Iterable[pytest.Item]:
         setup = self.config.stash[run_key].build(self.index, self.req, self)
         register_category_markers(self.config, setup.tasks)
         for task in setup.tasks:
@@ -72,6 +72,10 @@ class RequestNode(pytest.Collector):
             if task.category:
                 item.add_marker(category_marker(task.category))
             yield item
+        if self.req.gates:
+            from .gates import GATE_NAME, GateItem
+
+            yield GateItem.from_parent(self, name=GATE_NAME, req=self.req)
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
         if isinstance(excinfo.value, AgentCompassError):

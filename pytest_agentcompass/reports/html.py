@@ -92,7 +92,7 @@ def render_page(run_dirs: Sequence[Path], baseline: Baseline | None, *, link_bas
 <option>failed</option><option>error</option></select>
 <select id="f-request" aria-label="request"><option value="">any request</option>{options}</select>
 {change_filter}<span id="shown" class="meta"></span></div>
-<table id="tasks"><thead><tr>{heads}</tr></thead><tbody></tbody></table>
+<table id="tasks"><thead><tr>{heads}</tr></thead><tbody></tbody></table><div id="more" class="meta"></div>
 <script id="agentcompass-data" type="application/json">{payload}</script>
 <script>{_asset("report.js")}</script>
 </body></html>

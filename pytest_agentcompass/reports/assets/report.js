@@ -1,18 +1,21 @@
 // The task table: sort, filter, and per-task details, from the JSON embedded in the page.
-// Rows are rendered in chunks so that the first screen paints at once even for
-// ten thousand tasks; filter and sort state lives in the URL hash (shareable).
+// Filter and sort state lives in the URL hash (shareable).
 (function () {
   "use strict";
   var DATA = JSON.parse(document.getElementById("agentcompass-data").textContent);
   var COLS = DATA.columns, ROWS = DATA.rows, DETAILS = DATA.details;
   var C = {}; COLS.forEach(function (c, i) { C[c] = i; });
-  var CHUNK = 500, SYNC_LIMIT = 2000;
+  var PAGE = 500, ALL_LIMIT = 2000;
   var body = document.querySelector("#tasks tbody"), shown = document.getElementById("shown");
   var inputs = {
     q: document.getElementById("f-q"), state: document.getElementById("f-state"),
     request: document.getElementById("f-request"), change: document.getElementById("f-change")
   };
-  var sort = {col: null, dir: 1}, generation = 0;
+  var sort = {col: null, dir: 1}, more = document.getElementById("more");
+  var observer = new IntersectionObserver(function (entries) {
+    if (entries[0].isIntersecting && pos < order.length) append(PAGE);
+  }, {rootMargin: "800px"});
+  observer.observe(more);
 
   function esc(v) {
     return String(v == null ? "" : v).replace(/[&<>"]/g, function (c) {
@@ -48,8 +51,26 @@
     }
     return true;
   }
+  // Rows are added lazily: everything up to ALL_LIMIT, otherwise a page at a
+  // time as the end of the table scrolls into view, so ten thousand tasks
+  // paint at once and sorting or filtering stays quick (docs/performance.md).
+  var order = [], pos = 0;
+  function afterPaint(fn) { requestAnimationFrame(function () { requestAnimationFrame(fn); }); }
+  function append(count) {
+    var end = Math.min(order.length, pos + count), html = [];
+    for (; pos < end; pos++) html.push(rowHtml(order[pos]));
+    body.insertAdjacentHTML("beforeend", html.join(""));
+    shown.dataset.rendered = String(pos);
+    more.textContent = pos < order.length ? "showing " + pos + " of " + order.length + ": scroll for more" : "";
+    if (pos < order.length) { observer.unobserve(more); observer.observe(more); }  // still in view: more
+    if (window.agentcompassFirstPaint === undefined) {
+      // For docs/performance.md: when the first rows were on screen.
+      window.agentcompassFirstPaint = null;
+      afterPaint(function () { window.agentcompassFirstPaint = performance.now(); });
+    }
+  }
   function render() {
-    var mine = ++generation, order = [];
+    order = [];
     for (var i = 0; i < ROWS.length; i++) if (matches(ROWS[i])) order.push(i);
     if (sort.col !== null) {
       var k = C[sort.col], d = sort.dir;
@@ -62,19 +83,10 @@
     }
     shown.textContent = order.length + " of " + ROWS.length + " tasks";
     body.innerHTML = "";
-    document.body.dataset.rendered = "0";
-    document.body.dataset.matching = String(order.length);
-    var pos = 0;
-    function step() {
-      if (mine !== generation) return;
-      var end = Math.min(order.length, pos + CHUNK), html = [];
-      for (; pos < end; pos++) html.push(rowHtml(order[pos]));
-      body.insertAdjacentHTML("beforeend", html.join(""));
-      document.body.dataset.rendered = String(pos);
-      if (pos < order.length) setTimeout(step, 0);
-    }
-    if (order.length <= SYNC_LIMIT) { CHUNK = order.length || 1; step(); CHUNK = 500; }
-    else step();
+    shown.dataset.rendered = "0";
+    shown.dataset.matching = String(order.length);
+    pos = 0;
+    append(order.length <= ALL_LIMIT ? order.length : PAGE);
     writeHash();
   }
   function section(title, html) { return html ? "<h4>" + esc(title) + "</h4>" + html : ""; }

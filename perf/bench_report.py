@@ -26,10 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from _common import measure  # noqa: E402
-from browser import browser, file_url, find_chromium  # noqa: E402
+from _common import measure
+from browser import browser, file_url, find_chromium
 
-from pytest_agentcompass.runtime.store import RunStore  # noqa: E402
+from pytest_agentcompass.runtime.store import RunStore
 
 TRACE = "".join(f'  File "bench.py", line {i}, in step_{i}\n    call_{i}(arg)\n' for i in range(20))
 
@@ -38,7 +38,9 @@ TRACE = "".join(f'  File "bench.py", line {i}, in step_{i}\n    call_{i}(arg)\n'
 PROBE = """
 new Promise(function (done) {
   function painted(fn) { requestAnimationFrame(function () { requestAnimationFrame(fn); }); }
-  function timed(action, next) { var t = performance.now(); action(); painted(function () { next(performance.now() - t); }); }
+  function timed(action, next) {
+    var t = performance.now(); action(); painted(function () { next(performance.now() - t); });
+  }
   (function wait() {
     if (!window.agentcompassFirstPaint) return setTimeout(wait, 20);
     var out = {first_paint_ms: window.agentcompassFirstPaint,
@@ -148,9 +150,8 @@ def main() -> None:
         for name in runs:
             for key in ("first_paint_ms", "load_ms", "filter_ms", "sort_ms", "scroll_ms"):
                 values = [p[key] for p in pages[name]]
-                print(
-                    f"chromium {name}: {key} median {statistics.median(values):.0f} ({', '.join(f'{v:.0f}' for v in values)})"
-                )
+                each = ", ".join(f"{v:.0f}" for v in values)
+                print(f"chromium {name}: {key} median {statistics.median(values):.0f} ({each})")
             last = pages[name][-1]
             print(
                 f"chromium {name}: rows in the DOM: first {last['rows_first']}, filtered {last['rows_filtered']}, "

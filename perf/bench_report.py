@@ -27,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from _common import measure
-from browser import browser, file_url, find_chromium
 
 from pytest_agentcompass.runtime.store import RunStore
+
+from browser import browser, file_url, find_chromium
 
 TRACE = "".join(f'  File "bench.py", line {i}, in step_{i}\n    call_{i}(arg)\n' for i in range(20))
 

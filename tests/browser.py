@@ -44,7 +44,11 @@ FLAGS = [
 
 
 def find_chromium() -> str | None:
-    return os.environ.get("AGENTCOMPASS_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    """``$AGENTCOMPASS_CHROMIUM`` when set, else ``chromium`` on the PATH."""
+    chosen = os.environ.get("AGENTCOMPASS_CHROMIUM")
+    if chosen:
+        return shutil.which(chosen)
+    return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def require_chromium() -> str:

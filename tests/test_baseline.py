@@ -151,3 +151,13 @@ def test_unusable_baseline_is_one_usage_error(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_unwritable_baseline_path_is_one_message_and_keeps_the_results(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("a", trace, n=2)])
+    (pytester.path / "file").write_text("")
+    result = pytester.runpytest(RUN, "--agentcompass-save-baseline=file/base.json")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["agentcompass: cannot write baseline *file/base.json: Not a directory"])
+    assert "Traceback" not in result.stdout.str()

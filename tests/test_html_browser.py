@@ -36,6 +36,16 @@ def session_page(pytester: pytest.Pytester, trace: Path) -> Path:
     return pytester.path / "report.html"
 
 
+@pytest.mark.parametrize(("ci", "outcome"), [("true", pytest.fail.Exception), ("", pytest.skip.Exception)])
+def test_a_missing_browser_fails_in_ci_and_skips_locally(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ci: str, outcome: type[BaseException]
+) -> None:
+    monkeypatch.setenv("AGENTCOMPASS_CHROMIUM", str(tmp_path / "no-such-browser"))
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(outcome, match="chromium is not installed"):
+        require_chromium()
+
+
 def rows(dom: str) -> list[tuple[str, str]]:
     return TASK_ROW.findall(dom)
 

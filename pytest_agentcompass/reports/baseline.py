@@ -168,7 +168,8 @@ def save_baseline(path: str | os.PathLike[str], summaries: Iterable[Mapping[str,
         tmp.write_text(text + "\n", encoding="utf-8")
         os.replace(tmp, target)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
         raise BaselineError(f"cannot write baseline {target}: {exc.strerror or exc}") from None
     return target
 

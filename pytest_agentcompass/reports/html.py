@@ -50,7 +50,8 @@ def write_session_report(path: Path, run_dirs: Sequence[Path], baseline: Baselin
         tmp.write_text(page, encoding="utf-8")
         os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return path
 
 

@@ -159,5 +159,5 @@ def test_unwritable_baseline_path_is_one_message_and_keeps_the_results(pytester:
     result = pytester.runpytest(RUN, "--agentcompass-save-baseline=file/base.json")
     result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(["agentcompass: cannot write baseline *file/base.json: Not a directory"])
+    result.stdout.fnmatch_lines(["agentcompass: cannot write baseline *file/base.json: File exists"])
     assert "Traceback" not in result.stdout.str()

@@ -87,7 +87,7 @@ def report_gate(config: pytest.Config, run: RunHandle, nodeid: str, fspath: str)
     request = nodeid.split("::")[-2]
     req = next(r for r in run.orchestration.requests if r.name == request)
     outcome, message = gate_verdict(run, req)
-    location = (fspath, None, f"{request}::{GATE_NAME}")
+    location = (fspath, None, f"{request}::{nodeid.split('::')[-1]}")
     hook = config.hook
     hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
 

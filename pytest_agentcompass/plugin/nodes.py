@@ -75,7 +75,10 @@ class RequestNode(pytest.Collector):
         if self.req.gates:
             from .gates import GATE_NAME, GateItem
 
-            yield GateItem.from_parent(self, name=GATE_NAME, req=self.req)
+            # A task may be called "gates" too: the node ids must stay distinct.
+            taken = {task.task_id for task in setup.tasks}
+            name = GATE_NAME if GATE_NAME not in taken else f"{GATE_NAME}[agentcompass]"
+            yield GateItem.from_parent(self, name=name, req=self.req)
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
         if isinstance(excinfo.value, AgentCompassError):

@@ -141,8 +141,9 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
 def save_baseline(path: str | os.PathLike[str], summaries: Iterable[Mapping[str, Any]]) -> Path:
     """Write the tasks of each finalized request's ``summary`` to ``path``.
 
-    Requests of an existing baseline file that this session did not run are
-    kept, so one file can hold every request of a config.
+    Saving merges into an existing file: requests and tasks this session did
+    not run (``-k``, ``--lf``) keep their entries, so one file holds every
+    task of a config. Delete the file to start over.
 
     :raises BaselineError: when the file cannot be written.
     """
@@ -160,7 +161,9 @@ def save_baseline(path: str | os.PathLike[str], summaries: Iterable[Mapping[str,
             ).to_dict()
             for t in summary.get("tasks", [])
         }
-        requests[str(summary["request"])] = {"run_id": summary.get("run_id"), "tasks": tasks}
+        before = requests.get(str(summary["request"]))
+        kept = before.get("tasks", {}) if isinstance(before, dict) else {}
+        requests[str(summary["request"])] = {"run_id": summary.get("run_id"), "tasks": {**kept, **tasks}}
     text = _format(requests)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:

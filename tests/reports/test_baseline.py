@@ -124,13 +124,15 @@ def test_xdist_only_known_failures_exit_zero(pytester: pytest.Pytester, trace: P
     assert result.ret == pytest.ExitCode.OK
 
 
-def test_save_baseline_keeps_other_requests(pytester: pytest.Pytester, trace: Path) -> None:
+def test_save_baseline_merges_into_the_file(pytester: pytest.Pytester, trace: Path) -> None:
     write_config(pytester, [tracing_request("a", trace, n=2), tracing_request("b", trace, n=2, wrong=["t0"])])
     pytester.runpytest(RUN, "--agentcompass-save-baseline=base.json")
-    pytester.runpytest(RUN, "--agentcompass-save-baseline=base.json", "-k", "a")
+    write_config(pytester, [tracing_request("a", trace, n=2, wrong=["t1"]), tracing_request("b", trace, n=2)])
+    pytester.runpytest(RUN, "--agentcompass-save-baseline=base.json", "-k", "a and t1")
     data = json.loads((pytester.path / "base.json").read_text())
     assert set(data["requests"]) == {"a", "b"}
-    assert data["requests"]["b"]["tasks"]["t0"]["state"] == "failed"
+    assert data["requests"]["b"]["tasks"]["t0"]["state"] == "failed", "a request not run keeps its entry"
+    assert {k: v["state"] for k, v in data["requests"]["a"]["tasks"].items()} == {"t0": "passed", "t1": "failed"}
 
 
 @pytest.mark.parametrize(

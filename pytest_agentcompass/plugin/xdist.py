@@ -70,6 +70,8 @@ class DistributedRun:
             self._finalize_all()
             from .gates import report_gate
 
+            # xdist counted the items the workers kept: the gates come on top.
+            session.testscollected += len(self.gates)
             for nodeid, fspath in self.gates.items():
                 report_gate(session.config, self.run, nodeid, fspath)
         return result

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from ..runtime.task import TaskOutcome
     from .keys import RunHandle
 
-__all__ = ["WorkerLoop", "xdist_worker_plugin"]
+__all__ = ["WorkerLoop", "WorkerPlugin", "xdist_worker_plugin"]
 
 _END = object()  # the channel's end marker: the controller is gone
 
@@ -56,6 +56,23 @@ def xdist_worker_plugin(config: pytest.Config) -> Any:
         if all(hasattr(plugin, name) for name in ("channel", "sendevent", "torun", "handle_command")):
             return plugin
     return None
+
+
+class WorkerPlugin:
+    """Replaces xdist's worker loop with :class:`WorkerLoop` (registered on workers only)."""
+
+    def __init__(self, run: RunHandle, run_dirs: dict[str, str]) -> None:
+        self.run = run
+        self.run_dirs = run_dirs
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        if session.config.option.collectonly:
+            return None
+        interactor = xdist_worker_plugin(session.config)
+        if interactor is None:
+            return None  # not an xdist worker after all: the standard loop runs
+        return WorkerLoop(self.run, session, interactor, self.run_dirs).run_loop()
 
 
 class WorkerLoop:

@@ -39,6 +39,8 @@ __all__ = ["DistributedRun", "run_single_task"]
 
 #: Keys of ``config.workerinput`` (set by the controller for each worker).
 RUN_ID, RUN_DIRS, PERMITS = "agentcompass_run_id", "agentcompass_run_dirs", "agentcompass_permits"
+#: The worker's loop plugin, registered by :class:`DistributedRun` on workers.
+WORKER_PLUGIN = "agentcompass-worker"
 
 
 class DistributedRun:
@@ -55,11 +57,18 @@ class DistributedRun:
         self.session: pytest.Session | None = None
         #: Requests the controller could not build (their runs are not finalized), and why.
         self.unbuilt: dict[str, str] = {}
+        #: Gate items the workers selected and left to the controller: node id -> file.
+        self.gates: dict[str, str] = {}
+        self.finalized = False
         workerinput = getattr(self.config, "workerinput", None)
-        if workerinput and workerinput.get(PERMITS):
-            from ..limits import use_permit_service
+        if workerinput is not None:
+            from .worker import WorkerPlugin
 
-            use_permit_service(workerinput[PERMITS])
+            if workerinput.get(PERMITS):
+                from ..limits import use_permit_service
+
+                use_permit_service(workerinput[PERMITS])
+            self.config.pluginmanager.register(WorkerPlugin(run, workerinput.get(RUN_DIRS) or {}), WORKER_PLUGIN)
 
     @property
     def task_concurrency(self) -> int:
@@ -137,35 +146,50 @@ class DistributedRun:
         if self.service is not None and session is not None and (session.shouldfail or session.shouldstop):
             self.service.stop_all(str(session.shouldfail or session.shouldstop))
 
-    # -- a worker ------------------------------------------------------------------------
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
-        if not self.run.is_worker or self.config.option.collectonly:
-            return None
-        from .worker import WorkerLoop, xdist_worker_plugin
-
-        interactor = xdist_worker_plugin(self.config)
-        if interactor is None:
-            return None  # not an xdist worker after all: the standard loop runs
-        run_dirs = getattr(self.config, "workerinput", {}).get(RUN_DIRS) or {}
-        return WorkerLoop(self.run, session, interactor, run_dirs).run_loop()
-
     # -- the controller, at the end -----------------------------------------------------
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        from .gates import WORKER_GATES
+
+        for nodeid, fspath, _ in getattr(node, "workeroutput", {}).get(WORKER_GATES, ()):
+            self.gates[nodeid] = fspath
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Any:
+        result = yield
+        if not self.run.is_worker:
+            # Finalize here, not at session end: the gate items' reports must
+            # count in the exit code, which pytest computes after this loop.
+            self._finalize_all(session, interrupted=False)
+            from .gates import report_gate
+
+            # xdist counted the items the workers kept: the gates come on top.
+            session.testscollected += len(self.gates)
+            for nodeid, fspath in self.gates.items():
+                report_gate(session.config, self.run, nodeid, fspath)
+        return result
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.run.is_worker:
             return
-        try:
-            result = OrchestrationResult()
-            if session.shouldfail or session.shouldstop:
-                result.status, result.reason = "stopped", str(session.shouldfail or session.shouldstop)
-            elif exitstatus == pytest.ExitCode.INTERRUPTED:
-                result.status, result.reason = "interrupted", "interrupted by the user"
-            self.run.result = result
-            self.run.runtimes = [s for s in (self._finalize(s, result) for s in self.states.values()) if s]
+        try:  # the loop was interrupted: still record what is on disk
+            self._finalize_all(session, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
         finally:
             if self.service is not None:
                 self.service.close()
+
+    def _finalize_all(self, session: pytest.Session, *, interrupted: bool) -> None:
+        if self.finalized:
+            return
+        self.finalized = True
+        result = OrchestrationResult()
+        if session.shouldfail or session.shouldstop:
+            result.status, result.reason = "stopped", str(session.shouldfail or session.shouldstop)
+        elif interrupted:
+            result.status, result.reason = "interrupted", "interrupted by the user"
+        self.run.result = result
+        self.run.runtimes = [s for s in (self._finalize(s, result) for s in self.states.values()) if s]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         for name, why in self.unbuilt.items():

@@ -29,6 +29,7 @@ import logging
 import queue
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -103,12 +104,9 @@ class WorkerLoop:
             shared=True,
             slots=task_slots(concurrency),
         )
-
         on_run_stop(lambda reason: self.events.put(("stop", reason)))
 
     def _runtimes(self, items: list[TaskItem], run_dirs: dict[str, str]) -> dict[str, RequestRuntime]:
-        from pathlib import Path
-
         wanted: dict[str, set[str]] = {}
         setups = {}
         for item in items:

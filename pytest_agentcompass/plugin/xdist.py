@@ -60,6 +60,8 @@ class DistributedRun:
         #: Gate items the workers selected and left to the controller: node id -> file.
         self.gates: dict[str, str] = {}
         self.finalized = False
+        #: ``<status>: <reason>`` of the first task a worker cancelled (its deadline), if any.
+        self.cancelled: str | None = None
         workerinput = getattr(self.config, "workerinput", None)
         if workerinput is not None:
             from .worker import WorkerPlugin
@@ -141,7 +143,14 @@ class DistributedRun:
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """The controller: once ``-x``/``--maxfail`` is reached, every worker stops starting tasks."""
+        """The controller: once ``-x``/``--maxfail`` is reached, every worker stops starting tasks.
+
+        It also notes why a worker cancelled tasks (its deadline), for ``run_info.json``.
+        """
+        if report.when == "setup" and report.failed and self.cancelled is None:
+            first = str(report.longrepr).split("\n", 1)[0]
+            if first.startswith("cancelled: "):  # "cancelled: timeout: orchestration timeout of 2s reached"
+                self.cancelled = first[len("cancelled: ") :]
         session = getattr(self, "session", None)
         if self.service is not None and session is not None and (session.shouldfail or session.shouldstop):
             self.service.stop_all(str(session.shouldfail or session.shouldstop))
@@ -188,6 +197,9 @@ class DistributedRun:
             result.status, result.reason = "stopped", str(session.shouldfail or session.shouldstop)
         elif interrupted:
             result.status, result.reason = "interrupted", "interrupted by the user"
+        elif self.cancelled is not None:  # a worker's deadline passed: "timeout: <reason>"
+            status, _, reason = self.cancelled.partition(": ")
+            result.status, result.reason = (status, reason) if reason else ("interrupted", status)
         self.run.result = result
         self.run.runtimes = [s for s in (self._finalize(s, result) for s in self.states.values()) if s]
 
@@ -217,10 +229,11 @@ class DistributedRun:
         missing = [t for t in state.wanted if t not in state.outcomes]
         if result.status == "stopped":
             asyncio.run(state.finalize("stopped"))
-        elif result.status == "interrupted" or missing:
+        elif result.status != "completed" or missing:
+            status = result.status if result.status != "completed" else "interrupted"
             reason = result.reason or f"{len(missing)} task(s) ended without a result (a worker was lost)"
-            state.stop("interrupted", reason)
-            state.notes.append(f"interrupted: {reason}; the next run resumes it")
+            state.stop(status, reason)
+            state.notes.append(f"{status}: {reason}; the next run resumes it")
             return state
         else:
             asyncio.run(state.finalize())

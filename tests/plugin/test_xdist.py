@@ -282,3 +282,21 @@ def test_reuse_of_nothing_under_xdist_is_one_clear_error(pytester: pytest.Pytest
     result.stderr.fnmatch_lines(["*reuse: latest: no earlier run with results under*"])
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
     assert not read_trace(trace) or not [e for e in read_trace(trace) if e["event"] == "run_task"]
+
+
+def test_the_deadline_under_xdist_cancels_what_is_left_and_records_it(pytester: pytest.Pytester, trace: Path) -> None:
+    flag = pytester.path / "hang"
+    flag.touch()  # every task hangs: only the deadline ends the run
+    write_config(
+        pytester,
+        [tracing_request("a", trace, n=4, hang_if={"file": str(flag)})],
+        task_concurrency=4,
+        timeout_seconds=3,
+        cleanup_grace_seconds=5,
+    )
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)
+    result.assert_outcomes(errors=4)
+    result.stdout.fnmatch_lines(["*cancelled: timeout: orchestration timeout of 3*"])
+    info = run_info(only_run(pytester, "a"))
+    assert info["status"] == "timeout", info
+    assert sorted(info["unfinished_tasks"]) == ["t0", "t1", "t2", "t3"]

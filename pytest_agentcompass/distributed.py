@@ -27,6 +27,7 @@ from .runtime.threads import run_with_pool, workers_for
 if TYPE_CHECKING:
     from .nodes import TaskItem
     from .session import AgentCompassRun
+    from .types import TaskSpec
 
 __all__ = ["DistributedRun", "run_single_task"]
 
@@ -93,6 +94,15 @@ class DistributedRun:
         return state
 
 
+async def _run_and_close(state: RequestRuntime, task: TaskSpec) -> TaskOutcome:
+    # Each task gets its own event loop here: what the harness holds on this
+    # loop (a model client) must be closed before the loop is.
+    try:
+        return await state.run(task)
+    finally:
+        await state.aclose()
+
+
 def run_single_task(item: TaskItem) -> TaskOutcome:
     """Run one task to its terminal outcome, in this process (an xdist worker)."""
     from .plugin import run_key
@@ -107,7 +117,7 @@ def run_single_task(item: TaskItem) -> TaskOutcome:
         state = make_runtime(run, item.setup_info, {item.task.task_id}, resume=False)
     try:
         grace = run.orchestration.cleanup_grace_seconds
-        outcome = run_with_pool(state.run(item.task), max_workers=workers_for(1), grace=grace)
+        outcome = run_with_pool(_run_and_close(state, item.task), max_workers=workers_for(1), grace=grace)
     except (KeyboardInterrupt, asyncio.CancelledError):
         outcome = state.cancelled_outcome(item.task, "cancelled: interrupted")
     if not isinstance(distributed, DistributedRun):

@@ -39,6 +39,16 @@ def _builtins() -> dict[str, dict[str, Any]]:
 
         return CommandHarness
 
+    def harness_openai() -> Any:
+        from .harnesses.openai_chat import OpenAIChatHarness
+
+        return OpenAIChatHarness
+
+    def harness_shell_agent() -> Any:
+        from .harnesses.shell_agent import ShellAgentHarness
+
+        return ShellAgentHarness
+
     def environment_local() -> Any:
         from .environments.local import LocalEnvironment
 
@@ -59,7 +69,11 @@ def _builtins() -> dict[str, dict[str, Any]]:
 
     return {
         "benchmark": {},
-        "harness": {"command": _Lazy(harness_command)},
+        "harness": {
+            "command": _Lazy(harness_command),
+            "openai": _Lazy(harness_openai),
+            "shell-agent": _Lazy(harness_shell_agent),
+        },
         "environment": {"local": _Lazy(environment_local), "docker": _Lazy(environment_docker)},
         "strategy": {"avg": _Lazy(strategy("avg")), "pass": _Lazy(strategy("pass"))},
         "analyzer": {},

@@ -28,6 +28,11 @@ class BaseHarness:
     def __init__(self, **params: Any) -> None:
         self.params = params
 
+    def preflight(self, req: RunRequest) -> Any:
+        """Check, once per request and before any task runs, that the harness can work
+        (a package, a model key). Raise an ``AgentCompassError`` with a plain message."""
+        return None
+
     def adjust_input(self, task: TaskSpec, prepared: PreparedTask, req: RunRequest, plan: ExecutionPlan) -> Any:
         """Rewrite the prepared input for this harness (prompt templates, tool lists)."""
         return prepared
@@ -57,4 +62,13 @@ class BaseHarness:
 
     def close_session(self, session: Any) -> Any:
         """Release what :meth:`start_session` acquired. Must be idempotent."""
+        return None
+
+    def aclose(self) -> Any:
+        """Release what the harness shares between its tasks (a model client).
+
+        Called on the event loop that ran the tasks, when the request ends,
+        also after Ctrl-C or the deadline (within the cleanup grace).
+        Must be idempotent.
+        """
         return None

@@ -15,6 +15,7 @@ from typing import Any, overload
 from .._compat import maybe_await
 from ..benchmark import BaseBenchmark
 from ..errors import AgentCompassError, PreflightError
+from ..models.usage import sum_usage
 from ..types import RunResult, RunStatus, TaskSpec, to_jsonable
 from .context import RequestContext
 from .logs import capture_task_logs
@@ -67,6 +68,8 @@ class RequestRuntime:
         self.finalized = False
         self.failed: str | None = None  # preflight/preparation failure message
         self.metrics: dict[str, Any] | None = None
+        #: Token totals over the tasks' ``usage`` records (model-calling harnesses), set by :meth:`finalize`.
+        self.usage: dict[str, Any] | None = None
         self.notes: list[str] = []
 
     @property
@@ -86,8 +89,8 @@ class RequestRuntime:
         ctx = self.ctx
         try:
             await ctx.provider.preflight()
-            if ctx.harness is not None and hasattr(ctx.harness, "preflight"):
-                await maybe_await(ctx.harness.preflight())
+            if ctx.harness is not None:
+                await maybe_await(ctx.harness.preflight(ctx.req))
             if self.tasks:
                 # A plan the provider cannot honour fails here, before anything opens.
                 ctx.planner.plan(self.tasks[0], 0)
@@ -200,6 +203,16 @@ class RequestRuntime:
         result = RunResult(task.task_id, status=RunStatus.INFERENCE_ERROR, error=message)
         return TaskOutcome(request=self.name, task=task, result=result, passed=False)
 
+    async def aclose(self) -> None:
+        """Release what the harness shares between tasks; a failure is a warning."""
+        harness = self.ctx.harness
+        if harness is None:
+            return
+        try:
+            await maybe_await(harness.aclose())
+        except Exception as exc:
+            log.warning("request %s: closing the harness failed: %s: %s", self.name, type(exc).__name__, exc)
+
     # -- finalization ------------------------------------------------------
     async def finalize(self, status: str = "completed") -> dict[str, Any]:
         """Aggregate in task order and write ``summary.json`` and the final ``run_info.json``."""
@@ -216,12 +229,14 @@ class RequestRuntime:
             log.warning("request %s: aggregate_metrics failed: %s", self.name, exc)
             metrics = {"error": f"aggregate_metrics failed: {type(exc).__name__}: {exc}"}
         self.metrics = dict(metrics)
+        self.usage = sum_usage(o.result.metadata.get("usage") for o in ordered)
         summary = {
             "request": self.name,
             "run_id": self.ctx.run_id,
             "status": status,
             "metrics": to_jsonable(self.metrics),
             "counts": self.counts(),
+            "usage": self.usage,
             "tasks": [
                 {
                     "task_id": o.task.task_id,

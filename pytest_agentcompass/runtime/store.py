@@ -243,6 +243,30 @@ class RunStore:
             except (OSError, json.JSONDecodeError):
                 continue
 
+    def save_artifact(self, task_id: str, attempt_index: int, retry_number: int, name: str, data: Any) -> str:
+        """Write a harness artifact under ``artifacts/<task>/attempt-<i>[-retry-<r>]/<name>``, redacted.
+
+        Bytes that are not UTF-8 are written as they are; text and JSON values
+        go through the redactor. Returns the path relative to the run directory.
+        """
+        folder = f"attempt-{attempt_index}" + (f"-retry-{retry_number}" if retry_number else "")
+        relative = f"artifacts/{task_id}/{folder}/{name}"
+        path = f"{self.run_dir}/{relative}"
+        if isinstance(data, bytes):
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                with self._replacing(path) as tmp, open(tmp, "wb") as fh:
+                    fh.write(data)
+                return relative
+            self._write_text(path, self.redactor.text(text) if self.redactor else text)
+        elif isinstance(data, str):
+            self._write_text(path, self.redactor.text(data) if self.redactor else data)
+        else:
+            value = self.redactor.apply(data) if self.redactor else data
+            self._write_text(path, json.dumps(value, indent=1, default=_fallback))  # read by people
+        return relative
+
     def save_retry_detail(self, task_id: str, attempt_index: int, retry_number: int, payload: Any) -> Path:
         path = self.retry_dir / task_id / f"attempt-{attempt_index}-retry-{retry_number}.json"
         self._write_text(path, self._encode(payload, False))

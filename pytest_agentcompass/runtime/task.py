@@ -52,8 +52,9 @@ class TaskOutcome:
         if self.detail_path is None:
             return  # no detail to read the result back from: keep it whole
         result = self.result
-        # attempt_scores stays: the default aggregation needs nothing else.
-        kept = {k: result.metadata[k] for k in ("attempt_scores",) if k in result.metadata}
+        # attempt_scores stays: the default aggregation needs nothing else;
+        # usage (a few counts) feeds the request's token totals.
+        kept = {k: result.metadata[k] for k in ("attempt_scores", "usage") if k in result.metadata}
         self.result = RunResult(
             result.task_id,
             score=result.score,

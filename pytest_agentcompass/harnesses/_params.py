@@ -25,7 +25,7 @@ def validate_params(model: type[M], params: dict[str, Any], harness: str) -> M:
     except ValidationError as exc:
         problems = [
             f"harness {harness!r}: harness.params.{'.'.join(str(p) for p in e['loc'])}: "
-            + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"])
+            + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, "))
             for e in exc.errors()
         ]
         raise ComponentError("\n".join(problems)) from None

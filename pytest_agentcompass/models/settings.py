@@ -83,7 +83,7 @@ def resolve_model(spec: ModelSpec | None, where: str, environ: Mapping[str, str]
     except ValidationError as exc:
         problems = "; ".join(
             f"model.params.{'.'.join(str(p) for p in e['loc'])}: "
-            + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"])
+            + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, "))
             for e in exc.errors()
         )
         raise PreflightError(problems) from None

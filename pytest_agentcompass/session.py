@@ -17,6 +17,7 @@ import pytest
 from .config import LoadedConfig
 from .errors import AgentCompassError
 from .limits import capacity_for
+from .models.usage import format_usage
 from .nodes import ConfigFile, TaskItem
 from .progress import Progress
 from .redact import Redactor
@@ -131,7 +132,7 @@ class AgentCompassRun:
 
         def on_event(event: str, state: RequestRuntime) -> None:
             if event == "finalized":
-                summary = {"metrics": state.metrics, "counts": state.counts()}
+                summary = {"metrics": state.metrics, "counts": state.counts(), "usage": state.usage}
                 self.config.hook.pytest_agentcompass_request_finalized(request=state.name, summary=summary)
 
         progress = self._progress()
@@ -210,6 +211,8 @@ class AgentCompassRun:
             if state.metrics:
                 shown = ", ".join(f"{k}={_fmt(v)}" for k, v in state.metrics.items())
                 tr.write_line(f"  metrics: {shown}")
+            if state.usage:
+                tr.write_line(f"  usage: {format_usage(state.usage)}")
             for note in state.notes:
                 tr.write_line(f"  note: {note}")
             tr.write_line(f"  run directory: {state.store.run_dir}")

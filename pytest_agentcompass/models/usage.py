@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Usage", "sum_usage"]
+__all__ = ["Usage", "format_usage", "sum_usage"]
 
 _COUNTS = ("calls", "prompt_tokens", "completion_tokens", "total_tokens")
 
@@ -66,3 +66,14 @@ def sum_usage(records: Iterable[Mapping[str, Any] | None]) -> dict[str, Any] | N
     if cost is not None:
         totals["cost"] = round(cost, 6)
     return totals
+
+
+def format_usage(totals: Mapping[str, Any]) -> str:
+    """One line for the terminal summary."""
+    line = (
+        f"{totals.get('calls', 0)} model calls, {totals.get('prompt_tokens', 0)} prompt + "
+        f"{totals.get('completion_tokens', 0)} completion = {totals.get('total_tokens', 0)} tokens"
+    )
+    if "cost" in totals:
+        line += f", estimated cost {totals['cost']:.4f}"
+    return line

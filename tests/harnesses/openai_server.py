@@ -12,6 +12,7 @@ import itertools
 import json
 import select
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -172,6 +173,14 @@ class ScriptedServer:
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
+
+    def wait_until(self, condition: Callable[[], bool], backstop: float = 60.0) -> None:
+        """Block until ``condition()`` holds; ``backstop`` only keeps a broken test from hanging."""
+        deadline = time.monotonic() + backstop
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError("the server never saw what the test waited for")
+            time.sleep(0.01)
 
     def bodies(self) -> list[dict[str, Any]]:
         with self.lock:

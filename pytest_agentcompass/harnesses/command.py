@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..artifacts import save_artifact
+from ..models.client import guard_secrets
 from ..redact import Redactor
 from ..types import ExecResult, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
 from ._params import validate_params
@@ -218,7 +219,7 @@ def _model_env(req: RunRequest) -> tuple[dict[str, str], Redactor]:
         variables["OPENAI_BASE_URL"] = base_url
     if isinstance(api_key, str):
         variables["OPENAI_API_KEY"] = api_key
-        return variables, Redactor([api_key])
+        guard_secrets(api_key)
     return variables, Redactor()
 
 

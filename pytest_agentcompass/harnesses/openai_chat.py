@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from pydantic import BaseModel, ConfigDict
 
 from ..artifacts import save_artifact
-from ..models.client import ChatModel, ModelCallError, require_openai
+from ..models.client import ChatModel, ModelCallError, guard_secrets, require_openai
 from ..models.settings import resolve_model
 from ..models.trajectory import Trajectory
 from ..redact import Redactor
@@ -48,8 +48,8 @@ class ModelHarness(BaseHarness):
         resolved = resolve_model(req.model, f"harness {self.id!r}")
         self._model = ChatModel(resolved)
         # The key (and any header value) may come from the process environment
-        # rather than a ${VAR}; mask it in everything this harness returns or saves.
-        self._redactor = Redactor([resolved.api_key, *resolved.settings.headers.values()])
+        # rather than a ${VAR}: mask it everywhere, including what this harness returns.
+        guard_secrets(resolved.api_key, *resolved.settings.headers.values())
 
     def model(self, req: RunRequest) -> ChatModel:
         if self._model is None:  # under xdist a worker skips the request preflight

@@ -9,6 +9,7 @@ the ChatModel calls :meth:`ChatModel.aclose` on that loop before it ends.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,12 +17,32 @@ from typing import Any
 
 from ..errors import PreflightError
 from ..limits import CapacityPermits, capacity_for
+from ..redact import SecretLogFilter, add_runtime_secret
 from .settings import ResolvedModel
 
-__all__ = ["ChatModel", "ChatReply", "ModelCallError", "ToolCall", "require_openai"]
+__all__ = ["ChatModel", "ChatReply", "ModelCallError", "ToolCall", "guard_secrets", "require_openai"]
 
 #: HTTP statuses that no retry can fix: the key or its permissions are wrong.
 PERMANENT_STATUSES = frozenset({401, 403})
+
+
+#: Loggers that may print request contents at DEBUG level, depending on the client version.
+_CLIENT_LOGGERS = ("openai", "openai._base_client", "httpx", "httpx2", "httpcore", "httpcore2")
+_log_filter = SecretLogFilter()
+
+
+def guard_secrets(*values: str) -> None:
+    """Mask ``values`` (an API key, header values) in the run directory, reports and client logs.
+
+    A key read from the process environment is no ``${VAR}`` of the config,
+    so the config's redaction does not know it.
+    """
+    for value in values:
+        add_runtime_secret(value)
+    for name in _CLIENT_LOGGERS:
+        logger = logging.getLogger(name)
+        if _log_filter not in logger.filters:
+            logger.addFilter(_log_filter)
 
 
 def require_openai() -> None:

@@ -189,7 +189,8 @@ class RequestRuntime:
     async def run(self, task: TaskSpec) -> TaskOutcome:
         with capture_task_logs() as logs:
             outcome = await run_task(self.ctx, task)
-        outcome.logs = logs
+        redactor = self.store.redactor
+        outcome.logs = [redactor.text(line) for line in logs] if redactor and logs else logs
         self.outcomes[task.task_id] = outcome
         # Notes about ignored state must be visible in the summary, not only in one detail.
         self.notes.extend(f"task {task.task_id}: {note}" for note in outcome.notes if note.startswith("ignored"))

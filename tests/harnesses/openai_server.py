@@ -195,3 +195,39 @@ def scripted_server(default: Callable[[dict[str, Any]], Reply] | None = None) ->
         yield server
     finally:
         server.stop()
+
+
+def load_client_modules() -> None:
+    """Exercise the ``openai`` client once (answer, error, timeout, refused connection).
+
+    pytester's in-process runs remove every module first imported inside
+    them; the client imports parts of its HTTP stack lazily, and a second,
+    fresh copy of those parts no longer matches the exception classes the
+    first copy raises. Importing them here, at collection, keeps one copy.
+    """
+    import asyncio
+
+    import openai
+
+    async def calls(url: str, server: ScriptedServer | None) -> None:
+        for reply, timeout in ((answer("ok"), 5.0), (error(500), 5.0), (slow(5), 0.05)):
+            if server is not None:
+                server.push(reply)
+            client = openai.AsyncOpenAI(api_key="warm-up", base_url=url, max_retries=0, timeout=timeout)
+            try:
+                await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            except openai.OpenAIError:
+                pass
+            finally:
+                await client.close()
+
+    with scripted_server() as server:
+        url = server.base_url
+        asyncio.run(calls(url, server))
+    asyncio.run(calls(url, None))  # the server is gone: refused connections
+
+
+try:
+    load_client_modules()
+except ImportError:
+    pass  # no openai: the tests that need it skip themselves

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -243,3 +244,21 @@ def test_usage_sums_and_cost() -> None:
         "cost": 0.0054,
     }
     assert sum_usage([None, None]) is None
+
+
+def test_client_loggers_mask_the_key(caplog: pytest.LogCaptureFixture) -> None:
+    from pytest_agentcompass.models.client import guard_secrets
+
+    guard_secrets(KEY)
+    with caplog.at_level("DEBUG"):
+        logging.getLogger("openai._base_client").debug("Request options: %s", {"json_data": {"content": KEY}})
+        logging.getLogger("httpx").info("sent %s", KEY)
+    assert KEY not in caplog.text
+    assert "Request options: {'json_data': {'content': '***'}}" in caplog.text
+
+
+def test_short_placeholder_keys_are_not_masked() -> None:
+    from pytest_agentcompass.redact import Redactor, add_runtime_secret
+
+    add_runtime_secret("none")
+    assert Redactor().text("none of this is secret") == "none of this is secret"

@@ -92,7 +92,9 @@ async def test_client_retries_a_429_then_succeeds(server: ScriptedServer) -> Non
 @pytest.mark.parametrize(
     ("status", "name"), [(429, "RateLimitError"), (500, "InternalServerError"), (503, "InternalServerError")]
 )
-async def test_errors_after_client_retries_name_class_and_status(server: ScriptedServer, status: int, name: str) -> None:
+async def test_errors_after_client_retries_name_class_and_status(
+    server: ScriptedServer, status: int, name: str
+) -> None:
     server.default = lambda body: error(status, "scripted failure")
     model = make_model(server, max_retries=1)
     try:
@@ -192,7 +194,7 @@ def test_one_client_per_event_loop_each_closed_on_its_loop(server: ScriptedServe
 
 # -- settings ---------------------------------------------------------------------
 def test_missing_key_is_a_preflight_error() -> None:
-    with pytest.raises(PreflightError, match="no API key for the model: set model.params.api_key"):
+    with pytest.raises(PreflightError, match=r"no API key for the model: set model\.params\.api_key"):
         resolve_model(ModelSpec(id="m"), "harness", environ={})
 
 

@@ -145,7 +145,9 @@ def test_rate_limit_is_an_inference_error_a_pattern_can_retry(
     write_agent_config(pytester, server, execution={"max_retries": 1, "retry_pattern_list": ["429"]})
     result = pytester.runpytest(*RUN)
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*inference_error*RateLimitError (HTTP 429) from*Rate limit reached*", "*after 1 retry*"])
+    result.stdout.fnmatch_lines(
+        ["*inference_error*RateLimitError (HTTP 429) from*Rate limit reached*", "*after 1 retry*"]
+    )
     assert len(server.requests) == 2
     record = detail(pytester)
     assert record["retries"] == 1 and record["metadata"]["usage"]["calls"] == 0

@@ -27,7 +27,7 @@ class FileTasks(BaseBenchmark):
 
     def load_tasks(self, req: RunRequest) -> list[TaskSpec]:
         return [
-            TaskSpec(task_id=f"file-{i}", question=f"Write {self.content!r} into {self.file}.", ground_truth=self.content)
+            TaskSpec(f"file-{i}", question=f"Write {self.content!r} into {self.file}.", ground_truth=self.content)
             for i in range(self.n)
         ]
 

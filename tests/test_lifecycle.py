@@ -385,7 +385,7 @@ def test_the_specification_samples_run_as_written(pytester: pytest.Pytester) -> 
     result.assert_outcomes(passed=4, failed=1)
     for line in ["*exact-match::sum-wrong FAILED*", "*workspace::greet PASSED*", "*patch::fix-status PASSED*"]:
         result.stdout.fnmatch_lines([line])  # tasks finish in any order
-    (detail,) = pytester.path.glob(".agentcompass/runs/patch/*/details/fix-status.json")
+    (detail,) = pytester.path.glob("example_suites/evaluation_modes/.agentcompass/runs/patch/*/details/fix-status.json")
     data = json.loads(detail.read_text())
     assert '+status = "fixed"' in data["artifacts"]["file"]["submission.patch"]
     assert data["metadata"]["verifier"]["exit_code"] == 0

@@ -119,10 +119,15 @@ class BaseEnvironment(abc.ABC):
     #: Whether a live session can change policy; if not, every phase must use the baseline.
     dynamic_network_policy: ClassVar[bool] = False
 
+    #: The provider's params model (a :class:`~pytest_agentcompass.config.ParamsModel`), if it declares one.
+    params_model: ClassVar[type[Any] | None] = None
+
     def __init__(self, spec: EnvironmentSpec, rootdir: Path | None = None) -> None:
         self.spec = spec
-        #: Relative paths in ``spec.params`` are relative to this (the pytest rootdir).
+        #: Relative paths in ``spec.params`` are relative to this (the config file's folder).
         self.rootdir = rootdir or Path.cwd()
+        #: ``spec.params`` validated by :attr:`params_model` (set by assembly; ``None`` without a model).
+        self.params: Any = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

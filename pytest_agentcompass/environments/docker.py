@@ -27,6 +27,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
+from pydantic import Field
+
+from ..config import ParamsModel
 from ..errors import PreflightError, SessionError
 from ..types import ExecResult, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
@@ -203,10 +206,28 @@ def _descendants(pid: int) -> list[int]:
     return [d for child in children for d in (*_descendants(child), child)]
 
 
+class DockerParams(ParamsModel):
+    """``environment.params`` of the ``docker`` provider."""
+
+    #: The image every session starts from.
+    image: str | None = None
+    #: The working directory inside the container (created by Docker).
+    workdir: str = "/work"
+    #: Container memory limit (``"512m"`` or bytes).
+    mem_limit: int | str | None = None
+    #: CPU quota in billionths of a CPU.
+    nano_cpus: int | None = Field(default=None, gt=0)
+    #: Captured output kept per stream, in bytes.
+    output_limit: int = Field(default=DEFAULT_OUTPUT_LIMIT, gt=0)
+    #: Pull the image when the engine does not have it.
+    pull: bool = False
+
+
 class DockerEnvironment(BaseEnvironment):
     """Opens one container per session from ``params.image``."""
 
     id = "docker"
+    params_model = DockerParams
     supported_network_policies = frozenset({"full", "disabled"})
     dynamic_network_policy = True
 
@@ -253,7 +274,7 @@ class DockerEnvironment(BaseEnvironment):
             "network_mode": BRIDGE,
         }
         for key in ("mem_limit", "nano_cpus"):
-            if key in params:
+            if params.get(key) is not None:
                 options[key] = params[key]
         container = await asyncio.to_thread(client.containers.create, params["image"], **options)
         try:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from ..artifacts import save_artifact
 from ..models.client import guard_secrets
@@ -30,17 +31,22 @@ LOGS_DIR = "/logs/agent"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
+def _problem(message: str) -> PydanticCustomError:
+    # A custom error type: the message reaches the user without pydantic's "Value error, " prefix.
+    return PydanticCustomError("agentcompass_command", message)
+
+
 def _argv(value: str | list[str], what: str) -> list[str]:
     if isinstance(value, list):
         if not value:
-            raise ValueError(f"{what} is an empty list")
+            raise _problem(f"{what} is an empty list")
         return value
     try:
         argv = shlex.split(value)
     except ValueError as exc:
-        raise ValueError(f"cannot split {what} {value!r} like a shell would: {exc}") from None
+        raise _problem(f"cannot split {what} {value!r} like a shell would: {exc}") from None
     if not argv:
-        raise ValueError(f"{what} is empty")
+        raise _problem(f"{what} is empty")
     return argv
 
 
@@ -70,9 +76,9 @@ class CommandParams(BaseModel):
     def _setup_commands(cls, value: list[str | list[str]]) -> list[str | list[str]]:
         for index, command in enumerate(value):
             if isinstance(command, list) and not command:
-                raise ValueError(f"setup[{index}] is an empty list")
+                raise _problem(f"setup[{index}] is an empty list")
             if isinstance(command, str) and not command.strip():
-                raise ValueError(f"setup[{index}] is empty")
+                raise _problem(f"setup[{index}] is empty")
         return value
 
 

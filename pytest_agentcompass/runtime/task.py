@@ -43,6 +43,8 @@ class TaskOutcome:
     detail_path: str | None = None
     reused: bool = False
     logs: list[str] = field(default_factory=list)
+    #: What the task printed (stdout and stderr), shown with its report.
+    output: str = ""
     #: Why the detail record could not be written (the result itself stands).
     storage_error: str | None = None
 
@@ -64,6 +66,7 @@ class TaskOutcome:
             metadata=kept or _EMPTY,
         )
         self.logs = []
+        self.output = ""
         self.trace = None
 
 

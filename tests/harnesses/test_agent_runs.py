@@ -87,8 +87,8 @@ def test_bad_harness_params_are_a_clear_config_error(pytester: pytest.Pytester, 
     assert result.ret != 0
     result.stdout.fnmatch_lines(
         [
-            "*harness 'shell-agent': harness.params.max_turns: Input should be a valid integer*",
-            "*harness 'shell-agent': harness.params.tools: unknown key*",
+            "*agentcompass.yaml:*: requests[[]0].harness.params.max_turns: Input should be a valid integer*",
+            "*agentcompass.yaml:*: requests[[]0].harness.params.tools: unknown key",
         ]
     )
     assert "Traceback" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()

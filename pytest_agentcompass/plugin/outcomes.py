@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 import pytest
 
-from .runtime.task import TaskOutcome
+from ..runtime.task import TaskOutcome
 
 if TYPE_CHECKING:
     from _pytest.reports import TestReport

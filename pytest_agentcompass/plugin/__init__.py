@@ -103,6 +103,8 @@ def pytest_configure(config: pytest.Config) -> None:
     run = AgentCompassRun(config, loaded)
     config.stash[run_key] = run
     run.register()
+    if config.option.markers:
+        run.declare_category_markers()
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         # No paths given: run the config's tasks alone, not the tests under the rootdir.
         config.args = [str(loaded.path)]

@@ -161,21 +161,19 @@ class AgentCompassRun:
     def pytest_report_header(self, config: pytest.Config) -> str:
         return f"agentcompass: {self.loaded.path} ({len(self.orchestration.requests)} request(s))"
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_cmdline_main(self, config: pytest.Config) -> None:
-        if config.option.markers:
-            # ``--markers`` never collects: load the tasks to list their categories.
-            from .nodes import register_category_markers
+    def declare_category_markers(self) -> None:
+        """For ``--markers``, which never collects: load the tasks to list their categories."""
+        from .nodes import register_category_markers
 
-            for index, req in enumerate(self.orchestration.requests):
-                try:
-                    setup = self.build(index, req)
-                except Exception as exc:  # shown, not fatal: --markers still lists the rest
-                    config.issue_config_time_warning(
-                        pytest.PytestWarning(f"agentcompass: request {req.name!r}: {exc}"), stacklevel=2
-                    )
-                    continue
-                register_category_markers(config, setup.tasks)
+        for index, req in enumerate(self.orchestration.requests):
+            try:
+                setup = self.build(index, req)
+            except Exception as exc:  # shown, not fatal: --markers still lists the rest
+                self.config.issue_config_time_warning(
+                    pytest.PytestWarning(f"agentcompass: request {req.name!r}: {exc}"), stacklevel=2
+                )
+                continue
+            register_category_markers(self.config, setup.tasks)
 
     # -- running -------------------------------------------------------------------
     @pytest.hookimpl(tryfirst=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 def test_quickstart_runs_with_honest_outcomes(pytester: pytest.Pytester) -> None:

@@ -106,11 +106,16 @@ class ModelHarness(BaseHarness):
         return self.redact(result)
 
     def save_trajectory(self, trajectory: Trajectory) -> str | None:
-        return save_artifact(TRAJECTORY_FILE, self._redactor.apply(trajectory.to_dict()))
+        # The run store masks config and runtime secrets in what it writes.
+        return save_artifact(TRAJECTORY_FILE, trajectory.to_dict())
 
     def redact(self, result: RunResult) -> RunResult:
-        if not self._redactor:
+        """Mask secrets in the result, which the pytest report shows as it is."""
+        redactor = self._redactor
+        if not redactor:
             return result
+        if not redactor.may_occur_in([result.output, result.error, result.metadata]):
+            return result  # the common case: no deep copy
         return RunResult(
             task_id=result.task_id,
             output=self._redactor.apply(result.output),

@@ -39,6 +39,8 @@ class AttemptRecord:
     cleanup_errors: list[str] = field(default_factory=list)
     kept_environments: list[str] = field(default_factory=list)
     trace: str | None = None
+    #: Token usage of tries a runtime retry replaced (their tokens were spent all the same).
+    discarded_usage: list[dict[str, Any]] = field(default_factory=list)
 
 
 class AttemptRunner:
@@ -214,6 +216,8 @@ class AttemptRunner:
         pattern = self.budget.take(failure.error, permanent=permanent)
         if pattern is None:
             return False
+        if isinstance(payload, RunResult) and isinstance(payload.metadata.get("usage"), dict):
+            self.record.discarded_usage.append(payload.metadata["usage"])
         self.record.retries += 1
         payload = failure.payload.to_dict() if isinstance(failure.payload, RunResult) else failure.payload
         self.ctx.store.save_retry_detail(

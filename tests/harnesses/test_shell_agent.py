@@ -179,4 +179,18 @@ def test_trajectory_of_a_failed_try_is_kept_beside_the_retry(pytester: pytest.Py
     assert sorted(p.name for p in folder.iterdir()) == ["attempt-0", "attempt-0-retry-1"]
     failed = json.loads((folder / "attempt-0" / "trajectory.json").read_text())
     assert failed["stop_reason"] == "error" and failed["events"][-1]["type"] == "error"
-    assert detail(pytester)["artifacts"]["trajectory"] == "artifacts/file-0/attempt-0-retry-1/trajectory.json"
+    record = detail(pytester)
+    assert record["artifacts"]["trajectory"] == "artifacts/file-0/attempt-0-retry-1/trajectory.json"
+    # The task's usage counts the replaced try too: 1 call there, 2 in the try that stood.
+    assert record["metadata"]["usage"] == {"calls": 3, "prompt_tokens": 50, "completion_tokens": 21, "total_tokens": 71}
+
+
+def test_usage_counts_every_semantic_attempt(pytester: pytest.Pytester, server: ScriptedServer) -> None:
+    server.push(tool_call("printf hi > hello.txt"), answer("done"), answer("nothing to do"))
+    write_agent_config(pytester, server, execution={"attempts": {"k": 2, "strategy": "avg"}})
+    pytester.runpytest(*RUN).assert_outcomes(failed=1)  # one of two attempts wrote the file: mean 0.5
+    record = detail(pytester)
+    assert record["score"] == 0.5
+    assert record["metadata"]["usage"] == {"calls": 3, "prompt_tokens": 40, "completion_tokens": 18, "total_tokens": 58}
+    summary = json.loads((run_dir(pytester) / "summary.json").read_text())
+    assert summary["usage"]["calls"] == 3

@@ -153,8 +153,13 @@ def main() -> None:
         url = f"http://127.0.0.1:{port_file.read_text()}/v1"
         rows: list[tuple[float, float, float, float]] = []
         for round_ in range(args.repeat):
-            b_wall, b_cpu = child("bare", url, args.calls, args.warmup)
-            h_wall, h_cpu = child("harness", url, args.calls, args.warmup)
+            # Alternate which side goes first, so neither always runs on a warmer (or busier) machine.
+            if round_ % 2 == 0:
+                b_wall, b_cpu = child("bare", url, args.calls, args.warmup)
+                h_wall, h_cpu = child("harness", url, args.calls, args.warmup)
+            else:
+                h_wall, h_cpu = child("harness", url, args.calls, args.warmup)
+                b_wall, b_cpu = child("bare", url, args.calls, args.warmup)
             rows.append((b_wall, b_cpu, h_wall, h_cpu))
             print(
                 f"round {round_ + 1}: bare {b_wall:.3f}s (CPU {b_cpu:.3f}s), harness {h_wall:.3f}s (CPU {h_cpu:.3f}s)"

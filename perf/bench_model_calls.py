@@ -69,6 +69,9 @@ def serve(port_file: Path) -> None:
 async def bare(url: str, calls: int, warmup: int) -> tuple[float, float]:
     import openai
 
+    # Same modules loaded on both sides: a larger heap makes every collection dearer.
+    import pytest_agentcompass.harnesses.openai_chat  # noqa: F401
+
     client = openai.AsyncOpenAI(api_key="sk-bench-key", base_url=url, max_retries=0)
     try:
         for _ in range(warmup):
@@ -114,6 +117,36 @@ async def harness(url: str, calls: int, warmup: int) -> tuple[float, float]:
         await agent.aclose()
 
 
+async def bookkeeping(calls: int) -> tuple[float, float]:
+    """What the harness adds around one call, without the network: permit, trajectory, usage, result."""
+    from pytest_agentcompass import RunRequest, TaskSpec
+    from pytest_agentcompass.harnesses.openai_chat import OpenAIChatHarness
+    from pytest_agentcompass.models.client import ChatReply
+
+    req = RunRequest.model_validate(
+        {
+            "name": "bench",
+            "benchmark": {"id": "x"},
+            "harness": {"id": "openai"},
+            "model": {"id": "m", "params": {"api_key": "sk-bench-key", "max_connections": 8}},
+        }
+    )
+    agent = OpenAIChatHarness()
+    agent.preflight(req)
+    model, task = agent.model(req), TaskSpec("t0", question="6 * 7")
+    usage = {"prompt_tokens": 12, "completion_tokens": 1, "total_tokens": 13}
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(calls):
+        trajectory = agent.trajectory(model, task)
+        trajectory.message({"role": "user", "content": "6 * 7"})
+        async with model.permits.permit():
+            reply = ChatReply(content="42", finish_reason="stop", usage=usage, latency=0.001)
+        trajectory.model_call(reply)
+        trajectory.stop_reason = "answered"
+        agent.finish(model, task, trajectory, "42")
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
 def child(side: str, url: str, calls: int, warmup: int) -> tuple[float, float]:
     """One side in a fresh interpreter: (wall, CPU) of its timed loop."""
     out = subprocess.run(
@@ -133,12 +166,15 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--side", choices=["bare", "harness"], help=argparse.SUPPRESS)
+    parser.add_argument("--side", choices=["bare", "harness", "bookkeeping"], help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(args.serve)
+        return
+    if args.side == "bookkeeping":
+        print(*asyncio.run(bookkeeping(args.calls * 10)))
         return
     if args.side:
         run = bare if args.side == "bare" else harness
@@ -176,6 +212,12 @@ def main() -> None:
             f"per call: bare {med[0] / args.calls * 1e6:.0f} us (CPU {med[1] / args.calls * 1e6:.0f} us); "
             f"harness overhead {per_call_wall:+.0f} us wall, {per_call_cpu:+.0f} us CPU "
             f"({med[2] / med[0]:.3f}x wall, {med[3] / med[1]:.3f}x CPU)"
+        )
+        k_wall, k_cpu = child("bookkeeping", url, args.calls, 0)
+        n = args.calls * 10
+        print(
+            f"harness bookkeeping alone (no network, {n} calls): {k_wall / n * 1e6:.1f} us wall, "
+            f"{k_cpu / n * 1e6:.1f} us CPU per call"
         )
     finally:
         server.terminate()

@@ -20,7 +20,8 @@ from tracing import read_trace
 
 
 def run_dirs(pytester: pytest.Pytester, name: str = "r") -> list[Path]:
-    return sorted((pytester.path / "runs" / name).iterdir())
+    # Names starting with "." are runs still being created (renamed into place when whole).
+    return sorted(p for p in (pytester.path / "runs" / name).iterdir() if not p.name.startswith("."))
 
 
 def details(run_dir: Path) -> dict[str, dict[str, Any]]:

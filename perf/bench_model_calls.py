@@ -121,7 +121,7 @@ async def bookkeeping(calls: int) -> tuple[float, float]:
     """What the harness adds around one call, without the network: permit, trajectory, usage, result."""
     from pytest_agentcompass import RunRequest, TaskSpec
     from pytest_agentcompass.harnesses.openai_chat import OpenAIChatHarness
-    from pytest_agentcompass.models.client import ChatReply
+    from pytest_agentcompass.models.client import ChatModel, ChatReply
 
     req = RunRequest.model_validate(
         {
@@ -133,7 +133,9 @@ async def bookkeeping(calls: int) -> tuple[float, float]:
     )
     agent = OpenAIChatHarness()
     agent.preflight(req)
-    model, task = agent.model(req), TaskSpec("t0", question="6 * 7")
+    task = TaskSpec("t0", question="6 * 7")
+    model = agent.model(req, task)
+    assert isinstance(model, ChatModel)
     usage = {"prompt_tokens": 12, "completion_tokens": 1, "total_tokens": 13}
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(calls):

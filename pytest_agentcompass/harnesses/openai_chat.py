@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from pydantic import BaseModel, ConfigDict
 
 from ..artifacts import save_artifact
+from ..errors import PreflightError
 from ..models.client import ChatModel, ModelCallError, guard_secrets, require_openai
 from ..models.settings import resolve_model
 from ..models.trajectory import Trajectory
@@ -51,9 +52,19 @@ class ModelHarness(BaseHarness):
         # rather than a ${VAR}: mask it everywhere, including what this harness returns.
         guard_secrets(resolved.api_key, *resolved.settings.headers.values())
 
-    def model(self, req: RunRequest) -> ChatModel:
-        if self._model is None:  # under xdist a worker skips the request preflight
-            self.preflight(req)
+    def model(self, req: RunRequest, task: TaskSpec) -> ChatModel | RunResult:
+        """The request's model; a result saying why not when it is unusable.
+
+        Under xdist a worker skips the request preflight, so the checks run
+        here on first use; their failure cannot be fixed by a retry.
+        """
+        if self._model is None:
+            try:
+                self.preflight(req)
+            except PreflightError as exc:
+                return RunResult(
+                    task.task_id, status=RunStatus.INFERENCE_ERROR, error=str(exc), metadata={"retryable": False}
+                )
         assert self._model is not None
         return self._model
 
@@ -149,7 +160,9 @@ class OpenAIChatHarness(ModelHarness):
         req: RunRequest,
         plan: ExecutionPlan,
     ) -> RunResult:
-        model = self.model(req)
+        model = self.model(req, task)
+        if isinstance(model, RunResult):
+            return model
         trajectory = self.trajectory(model, task)
         system = cast(OpenAIChatParams, self.config).system_prompt
         if system:

@@ -81,7 +81,9 @@ class ShellAgentHarness(ModelHarness):
         plan: ExecutionPlan,
     ) -> RunResult:
         options = cast(ShellAgentParams, self.config)
-        model = self.model(req)
+        model = self.model(req, task)
+        if isinstance(model, RunResult):
+            return model
         trajectory = self.trajectory(model, task)
         trajectory.message({"role": "system", "content": options.system_prompt})
         trajectory.message({"role": "user", "content": prepared.prompt})

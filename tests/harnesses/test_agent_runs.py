@@ -70,6 +70,20 @@ def test_missing_key_is_one_preflight_error(
     assert server.requests == []
 
 
+def test_missing_key_under_xdist_is_not_retried(
+    pytester: pytest.Pytester, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # xdist workers run no request preflight: the harness checks on first use, once per task.
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    request = agent_request(server, n=2, execution={"max_retries": 2})
+    request["model"]["params"].pop("api_key")
+    write_config(pytester, [request])
+    result = pytester.runpytest_subprocess(*RUN, "-n", "2")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*no API key for the model*"])
+    assert server.requests == [] and detail(pytester, "file-1")["retries"] == 0
+
+
 def test_missing_openai_package_is_one_preflight_error(
     pytester: pytest.Pytester, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 
 import pytest
 
 from pytest_agentcompass.harnesses.shell_agent import SHELL_TOOL
+from pytest_agentcompass.models.client import ChatModel
 
 from agent_helpers import detail, run_dir, trajectory, write_agent_config
 from openai_server import ScriptedServer, answer, error, scripted_server, slow, tool_call
@@ -194,3 +196,30 @@ def test_usage_counts_every_semantic_attempt(pytester: pytest.Pytester, server: 
     assert record["metadata"]["usage"] == {"calls": 3, "prompt_tokens": 40, "completion_tokens": 18, "total_tokens": 58}
     summary = json.loads((run_dir(pytester) / "summary.json").read_text())
     assert summary["usage"]["calls"] == 3
+
+
+@pytest.mark.parametrize("ending", ["completed", "deadline"])
+def test_the_request_client_is_closed_at_the_end(
+    pytester: pytest.Pytester, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch, ending: str
+) -> None:
+    closed: list[bool] = []
+    real_aclose = ChatModel.aclose
+
+    async def recording_aclose(self: ChatModel) -> None:
+        client = self._clients.get(asyncio.get_running_loop())
+        await real_aclose(self)
+        closed.append(client is not None and client.is_closed())
+
+    monkeypatch.setattr(ChatModel, "aclose", recording_aclose)
+    if ending == "completed":
+        server.default = lambda body: (
+            answer("done") if any(m["role"] == "tool" for m in body["messages"]) else tool_call("printf hi > hello.txt")
+        )
+        write_agent_config(pytester, server, n=3)
+        pytester.runpytest(*RUN).assert_outcomes(passed=3)
+    else:
+        server.default = lambda body: slow(300)
+        write_agent_config(pytester, server, n=2, timeout_seconds=1.0)
+        pytester.runpytest(*RUN).assert_outcomes(errors=2)
+        server.wait_until(lambda: server.aborted == 2)
+    assert closed == [True]  # one client for the request, shared by its tasks, closed once

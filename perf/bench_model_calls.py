@@ -203,6 +203,10 @@ def main() -> None:
                 f"round {round_ + 1}: bare {b_wall:.3f}s (CPU {b_cpu:.3f}s), harness {h_wall:.3f}s (CPU {h_cpu:.3f}s)"
                 f" -> {h_wall / b_wall:.3f}x wall, {h_cpu / b_cpu:.3f}x CPU"
             )
+        walls = [h / b for b, _, h, _ in rows]
+        cpus = [h / b for _, b, _, h in rows]
+        print(f"pairwise wall ratios: {', '.join(f'{r:.2f}' for r in walls)}; median {statistics.median(walls):.2f}x")
+        print(f"pairwise CPU ratios:  {', '.join(f'{r:.2f}' for r in cpus)}; median {statistics.median(cpus):.2f}x")
         med = [statistics.median(row[i] for row in rows) for i in range(4)]
         per_call_wall = (med[2] - med[0]) / args.calls * 1e6
         per_call_cpu = (med[3] - med[1]) / args.calls * 1e6

@@ -199,16 +199,21 @@ def docker_ready() -> bool:
 
 
 @pytest.mark.skipif(not docker_ready(), reason="no Docker engine with the test image (run scripts/start-docker.sh)")
-def test_shell_agent_in_docker(pytester: pytest.Pytester, server: ScriptedServer) -> None:
+@pytest.mark.parametrize("run_network", ["full", "disabled"])
+def test_shell_agent_in_docker(pytester: pytest.Pytester, server: ScriptedServer, run_network: str) -> None:
+    # The model is called from the pytest process: a container without network still has an agent.
     server.push(
-        tool_call("cat /etc/hostname > /dev/null && pwd && ls", content="looking around"),
+        tool_call("pwd && ls && ls /sys/class/net", content="looking around"),
         tool_call("printf hi > hello.txt"),
         answer("done"),
     )
-    write_agent_config(pytester, server, environment={"id": "docker", "params": {"image": IMAGE}})
+    environment = {"id": "docker", "params": {"image": IMAGE}, "network": {"run": run_network}}
+    write_agent_config(pytester, server, environment=environment)
     pytester.runpytest(*RUN).assert_outcomes(passed=1)
     tools = [m["content"] for m in server.bodies()[-1]["messages"] if m["role"] == "tool"]
     assert tools[0].startswith("exit code: 0\nstdout:\n/") and "README" in tools[0]
+    interfaces = set(tools[0].split("\n")[3:])
+    assert ("eth0" in interfaces) is (run_network == "full")
     run_id = run_dir(pytester).name
     left = subprocess.run(
         ["docker", "ps", "-aq", "--filter", f"label=agentcompass.run={run_id}"], capture_output=True, text=True

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from pydantic import BaseModel, ConfigDict
@@ -22,8 +21,6 @@ if TYPE_CHECKING:
     from ..environments.base import EnvironmentSession
 
 __all__ = ["ModelHarness", "OpenAIChatHarness", "OpenAIChatParams"]
-
-log = logging.getLogger("pytest_agentcompass")
 
 TRAJECTORY_FILE = "trajectory.json"
 

@@ -37,6 +37,7 @@ class ModelSettings(BaseModel):
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)  # what reasoning models take instead
     seed: int | None = None
     stop: str | list[str] | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)
@@ -46,7 +47,7 @@ class ModelSettings(BaseModel):
 
     def sampling(self) -> dict[str, Any]:
         """The keyword arguments every chat completion request carries."""
-        fields = ("temperature", "top_p", "max_tokens", "seed", "stop")
+        fields = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop")
         out = {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
         if self.extra_body:
             out["extra_body"] = dict(self.extra_body)

@@ -156,6 +156,26 @@ def arithmetic(body: dict[str, Any]) -> Reply:
     return answer(str(value))
 
 
+def test_openai_harness_server_error_is_an_inference_error(pytester: pytest.Pytester, server: ScriptedServer) -> None:
+    shutil.copytree(ROOT / "example_suites" / "quickstart", pytester.path / "quickstart")
+    server.default = lambda body: error(503, "overloaded")
+    write_config(
+        pytester,
+        [
+            {
+                "name": "arithmetic",
+                "benchmark": {"id": "quickstart/arith.py:ArithmeticBenchmark", "params": {"n": 1}},
+                "harness": {"id": "openai"},
+                "model": {"id": "calc", "params": {"base_url": server.base_url, "api_key": KEY, "max_retries": 1}},
+            }
+        ],
+    )
+    result = pytester.runpytest(*RUN)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*InternalServerError (HTTP 503) from*after 1 client retry: overloaded*"])
+    assert len(server.requests) == 2
+
+
 def test_quickstart_with_the_openai_harness(pytester: pytest.Pytester, server: ScriptedServer) -> None:
     shutil.copytree(ROOT / "example_suites" / "quickstart", pytester.path / "quickstart")
     server.default = arithmetic

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import os
-import signal
+import secrets
 import tarfile
-import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -33,12 +33,22 @@ from ..config import ParamsModel
 from ..errors import PreflightError, SessionError
 from ..types import ExecResult, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
-from .local import DEFAULT_OUTPUT_LIMIT
+from .process import DEFAULT_OUTPUT_LIMIT, EXEC_MARKER, kill_marked
 
 __all__ = ["DockerEnvironment", "DockerSession"]
 
 BRIDGE = "bridge"
 _KEEPALIVE = ["sleep", "2147483647"]
+log = logging.getLogger("pytest_agentcompass")
+
+# Runs inside the container with the token as $1: every process whose
+# environment holds it is killed, again until none is left (one may fork).
+_KILLER = (
+    "n=1; i=0; while [ $n -gt 0 ] && [ $i -lt 20 ]; do n=0; i=$((i+1)); "
+    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = $$ ] && continue; '
+    f'if grep -q "{EXEC_MARKER}=$1" "$d/environ" 2>/dev/null; then kill -9 "$p" 2>/dev/null && n=$((n+1)); fi; '
+    "done; done"
+)
 
 
 def _docker() -> Any:
@@ -76,42 +86,45 @@ class DockerSession(EnvironmentSession):
         cwd: str | None = None,
     ) -> ExecResult:
         api = self.client.api
+        # Every process of this exec inherits the token, so a kill can find
+        # them all inside the container, setsid'd and double-forked ones too.
+        token = secrets.token_hex(16)
         created = await asyncio.to_thread(
             api.exec_create,
             self.container.id,
             argv_list(argv),
-            environment=dict(env or {}),
+            environment={**(env or {}), EXEC_MARKER: token},
             workdir=self._path(cwd) if cwd else self.workdir,
         )
         exec_id = created["Id"]
         started = time.monotonic()
-        stream = await asyncio.to_thread(api.exec_start, exec_id, stream=True, demux=True)
         buffers = {"out": bytearray(), "err": bytearray()}
         cut = {"out": False, "err": False}
-        done = threading.Event()
 
-        def pump() -> None:
-            try:
-                for out, err in stream:
-                    for key, chunk in (("out", out), ("err", err)):
-                        if chunk:
-                            room = self.output_limit - len(buffers[key])
-                            buffers[key] += chunk[: max(room, 0)]
-                            cut[key] = cut[key] or len(chunk) > room
-            finally:
-                done.set()
+        def pump(stream: Any) -> None:
+            for out, err in stream:
+                for key, chunk in (("out", out), ("err", err)):
+                    if chunk:
+                        room = self.output_limit - len(buffers[key])
+                        buffers[key] += chunk[: max(room, 0)]
+                        cut[key] = cut[key] or len(chunk) > room
 
-        reader = asyncio.ensure_future(asyncio.to_thread(pump))
+        # A task of its own, so a cancel landing while the call is in flight
+        # still learns that the exec started, and kills it.
+        starting = asyncio.ensure_future(asyncio.to_thread(api.exec_start, exec_id, stream=True, demux=True))
+        reader: asyncio.Future[None] | None = None
         timed_out = False
         try:
+            stream = await asyncio.shield(starting)
+            reader = asyncio.ensure_future(asyncio.to_thread(pump, stream))
             try:
                 await asyncio.wait_for(asyncio.shield(reader), timeout)
             except TimeoutError:
                 timed_out = True
         finally:
-            if not done.is_set():  # timed out or cancelled: kill the exec's process tree
-                await asyncio.to_thread(self._kill_exec, exec_id)
-                await asyncio.shield(reader)
+            if reader is None or not reader.done():  # timed out or cancelled: kill the exec's processes
+                # Shielded: a second cancel must not leave the processes running.
+                await asyncio.shield(asyncio.ensure_future(self._stop(exec_id, token, starting, reader, pump)))
         info = await asyncio.to_thread(api.exec_inspect, exec_id)
         code = info.get("ExitCode")
         return ExecResult(
@@ -124,13 +137,38 @@ class DockerSession(EnvironmentSession):
             duration=time.monotonic() - started,
         )
 
-    def _kill_exec(self, exec_id: str) -> None:
-        pid = self.client.api.exec_inspect(exec_id).get("Pid")
-        for victim in [*_descendants(pid), pid] if pid else []:
+    async def _stop(
+        self,
+        exec_id: str,
+        token: str,
+        starting: asyncio.Future[Any],
+        reader: asyncio.Future[None] | None,
+        pump: Callable[[Any], None],
+    ) -> None:
+        try:
+            stream = await starting
+        except Exception:
+            return  # never started
+        await asyncio.to_thread(self._kill_exec, exec_id, token)
+        # Every writer is dead: the stream ends now (read it to the end, also when nobody did yet).
+        await (reader if reader is not None else asyncio.to_thread(pump, stream))
+
+    def _kill_exec(self, exec_id: str, token: str) -> None:
+        """Kill every process carrying the exec's token, inside the container (Docker cannot kill an exec)."""
+        api = self.client.api
+        for _ in range(50):
+            # Where this process sees the container's processes (same host, enough rights), do it here;
+            # the token in their environment makes sure they are the exec's and nobody else's.
+            kill_marked(token, EXEC_MARKER)
             try:
-                os.kill(victim, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+                killer = api.exec_create(self.container.id, ["sh", "-c", _KILLER, "killer", token])
+                api.exec_start(killer["Id"])
+            except Exception as exc:  # an image without sh: the host-side kill above is all there is
+                log.debug("cannot run the in-container kill: %s", exc)
+            info = api.exec_inspect(exec_id)
+            if not info.get("Running") and (info.get("Pid") or info.get("ExitCode") is not None):
+                return
+            time.sleep(0.1)  # started but not running yet: kill it once it is
 
     async def read_bytes(self, path: str) -> bytes:
         target = self._path(path)
@@ -193,17 +231,6 @@ def _remove(container: Any) -> None:
         container.remove(force=True, v=True)
     except docker.errors.NotFound:
         pass
-
-
-def _descendants(pid: int) -> list[int]:
-    children: list[int] = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as fh:
-                children += [int(c) for c in fh.read().split()]
-    except OSError:
-        return []
-    return [d for child in children for d in (*_descendants(child), child)]
 
 
 class DockerParams(ParamsModel):

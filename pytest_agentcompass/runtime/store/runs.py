@@ -71,6 +71,24 @@ def iter_runs(request_dir: Path, *, newest_first: bool = True) -> Iterator[tuple
         yield path, info
 
 
+def killed_runs(run_dir: Path, *, include_current: bool) -> list[str]:
+    """Runs of ``run_dir``'s request that never finished and whose process is gone (killed).
+
+    A run whose lock or ``run_info`` names a live process is left alone: it may be running now.
+    """
+    found = [run_dir.name] if include_current else []
+    for path, info in iter_runs(run_dir.parent, newest_first=False):
+        if path == run_dir or info.get("status") not in ("created", "running"):
+            continue
+        try:
+            holder = int((path / LOCK_FILE).read_text().strip() or 0)
+        except (OSError, ValueError):
+            holder = 0
+        if not any(isinstance(pid, int) and pid > 0 and _alive(pid) for pid in (holder, info.get("pid"))):
+            found.append(path.name)
+    return found
+
+
 def find_reusable_run(request_dir: Path, spec: str, current: Path | None = None) -> Path:
     """Resolve ``reuse: latest | <dir>`` to a run directory.
 

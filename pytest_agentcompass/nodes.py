@@ -64,10 +64,11 @@ class RequestNode(pytest.Collector):
         run.setups[self.req.name] = setup
         for task in setup.tasks:
             item = TaskItem.from_parent(self, name=task.task_id, task=task, setup=setup)
-            if task.category:
-                marker = category_marker(task.category)
-                self.config.addinivalue_line("markers", f"{marker}: agentcompass task category")
-                item.add_marker(marker)
+            for label, kind in [(task.category, "category"), *((tag, "tag") for tag in task.tags)]:
+                if label:
+                    marker = category_marker(label)
+                    self.config.addinivalue_line("markers", f"{marker}: agentcompass task {kind}")
+                    item.add_marker(marker)
             yield item
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
@@ -87,6 +88,7 @@ class TaskItem(pytest.Item):
         self.outcome: TaskOutcome | None = None
         if task.category:
             self.extra_keyword_matches.add(task.category)
+        self.extra_keyword_matches.update(task.tags)
 
     @property
     def request_name(self) -> str:

@@ -273,6 +273,9 @@ def make_runtime(
     claim_run_dir(run_dir, req.name, fingerprint)
     reuse_dir = find_reusable_run(request_dir, reuse_spec, current=run_dir) if reuse_spec else None
     store = RunStore(run_dir, Redactor(run.loaded.secrets))
+    for component in (setup.benchmark, setup.harness, setup.provider):
+        if component is not None:
+            component.run_dir = run_dir
     ctx = RequestContext(
         req=req,
         benchmark=setup.benchmark,

@@ -119,6 +119,9 @@ class BaseEnvironment(abc.ABC):
     #: Whether a live session can change policy; if not, every phase must use the baseline.
     dynamic_network_policy: ClassVar[bool] = False
 
+    #: The run directory of the request, once known (build logs and the like go there).
+    run_dir: Path | None = None
+
     def __init__(self, spec: EnvironmentSpec, rootdir: Path | None = None) -> None:
         self.spec = spec
         #: Relative paths in ``spec.params`` are relative to this (the pytest rootdir).
@@ -179,7 +182,7 @@ class BaseEnvironment(abc.ABC):
             task_id=plan.task_id,
             attempt_index=plan.attempt_index,
             network_policy=plan.baseline_network_policy,
-            params=dict(self.spec.params),
+            params={**plan.environment, **self.spec.params},
             labels=dict(labels or {}),
         )
 

@@ -17,6 +17,7 @@ the bridge.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import os
 import signal
@@ -28,8 +29,9 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ..errors import PreflightError, SessionError
-from ..types import ExecResult, NetworkPolicy
-from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
+from ..types import ExecResult, ExecutionPlan, NetworkPolicy
+from .base import BaseEnvironment, EnvironmentSession, SessionConfig, SessionPurpose, argv_list
+from .docker_images import BuildSpec, ImageBuilder
 from .local import DEFAULT_OUTPUT_LIMIT
 
 __all__ = ["DockerEnvironment", "DockerSession"]
@@ -71,7 +73,9 @@ class DockerSession(EnvironmentSession):
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        user: str | None = None,
     ) -> ExecResult:
+        """See :meth:`EnvironmentSession.exec`; ``user`` runs it as that user (the image's by default)."""
         api = self.client.api
         created = await asyncio.to_thread(
             api.exec_create,
@@ -79,6 +83,7 @@ class DockerSession(EnvironmentSession):
             argv_list(argv),
             environment=dict(env or {}),
             workdir=self._path(cwd) if cwd else self.workdir,
+            user=user or "",
         )
         exec_id = created["Id"]
         started = time.monotonic()
@@ -163,6 +168,53 @@ class DockerSession(EnvironmentSession):
 
         await asyncio.to_thread(put)
 
+    async def put_tree(self, source: str | os.PathLike[str], target: str) -> None:
+        """Copy the local folder ``source`` to ``target`` in one archive, modes kept, owned by root."""
+        destination = self._path(target).strip("/")
+
+        def put() -> None:
+            payload = io.BytesIO()
+            with tarfile.open(fileobj=payload, mode="w") as archive:
+                parents = PurePosixPath(destination).parents
+                for parent in reversed(parents[:-1]):
+                    archive.addfile(_dir_entry(str(parent)))
+                archive.add(os.fspath(source), arcname=destination, filter=_as_root)
+            self.container.put_archive("/", payload.getvalue())
+
+        await asyncio.to_thread(put)
+
+    async def get_tree(self, source: str, limit: int) -> tuple[dict[str, bytes], bool]:
+        """The regular files under ``source`` (relative names), at most ``limit`` bytes in all.
+
+        Returns the files and whether some were left out for the limit. A
+        missing ``source`` gives no files.
+        """
+        docker = _docker()
+
+        def fetch() -> tuple[dict[str, bytes], bool]:
+            try:
+                stream, _ = self.container.get_archive(self._path(source))
+            except docker.errors.NotFound:
+                return {}, False
+            files: dict[str, bytes] = {}
+            total, cut = 0, False
+            with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as archive:
+                for member in archive:
+                    if not member.isfile():
+                        continue
+                    name = member.name.partition("/")[2]  # drop the folder's own name
+                    if not name:
+                        continue
+                    if total + member.size > limit:
+                        cut = True
+                        continue
+                    handle = archive.extractfile(member)
+                    files[name] = handle.read() if handle else b""
+                    total += member.size
+            return files, cut
+
+        return await asyncio.to_thread(fetch)
+
     async def set_network_policy(self, policy: NetworkPolicy) -> None:
         if policy == self.network_policy:
             return
@@ -182,6 +234,40 @@ class DockerSession(EnvironmentSession):
 
     def describe(self) -> str:
         return f"container {self.container.short_id} ({self.container.name})"
+
+
+def _dir_entry(name: str) -> tarfile.TarInfo:
+    entry = tarfile.TarInfo(name)
+    entry.type, entry.mode = tarfile.DIRTYPE, 0o755
+    return entry
+
+
+def _as_root(entry: tarfile.TarInfo) -> tarfile.TarInfo:
+    entry.uid = entry.gid = 0
+    entry.uname = entry.gname = "root"
+    return entry
+
+
+class _ChunkReader(io.RawIOBase):
+    """A file over the SDK's chunk iterator, so an archive streams instead of being joined."""
+
+    def __init__(self, chunks: Any) -> None:
+        self._chunks = iter(chunks)
+        self._rest = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._rest:
+            try:
+                self._rest = next(self._chunks)
+            except StopIteration:
+                return 0
+        size = min(len(buffer), len(self._rest))
+        buffer[:size] = self._rest[:size]
+        self._rest = self._rest[size:]
+        return size
 
 
 def _remove(container: Any) -> None:
@@ -210,6 +296,19 @@ class DockerEnvironment(BaseEnvironment):
     supported_network_policies = frozenset({"full", "disabled"})
     dynamic_network_policy = True
 
+    _builder: ImageBuilder | None = None
+
+    def build_config(
+        self, plan: ExecutionPlan, purpose: SessionPurpose, labels: Mapping[str, str] | None = None
+    ) -> SessionConfig:
+        config = super().build_config(plan, purpose, labels)
+        policies = {plan.baseline_network_policy, plan.run_network_policy}
+        if plan.evaluation_environment_mode != "none":
+            policies.add(plan.evaluation_network_policy)
+        if policies == {"disabled"}:
+            config = dataclasses.replace(config, params={**config.params, "network_never": True})
+        return config
+
     def _client(self) -> Any:
         if getattr(self, "_docker_client", None) is None:
             self._docker_client = _docker().from_env()
@@ -218,8 +317,6 @@ class DockerEnvironment(BaseEnvironment):
     async def preflight(self) -> None:
         docker = _docker()
         image = self.spec.params.get("image")
-        if not image:
-            raise PreflightError("environment 'docker' needs params.image")
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         try:
             client = await asyncio.to_thread(self._client)
@@ -229,6 +326,8 @@ class DockerEnvironment(BaseEnvironment):
                 f"the Docker engine at {host} is not reachable ({type(exc).__name__}); "
                 "start it (scripts/start-docker.sh does) or set DOCKER_HOST"
             ) from None
+        if not image:
+            return  # each task brings its own image (or build context); checked when it opens
         try:
             await asyncio.to_thread(client.images.get, image)
         except docker.errors.ImageNotFound:
@@ -238,30 +337,61 @@ class DockerEnvironment(BaseEnvironment):
                 ) from None
             await asyncio.to_thread(client.images.pull, image)
 
+    async def _image(self, client: Any, params: Mapping[str, Any]) -> str:
+        """The image to start: the request's, the task's, or one built from the task's context."""
+        if params.get("unavailable"):
+            raise SessionError(str(params["unavailable"]))
+        gpus = int(params.get("gpus") or 0)
+        if gpus > 0:
+            raise SessionError(f"the task needs {gpus} GPU(s), but the docker provider does not expose GPUs")
+        if params.get("image"):
+            return str(params["image"])
+        if params.get("build"):
+            if self._builder is None:
+                self._builder = ImageBuilder(int(params.get("max_parallel_builds", 2)))
+            log_dir = self.run_dir / "images" if self.run_dir else None
+            return await self._builder.ensure(client, BuildSpec.from_params(params["build"]), log_dir)
+        raise SessionError(
+            "environment 'docker' needs params.image, or a benchmark that gives each task an image or a Dockerfile"
+        )
+
     async def open(self, config: SessionConfig) -> EnvironmentSession:
         params = config.params
         client = await asyncio.to_thread(self._client)
-        workdir = str(params.get("workdir", "/work"))
+        image = await self._image(client, params)
+        workdir = params.get("workdir", "/work")
+        if workdir is None:  # the image's own WORKDIR (published task verifiers rely on it)
+            attrs = (await asyncio.to_thread(client.images.get, image)).attrs
+            workdir = (attrs.get("Config") or {}).get("WorkingDir") or "/"
+        workdir = str(workdir)
         options: dict[str, Any] = {
             "command": _KEEPALIVE,
+            "entrypoint": [],  # an image's ENTRYPOINT would wrap the keepalive
             "detach": True,
             "init": True,  # reap the orphans an agent leaves behind
             "working_dir": workdir,
             "labels": {"agentcompass": "1", **config.labels},
-            # Always on the bridge, then disconnected if need be: a container
-            # created with network_mode "none" can never be connected later.
-            "network_mode": BRIDGE,
+            # On the bridge, then disconnected if need be: a container created
+            # with network_mode "none" can never be connected later, so that
+            # is used only when no phase of the attempt needs the network.
+            "network_mode": "none" if params.get("network_never") else BRIDGE,
         }
         for key in ("mem_limit", "nano_cpus"):
             if key in params:
                 options[key] = params[key]
-        container = await asyncio.to_thread(client.containers.create, params["image"], **options)
+        if "nano_cpus" not in params and params.get("cpus"):
+            options["nano_cpus"] = int(float(params["cpus"]) * 1e9)
+        if "mem_limit" not in params and params.get("memory_mb"):
+            options["mem_limit"] = f"{int(params['memory_mb'])}m"
+        container = await asyncio.to_thread(client.containers.create, image, **options)
         try:
             await asyncio.to_thread(container.start)
+            policy: NetworkPolicy = "disabled" if params.get("network_never") else "full"
             session = DockerSession(
-                client, container, workdir, "full", int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
+                client, container, workdir, policy, int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
             )
-            await session.set_network_policy(config.network_policy)
+            if not params.get("network_never"):
+                await session.set_network_policy(config.network_policy)
             await session.exec(["mkdir", "-p", workdir])
         except BaseException:
             # Created but not handed over: remove it before re-raising (even on cancel).

@@ -1,0 +1,239 @@
+"""Building task images for the ``docker`` provider, once per run, through the Docker SDK.
+
+A task that brings a build context (a folder with a Dockerfile) gets an image
+tagged by a digest of that context: a second run finds the tag and builds
+nothing, and tasks with identical contexts share one image. Within one
+provider every tag is built at most once (later attempts wait for, or reuse
+the failure of, the first build); at most ``max_parallel`` builds run at once;
+each build is bounded by its timeout and its log is written to ``log_dir``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import SessionError
+
+__all__ = ["BuildSpec", "ImageBuilder", "context_digest"]
+
+#: Image repository of every built task image (the tag is the context digest).
+REPOSITORY = "agentcompass-task"
+#: Lines of the build log quoted in the error of a failed build.
+LOG_TAIL_LINES = 25
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """One image to build: ``dockerfile`` (relative to ``context``) within ``timeout`` seconds."""
+
+    context: str
+    dockerfile: str = "Dockerfile"
+    timeout: float | None = None
+
+    @classmethod
+    def from_params(cls, value: Mapping[str, Any]) -> BuildSpec:
+        timeout = value.get("timeout")
+        return cls(
+            context=str(value["context"]),
+            dockerfile=str(value.get("dockerfile") or "Dockerfile"),
+            timeout=float(timeout) if timeout else None,
+        )
+
+
+def context_digest(context: Path, dockerfile: str = "Dockerfile") -> str:
+    """A digest of every file under ``context`` (path, executable bit, content, link target).
+
+    Conservative on purpose: a file ``.dockerignore`` leaves out still counts,
+    so an edit can cause a rebuild but never a stale image.
+    """
+    digest = hashlib.sha256(f"dockerfile={dockerfile}\n".encode())
+    for root, dirs, files in os.walk(context):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(root, name)
+            rel = path.relative_to(context).as_posix()
+            if path.is_symlink():
+                digest.update(f"L {rel} {os.readlink(path)}\n".encode())
+                continue
+            mode = path.stat().st_mode
+            digest.update(f"F {rel} {int(bool(mode & 0o111))} {path.stat().st_size}\n".encode())
+            with path.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+    return digest.hexdigest()[:24]
+
+
+class ImageBuilder:
+    """Builds and caches the images of one provider (one pytest process)."""
+
+    def __init__(self, max_parallel: int = 2) -> None:
+        self.max_parallel = max(1, max_parallel)
+        #: Finished builds of this process: the tag, or the error every later attempt gets too.
+        self._finished: dict[str, str | SessionError] = {}
+        # Futures and the semaphore belong to one event loop; an xdist worker
+        # runs each task in a loop of its own, so they are renewed per loop.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._slots = asyncio.Semaphore(self.max_parallel)
+        self._builds: dict[str, asyncio.Future[str]] = {}
+
+    async def ensure(self, client: Any, spec: BuildSpec, log_dir: Path | None) -> str:
+        """The tag of ``spec``'s image, built now unless the engine has it.
+
+        :raises SessionError: when the build fails or times out, with the log tail.
+        """
+        context = Path(spec.context)
+        if not (context / spec.dockerfile).is_file():
+            raise SessionError(f"no Dockerfile at {context / spec.dockerfile}")
+        tag = f"{REPOSITORY}:{await asyncio.to_thread(context_digest, context, spec.dockerfile)}"
+        finished = self._finished.get(tag)
+        if isinstance(finished, SessionError):
+            raise SessionError(str(finished))
+        if finished is not None:
+            return finished
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop, self._slots, self._builds = loop, asyncio.Semaphore(self.max_parallel), {}
+        build = self._builds.get(tag)
+        if build is None:
+            build = self._builds[tag] = asyncio.ensure_future(self._build_once(client, spec, tag, log_dir))
+        # Shielded: one cancelled waiter must not cancel the build others wait for.
+        return await asyncio.shield(build)
+
+    async def _build_once(self, client: Any, spec: BuildSpec, tag: str, log_dir: Path | None) -> str:
+        try:
+            self._finished[tag] = await self._build(client, spec, tag, log_dir)
+        except SessionError as exc:
+            self._finished[tag] = exc
+            raise
+        finally:
+            self._builds.pop(tag, None)
+        return tag
+
+    async def _build(self, client: Any, spec: BuildSpec, tag: str, log_dir: Path | None) -> str:
+        import docker
+
+        try:
+            await asyncio.to_thread(client.images.get, tag)
+            return tag  # built by an earlier run (or another worker)
+        except docker.errors.ImageNotFound:
+            pass
+        async with self._slots:
+            log_path = (log_dir / f"{tag.replace(':', '-')}.log") if log_dir else None
+            if log_path is not None:
+                log_path.parent.mkdir(parents=True, exist_ok=True)
+            job = _BuildJob(client, spec, tag, log_path)
+            worker = asyncio.ensure_future(asyncio.to_thread(job.run))
+            try:
+                await asyncio.wait_for(asyncio.shield(worker), spec.timeout)
+            except TimeoutError:
+                job.abort()
+                await worker
+                raise SessionError(
+                    f"building the image of {spec.context} timed out after {spec.timeout:g}s{job.where()}\n{job.tail()}"
+                ) from None
+            except asyncio.CancelledError:
+                job.abort()
+                await asyncio.shield(worker)
+                raise
+        if job.error is not None:
+            raise SessionError(f"building the image of {spec.context} failed: {job.error}{job.where()}\n{job.tail()}")
+        return tag
+
+
+class _BuildJob:
+    """One blocking build, run in a worker thread; :meth:`abort` closes its stream."""
+
+    def __init__(self, client: Any, spec: BuildSpec, tag: str, log_path: Path | None) -> None:
+        self.client = client
+        self.spec = spec
+        self.tag = tag
+        self.log_path = log_path
+        self.lines: list[str] = []
+        self.error: str | None = None
+        self._response: Any = None
+        self._lock = threading.Lock()
+        self._aborted = False
+
+    def where(self) -> str:
+        return f" (build log: {self.log_path})" if self.log_path else ""
+
+    def tail(self) -> str:
+        return "".join(self.lines[-LOG_TAIL_LINES:]).rstrip()
+
+    def abort(self) -> None:
+        with self._lock:
+            self._aborted = True
+            if self._response is not None:
+                self._response.close()  # the engine cancels a build whose client went away
+
+    def run(self) -> None:
+        from docker.utils.build import tar
+
+        api = self.client.api
+        context = self.spec.context
+        ignore = Path(context, ".dockerignore")
+        exclude = [
+            line.strip() for line in (ignore.read_text().splitlines() if ignore.is_file() else []) if line.strip()
+        ]
+        log = self.log_path.open("w", encoding="utf-8") if self.log_path else None
+        try:
+            with tar(context, exclude=exclude, dockerfile=(self.spec.dockerfile, None)) as payload:
+                # The SDK's build() hides its HTTP response; posting ourselves keeps
+                # a handle to close, which is how a timed-out build is stopped.
+                response = api._post(
+                    api._url("/build"),
+                    data=payload,
+                    params={"t": self.tag, "dockerfile": self.spec.dockerfile, "rm": True, "forcerm": True},
+                    headers={"Content-Type": "application/tar"},
+                    stream=True,
+                    timeout=None,
+                )
+                with self._lock:
+                    if self._aborted:
+                        response.close()
+                        return
+                    self._response = response
+                if response.status_code >= 400:
+                    self.error = f"the engine refused the build: {response.text.strip()}"
+                    self._log(self.error + "\n", log)
+                    return
+                for chunk in api._stream_helper(response, decode=True):
+                    text = chunk.get("stream") or chunk.get("status") or ""
+                    if "error" in chunk:
+                        self.error = str(chunk.get("error", "")).strip()
+                        text = f"ERROR: {self.error}\n"
+                    if text:
+                        self._log(text, log)
+        except Exception as exc:
+            if not self._aborted:
+                self.error = f"{type(exc).__name__}: {exc}"
+                self._log(f"ERROR: {self.error}\n", log)
+        finally:
+            if log is not None:
+                log.close()
+            if self._response is not None:
+                self._response.close()
+        if self.error is None and not self._aborted and not _has_image(self.client, self.tag):
+            self.error = "the build ended without producing the image"
+
+    def _log(self, text: str, log: Any) -> None:
+        self.lines.append(text)
+        if len(self.lines) > 4 * LOG_TAIL_LINES:
+            del self.lines[:-LOG_TAIL_LINES]
+        if log is not None:
+            log.write(text)
+
+
+def _has_image(client: Any, tag: str) -> bool:
+    try:
+        client.images.get(tag)
+    except Exception:
+        return False
+    return True

@@ -360,7 +360,8 @@ class DockerEnvironment(BaseEnvironment):
         client = await asyncio.to_thread(self._client)
         image = await self._image(client, params)
         workdir = params.get("workdir", "/work")
-        if workdir is None:  # the image's own WORKDIR (published task verifiers rely on it)
+        from_image = workdir is None
+        if from_image:  # the image's own WORKDIR (published task verifiers rely on it): it exists
             attrs = (await asyncio.to_thread(client.images.get, image)).attrs
             workdir = (attrs.get("Config") or {}).get("WorkingDir") or "/"
         workdir = str(workdir)
@@ -392,7 +393,8 @@ class DockerEnvironment(BaseEnvironment):
             )
             if not params.get("network_never"):
                 await session.set_network_policy(config.network_policy)
-            await session.exec(["mkdir", "-p", workdir])
+            if not from_image:
+                await session.exec(["mkdir", "-p", workdir])
         except BaseException:
             # Created but not handed over: remove it before re-raising (even on cancel).
             await asyncio.shield(asyncio.to_thread(_remove, container))

@@ -23,9 +23,10 @@ from .verifier import (
     LOG_DIRS,
     VERIFIER_LOGS,
     RewardError,
-    download_tree,
+    fetch_tree,
     parse_rewards,
     run_as_root,
+    save_tree,
     tail,
     upload_tree,
 )
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
     from ...environments.base import EnvironmentSession
 
 __all__ = ["HarborBenchmark", "HarborParams", "harbor_task"]
+
+REWARD_FILES = ("reward.txt", "reward.json")
+#: Bytes of ``/logs/verifier`` read even when the artifact limit is lower: the reward must fit.
+REWARD_ROOM = 1024 * 1024
 
 
 class HarborParams(BaseModel):
@@ -161,7 +166,8 @@ class HarborBenchmark(BaseBenchmark):
         budget = self.settings.artifact_limit_bytes
         copied: dict[str, Any] = {}
         for source in ("/logs/agent", "/logs/artifacts"):
-            copied[source] = info = await download_tree(env, source, folder / Path(source).name, budget)
+            files, cut = await fetch_tree(env, source, budget)
+            copied[source] = info = save_tree(files, folder / Path(source).name, budget, cut)
             budget = max(0, budget - int(info["bytes"]))
         return dataclasses.replace(result, metadata={**result.metadata, "copied": {"folder": str(folder), **copied}})
 
@@ -180,8 +186,10 @@ class HarborBenchmark(BaseBenchmark):
         tests = parsed.path / "tests"
         if not (tests / "test.sh").is_file():
             raise RuntimeError(f"{tests / 'test.sh'} does not exist: the task has no verifier")
-        # A reward the agent wrote itself must not count: the verifier starts from an empty folder.
-        await run_as_root(env, ["sh", "-c", f"rm -rf {VERIFIER_LOGS} && mkdir -p {VERIFIER_LOGS}"], timeout=60)
+        # A reward the agent wrote itself must not count, nor a /tests it made:
+        # the verifier starts from an empty log folder and the task's own tests.
+        reset = f"rm -rf {VERIFIER_LOGS} /tests && mkdir -p {VERIFIER_LOGS} && chmod 777 {VERIFIER_LOGS}"
+        await run_as_root(env, ["sh", "-c", reset], timeout=60)
         await upload_tree(env, tests, "/tests")
         run = await run_as_root(
             env, ["bash", "/tests/test.sh"], timeout=parsed.verifier_timeout, environ=parsed.verifier_env
@@ -193,22 +201,21 @@ class HarborBenchmark(BaseBenchmark):
             "stdout_tail": tail(run.stdout),
             "stderr_tail": tail(run.stderr),
         }
+        limit = self.settings.artifact_limit_bytes
+        # One archive: the reward files and whatever else the verifier left (ctrf.json, logs).
+        logs, cut = await fetch_tree(env, VERIFIER_LOGS, max(limit, REWARD_ROOM), REWARD_FILES)
         folder = self._attempt_dir(task, plan)
         if folder is not None:
-            logs = folder / "verifier"
-            evidence["copied"] = await download_tree(env, VERIFIER_LOGS, logs, self.settings.artifact_limit_bytes)
-            logs.mkdir(parents=True, exist_ok=True)
-            (logs / "test-stdout.txt").write_text(run.stdout, encoding="utf-8")
-            (logs / "test-stderr.txt").write_text(run.stderr, encoding="utf-8")
+            target = folder / "verifier"
+            evidence["copied"] = save_tree(logs, target, limit, cut)
+            target.mkdir(parents=True, exist_ok=True)
+            (target / "test-stdout.txt").write_text(run.stdout, encoding="utf-8")
+            (target / "test-stderr.txt").write_text(run.stderr, encoding="utf-8")
         metadata = {**result.metadata, "verifier": evidence}
         if run.timed_out:
             return self._error(result, metadata, f"the verifier timed out after {parsed.verifier_timeout:g}s", run)
         try:
-            rewards = parse_rewards(
-                await _read_optional(env, f"{VERIFIER_LOGS}/reward.txt"),
-                await _read_optional(env, f"{VERIFIER_LOGS}/reward.json"),
-                self.settings.reward_key,
-            )
+            rewards = parse_rewards(logs.get("reward.txt"), logs.get("reward.json"), self.settings.reward_key)
         except RewardError as exc:
             return self._error(result, metadata, str(exc), run)
         metadata["rewards"] = dict(rewards.values)
@@ -250,10 +257,3 @@ def _unsupported(parsed: HarborTask) -> str | None:
     if compose is not None:
         return f"{compose}: docker compose task environments are not supported yet"
     return None
-
-
-async def _read_optional(env: EnvironmentSession, path: str) -> bytes | None:
-    probe = await run_as_root(env, ["test", "-f", path], timeout=30)
-    if not probe.ok:
-        return None
-    return await env.read_bytes(path)

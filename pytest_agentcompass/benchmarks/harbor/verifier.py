@@ -20,7 +20,7 @@ from typing import Any
 from ...environments.base import EnvironmentSession
 from ...types import ExecResult
 
-__all__ = ["RewardError", "Rewards", "download_tree", "parse_rewards", "run_as_root", "upload_tree"]
+__all__ = ["RewardError", "Rewards", "fetch_tree", "parse_rewards", "run_as_root", "save_tree", "upload_tree"]
 
 VERIFIER_LOGS = "/logs/verifier"
 LOG_DIRS = ("/logs/verifier", "/logs/agent", "/logs/artifacts")
@@ -98,8 +98,7 @@ async def run_as_root(
 
 
 async def upload_tree(env: EnvironmentSession, source: Path, target: str) -> None:
-    """Copy the local folder ``source`` to ``target`` in the session, replacing what was there."""
-    await run_as_root(env, ["rm", "-rf", target])
+    """Copy the local folder ``source`` to ``target`` in the session (files there are overwritten)."""
     put_tree = getattr(env, "put_tree", None)
     if put_tree is not None:
         await put_tree(source, target)
@@ -111,15 +110,27 @@ async def upload_tree(env: EnvironmentSession, source: Path, target: str) -> Non
             await env.write_bytes(str(PurePosixPath(target) / rel), path.read_bytes())
 
 
-async def download_tree(env: EnvironmentSession, source: str, target: Path, limit: int) -> dict[str, Any]:
-    """Copy the files under ``source`` in the session into ``target``, at most ``limit`` bytes.
+async def fetch_tree(
+    env: EnvironmentSession, source: str, limit: int, wanted: tuple[str, ...] = ()
+) -> tuple[dict[str, bytes], bool]:
+    """The files under ``source`` in the session (at most ``limit`` bytes) and whether some were left out.
 
-    Returns what was copied: ``files``, ``bytes``, ``limit_bytes`` and ``truncated``.
+    Where the session cannot list a folder, only the ``wanted`` names are read.
     """
     get_tree = getattr(env, "get_tree", None)
-    if get_tree is None:
-        return {"files": 0, "bytes": 0, "limit_bytes": limit, "truncated": False, "note": "not supported here"}
-    files, truncated = await get_tree(source, limit)
+    if get_tree is not None:
+        return await get_tree(source, limit)  # type: ignore[no-any-return]
+    files: dict[str, bytes] = {}
+    for name in wanted:
+        try:
+            files[name] = await env.read_bytes(str(PurePosixPath(source) / name))
+        except Exception:
+            continue  # absent: the caller decides what a missing file means
+    return files, False
+
+
+def save_tree(files: Mapping[str, bytes], target: Path, limit: int, truncated: bool) -> dict[str, Any]:
+    """Write ``files`` under ``target``; returns ``files``, ``bytes``, ``limit_bytes``, ``truncated``."""
     total = 0
     root = target.resolve()
     for name, data in files.items():

@@ -108,6 +108,24 @@ def write_tasks(root: Path, n: int) -> None:
     )
 
 
+def load_time(root: Path, n: int) -> None:
+    """Reading ``n`` task directories (what collection does): nothing is built or hashed."""
+    import time
+
+    from pytest_agentcompass.benchmarks.harbor import HarborBenchmark
+
+    many = root / "many"
+    for i in range(n):
+        task = many / f"task-{i:04d}"
+        (task / "environment").mkdir(parents=True)
+        (task / "task.toml").write_text(TASK_TOML)
+        (task / "instruction.md").write_text("Write hello.txt.\n")
+    wall, cpu = time.perf_counter(), time.process_time()
+    tasks = HarborBenchmark(path=str(many)).load_tasks(None)  # type: ignore[arg-type]
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    print(f"load_tasks of {len(tasks)} task dirs: {wall * 1000:.0f} ms wall, {cpu * 1000:.0f} ms CPU")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=20, help="tasks per run")
@@ -117,6 +135,7 @@ def main() -> None:
 
     root = Path(tempfile.mkdtemp(prefix="bench-harbor-"))
     try:
+        load_time(root, 1000)
         write_tasks(root, args.n)
         tag = f"{REPOSITORY}:{context_digest(root / 'tasks' / 'task-000' / 'environment')}"
         plugin_cmd = pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off")

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .errors import ConfigError
 from .types import EvaluationMode, NetworkPolicy
@@ -22,6 +31,8 @@ from .types import EvaluationMode, NetworkPolicy
 __all__ = [
     "AttemptsSpec",
     "ComponentRef",
+    "ConfigPath",
+    "ParamsModel",
     "EnvironmentSpec",
     "ExecutionSpec",
     "LoadedConfig",
@@ -40,6 +51,28 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ParamsModel(BaseModel):
+    """Base for a component's ``params_model``: unknown keys are errors, as everywhere in the config."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+
+def _relative_to_config(value: Path, info: ValidationInfo) -> Path:
+    context = info.context or {}
+    base, rootdir = context.get("config_dir"), context.get("rootdir")
+    if value.is_absolute() or base is None:
+        return value
+    resolved = Path(base) / value
+    if not resolved.exists() and rootdir is not None and (Path(rootdir) / value).exists():
+        return Path(rootdir) / value  # configs written before paths followed the config file
+    return resolved
+
+
+#: A path param: relative values are resolved against the config file's folder
+#: (when nothing is there but the path exists under the pytest rootdir, that is used).
+ConfigPath = Annotated[Path, AfterValidator(_relative_to_config)]
 
 
 class ComponentRef(_Model):
@@ -165,6 +198,25 @@ class LoadedConfig:
     path: Path
     orchestration: Orchestration
     secrets: frozenset[str] = field(default_factory=frozenset)
+    #: Line of every YAML path, for errors found after loading (component params).
+    lines: Mapping[tuple[Any, ...], int] = field(default_factory=dict)
+
+    @property
+    def directory(self) -> Path:
+        """Relative paths in the config (``output_dir``, ``file.py:Class``, path params) start here."""
+        return self.path.parent
+
+    @property
+    def output_root(self) -> Path:
+        root = Path(self.orchestration.output_dir)
+        return root if root.is_absolute() else self.directory / root
+
+    def validation_error(self, loc: tuple[Any, ...], exc: ValidationError) -> ConfigError:
+        """``exc`` (raised validating the value at ``loc``) as a config error with file and line."""
+        return ConfigError(_format_validation(self.path, exc, self.lines, prefix=loc))
+
+    def error_at(self, loc: tuple[Any, ...], message: str) -> ConfigError:
+        return ConfigError(f"{self.path}:{_closest_line(loc, self.lines)}: {format_loc(loc)}: {message}")
 
     def redacted_dump(self) -> dict[str, Any]:
         """The resolved config with every ``${VAR}`` value replaced by ``***``."""
@@ -190,6 +242,15 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
         raise ConfigError(f"{file}: invalid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: the config must be a mapping with a 'requests' list")
+    duplicates = list(_duplicate_keys(node, ())) if node is not None else []
+    if duplicates:
+        raise ConfigError(
+            "invalid agentcompass config:\n"
+            + "\n".join(
+                f"{file}:{line}: {format_loc(loc)}: key given twice (first on line {first})"
+                for loc, line, first in duplicates
+            )
+        )
     lines = dict(_node_lines(node, ())) if node is not None else {}
     secrets: set[str] = set()
     problems: list[tuple[tuple[Any, ...], str]] = []
@@ -200,7 +261,7 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
         orchestration = Orchestration.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_validation(file, exc, lines)) from None
-    return LoadedConfig(file, orchestration, frozenset(secrets))
+    return LoadedConfig(file, orchestration, frozenset(secrets), lines)
 
 
 def format_loc(loc: tuple[Any, ...]) -> str:
@@ -211,10 +272,12 @@ def format_loc(loc: tuple[Any, ...]) -> str:
     return out or "<root>"
 
 
-def _format_validation(file: Path, exc: ValidationError, lines: dict[tuple[Any, ...], int]) -> str:
+def _format_validation(
+    file: Path, exc: ValidationError, lines: Mapping[tuple[Any, ...], int], prefix: tuple[Any, ...] = ()
+) -> str:
     messages = []
     for error in exc.errors():
-        loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        loc = prefix + tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         line = _closest_line(loc, lines)
         msg = error["msg"]
         if error["type"] == "extra_forbidden":
@@ -223,11 +286,26 @@ def _format_validation(file: Path, exc: ValidationError, lines: dict[tuple[Any, 
     return "invalid agentcompass config:\n" + "\n".join(messages)
 
 
-def _closest_line(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int:
+def _closest_line(loc: tuple[Any, ...], lines: Mapping[tuple[Any, ...], int]) -> int:
     # A missing key has no line of its own: point at the nearest parent that exists.
     while loc and loc not in lines:
         loc = loc[:-1]
     return lines.get(loc, 1)
+
+
+def _duplicate_keys(node: yaml.Node, loc: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], int, int]]:
+    """Keys given twice in one mapping (YAML loaders keep the last one in silence)."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key, value in node.value:
+            line = key.start_mark.line + 1
+            if key.value in seen:
+                yield (*loc, key.value), line, seen[key.value]
+            seen.setdefault(key.value, line)
+            yield from _duplicate_keys(value, (*loc, key.value))
+    elif isinstance(node, yaml.SequenceNode):
+        for index, value in enumerate(node.value):
+            yield from _duplicate_keys(value, (*loc, index))
 
 
 def _node_lines(node: yaml.Node, loc: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], int]]:

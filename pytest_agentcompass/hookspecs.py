@@ -2,6 +2,7 @@
 
 Registered through ``pytest_addhooks`` whenever the plugin is installed (declaring
 hooks has no side effects); they are only called when ``--agentcompass`` is given.
+Each hook says where it is called.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
 def pytest_agentcompass_register(registry: Registry) -> None:
     """Register component ids before any request is built.
 
+    Called once per process, at the first collection of a config file (or
+    before ``--markers`` lists task categories).
+
     Call ``registry.register(kind, name, obj)`` with ``kind`` one of
     ``benchmark``, ``harness``, ``environment``, ``strategy``, ``analyzer``,
     ``recipe``.
@@ -32,6 +36,9 @@ def pytest_agentcompass_register(registry: Registry) -> None:
 def pytest_agentcompass_recipes(req: RunRequest) -> Sequence[Recipe] | None:
     """Return plan recipes to apply to the attempts of ``req``.
 
+    Called once per request when it is collected, through the config file
+    node's ``ihook`` (so only the ``conftest.py`` files above it apply).
+
     Results of all implementations are concatenated; recipes listed in the
     config run first. Each recipe declares the plan fields it may change.
 
@@ -40,20 +47,35 @@ def pytest_agentcompass_recipes(req: RunRequest) -> Sequence[Recipe] | None:
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_agentcompass_make_session_id(config: pytest.Config) -> str | None:
-    """Return the run id used for every request of this session.
+def pytest_agentcompass_make_run_id(config: pytest.Config) -> str | None:
+    """Return the run id of this session: the folder name of a new run directory.
 
-    Stops at the first non-None result. The default is a timestamp plus a
-    random suffix.
+    Called once, in ``pytest_configure`` (on the xdist controller; workers
+    receive the controller's id). Stops at the first non-None result. The
+    default is the UTC time to the microsecond plus a random suffix, so ids
+    sort by creation time.
 
     :param config: The pytest config.
     """
 
 
-def pytest_agentcompass_task_finished(item: pytest.Item, outcome: TaskOutcome) -> None:
-    """Called when a task is terminal, before its reports are sent.
+@pytest.hookspec(
+    firstresult=True,
+    warn_on_impl=DeprecationWarning(
+        "pytest_agentcompass_make_session_id is deprecated: implement pytest_agentcompass_make_run_id"
+    ),
+)
+def pytest_agentcompass_make_session_id(config: pytest.Config) -> str | None:
+    """Deprecated alias of :func:`pytest_agentcompass_make_run_id`, still honoured (asked first)."""
 
-    Runs in the event-loop thread: keep it quick.
+
+def pytest_agentcompass_task_finished(item: pytest.Item, outcome: TaskOutcome) -> None:
+    """Called once per selected task when it is terminal, before its reports are sent.
+
+    Called for every way a task ends: run in process, run on an xdist worker
+    (then in that worker), resumed from an interrupted run, or reused from an
+    earlier one (``outcome.reused``). In process it runs in the event-loop
+    thread: keep it quick.
 
     :param item: The task's pytest item.
     :param outcome: The terminal outcome (result, retries, detail path).
@@ -61,8 +83,13 @@ def pytest_agentcompass_task_finished(item: pytest.Item, outcome: TaskOutcome) -
 
 
 def pytest_agentcompass_request_finalized(request: str, summary: Mapping[str, Any]) -> None:
-    """Called after a request's ``summary.json`` is written.
+    """Called once per request after its ``summary.json`` is written.
+
+    Called in the process that finalizes: the pytest process, or the xdist
+    controller under ``-n``.
 
     :param request: The request name.
-    :param summary: The summary as written (metrics, counts, per-task lines).
+    :param summary: The summary as written: ``run_id``, ``status``,
+        ``metrics``, ``counts`` and ``tasks`` (one line per task: ``task_id``,
+        ``status``, ``score``, ``passed``, ``reused``).
     """

@@ -89,8 +89,10 @@ def _builtins() -> dict[str, dict[str, Any]]:
 class Registry:
     """Resolves component ids for one pytest session."""
 
-    def __init__(self, rootdir: Path) -> None:
+    def __init__(self, rootdir: Path, config_dir: Path | None = None) -> None:
         self.rootdir = rootdir
+        #: ``path/to/file.py:Class`` is looked for here first (the config file's folder), then in the rootdir.
+        self.config_dir = config_dir
         self._entries = _builtins()
         self._load_entry_points()
 
@@ -138,7 +140,11 @@ class Registry:
         if target.endswith(".py") or "/" in target:
             path = Path(target)
             if not path.is_absolute():
-                path = self.rootdir / path
+                bases = [b for b in (self.config_dir, self.rootdir) if b is not None]
+                tried = [(base / path).resolve() for base in bases]
+                path = next((p for p in tried if p.is_file()), tried[0])
+                if not path.is_file():
+                    raise ComponentError(f"no such file {target!r} (looked in {', '.join(str(b) for b in bases)})")
             path = path.resolve()
             if not path.is_file():
                 raise ComponentError(f"no such file {path}")

@@ -12,6 +12,8 @@ import pytest
 import yaml
 
 SUITES = Path(__file__).parent / "suites"
+# Suite files are material for the tests (task dirs carry their own test_*.py), not tests.
+collect_ignore = ["suites"]
 TRACING = f"{SUITES / 'tracing.py'}"
 sys.path.insert(0, str(SUITES))
 

@@ -5,9 +5,12 @@ blocking, so every call runs in a worker thread; every container carries the
 labels of its run, request, task and attempt, and ``agentcompass=1``, so a
 leak can always be found with ``docker ps -a --filter label=agentcompass``.
 
-Params: ``image`` (required), ``workdir`` (default ``/work``), ``mem_limit``,
-``nano_cpus``, ``output_limit`` (bytes kept per stream), ``pull`` (pull a
-missing image instead of failing preflight).
+Params: ``image``, ``workdir`` (default ``/work``; ``null`` for the image's
+WORKDIR), ``mem_limit``, ``nano_cpus``, ``output_limit`` (bytes kept per
+stream), ``pull`` (pull a missing image instead of failing preflight),
+``max_parallel_builds``. A benchmark may give each task its own image, or a
+build context (built by :mod:`.docker_images`), and limits (``cpus``,
+``memory_mb``) through ``ExecutionPlan.environment``; what the config sets wins.
 
 Network policies ``full`` (the default bridge network) and ``disabled`` (no
 network) are supported and switched live by disconnecting and reconnecting
@@ -28,6 +31,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
+from pydantic import Field
+
+from ..config import ParamsModel
 from ..errors import PreflightError, SessionError
 from ..types import ExecResult, ExecutionPlan, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, SessionPurpose, argv_list
@@ -289,10 +295,30 @@ def _descendants(pid: int) -> list[int]:
     return [d for child in children for d in (*_descendants(child), child)]
 
 
+class DockerParams(ParamsModel):
+    """``environment.params`` of the ``docker`` provider."""
+
+    #: The image every session starts from.
+    image: str | None = None
+    #: The working directory inside the container (created by Docker); ``null``: the image's WORKDIR.
+    workdir: str | None = "/work"
+    #: Container memory limit (``"512m"`` or bytes).
+    mem_limit: int | str | None = None
+    #: CPU quota in billionths of a CPU.
+    nano_cpus: int | None = Field(default=None, gt=0)
+    #: Captured output kept per stream, in bytes.
+    output_limit: int = Field(default=DEFAULT_OUTPUT_LIMIT, gt=0)
+    #: Pull the image when the engine does not have it.
+    pull: bool = False
+    #: Task images (a benchmark's per-task build contexts) built at once, per process.
+    max_parallel_builds: int = Field(default=2, ge=1)
+
+
 class DockerEnvironment(BaseEnvironment):
     """Opens one container per session from ``params.image``."""
 
     id = "docker"
+    params_model = DockerParams
     supported_network_policies = frozenset({"full", "disabled"})
     dynamic_network_policy = True
 
@@ -378,11 +404,11 @@ class DockerEnvironment(BaseEnvironment):
             "network_mode": "none" if params.get("network_never") else BRIDGE,
         }
         for key in ("mem_limit", "nano_cpus"):
-            if key in params:
+            if params.get(key) is not None:
                 options[key] = params[key]
-        if "nano_cpus" not in params and params.get("cpus"):
+        if params.get("nano_cpus") is None and params.get("cpus"):
             options["nano_cpus"] = int(float(params["cpus"]) * 1e9)
-        if "mem_limit" not in params and params.get("memory_mb"):
+        if params.get("mem_limit") is None and params.get("memory_mb"):
             options["mem_limit"] = f"{int(params['memory_mb'])}m"
         container = await asyncio.to_thread(client.containers.create, image, **options)
         try:

@@ -16,6 +16,9 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
+from pydantic import Field
+
+from ..config import ConfigPath, ParamsModel
 from ..errors import SessionError, WorkspacePathError
 from ..types import ExecResult
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
@@ -157,6 +160,17 @@ class LocalSession(EnvironmentSession):
         return str(self.root)
 
 
+class LocalParams(ParamsModel):
+    """``environment.params`` of the ``local`` provider."""
+
+    #: Where workspaces are created (default: the system temp dir).
+    base_dir: ConfigPath | None = None
+    #: A directory copied into every new workspace (the local stand-in for an image).
+    template: ConfigPath | None = None
+    #: Captured output kept per stream, in bytes.
+    output_limit: int = Field(default=DEFAULT_OUTPUT_LIMIT, gt=0)
+
+
 class LocalEnvironment(BaseEnvironment):
     """Opens :class:`LocalSession` workspaces under ``params.base_dir`` (default: the temp dir).
 
@@ -166,6 +180,7 @@ class LocalEnvironment(BaseEnvironment):
     """
 
     id = "local"
+    params_model = LocalParams
     _workspace_parent: Path | None = None
 
     def _parent(self) -> Path:

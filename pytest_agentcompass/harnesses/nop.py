@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
+from ..config import ParamsModel
 from ..types import ExecutionPlan, PreparedTask, RunResult, TaskSpec
 from .base import BaseHarness
 
@@ -17,10 +18,8 @@ if TYPE_CHECKING:
 __all__ = ["NopHarness"]
 
 
-class NopParams(BaseModel):
+class NopParams(ParamsModel):
     """``nop`` takes no params."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class NopHarness(BaseHarness):

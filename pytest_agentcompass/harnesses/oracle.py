@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
+from ..config import ParamsModel
 from ..types import ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
 from .base import BaseHarness
 
@@ -25,10 +26,8 @@ __all__ = ["OracleHarness"]
 _TAIL = 2000
 
 
-class OracleParams(BaseModel):
+class OracleParams(ParamsModel):
     """``oracle`` takes no params."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class OracleHarness(BaseHarness):

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import logging
 import os
-import shutil
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,16 +15,12 @@ from ..errors import AgentCompassError, PreflightError
 from ..types import RunResult, RunStatus, TaskSpec, to_jsonable
 from .context import RequestContext
 from .logs import capture_task_logs
-from .store import RUN_INFO, RunStore, read_json
+from .store import RunStore, copy_details, now, read_json, release_run_dir
 from .task import TaskOutcome, outcome_from_detail, run_task
 
-__all__ = ["RequestRuntime", "find_resumable_run", "find_reusable_run"]
+__all__ = ["RequestRuntime", "StoredResults"]
 
 log = logging.getLogger("pytest_agentcompass")
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 class RequestRuntime:
@@ -67,6 +60,8 @@ class RequestRuntime:
         self.finalized = False
         self.failed: str | None = None  # preflight/preparation failure message
         self.metrics: dict[str, Any] | None = None
+        #: ``summary.json`` as written by :meth:`finalize`.
+        self.summary: dict[str, Any] | None = None
         self.notes: list[str] = []
 
     @property
@@ -106,8 +101,8 @@ class RequestRuntime:
             run_id=self.ctx.run_id,
             request=self.name,
             status="running",
-            started_at=info.get("started_at", _now()),
-            resumed_at=[*info.get("resumed_at", []), _now()] if self.resumed else [],
+            started_at=info.get("started_at", now()),
+            resumed_at=[*info.get("resumed_at", []), now()] if self.resumed else [],
             pid=os.getpid(),
             fingerprint=self.ctx.fingerprint,
             config=self.config_dump,
@@ -141,27 +136,18 @@ class RequestRuntime:
 
     def _materialize(self, source: Path) -> None:
         """Copy compatible, non-error details of ``source`` into this run."""
-        copied = skipped = 0
         by_id = {t.task_id: t for t in self.tasks}
-        for path in sorted((source / "details").glob("*.json")):
-            task = by_id.get(path.stem)
-            if task is None or task.task_id in self.rerun:
-                continue
-            try:
-                detail = read_json(path)
-            except (OSError, json.JSONDecodeError):
-                skipped += 1
-                continue
-            if (
-                detail.get("fingerprint") != self.ctx.task_fingerprint(task)
-                or RunStatus(detail.get("status", "completed")).is_error
-            ):
-                skipped += 1
-                continue
-            target = self.store.detail_path(task.task_id)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
-            copied += 1
+
+        def wanted(task_id: str) -> bool:
+            return task_id in by_id and task_id not in self.rerun
+
+        def keep(task_id: str, detail: Any) -> bool:
+            return (
+                detail.get("fingerprint") == self.ctx.task_fingerprint(by_id[task_id])
+                and not RunStatus(detail.get("status", "completed")).is_error
+            )
+
+        copied, skipped = copy_details(source, self.store, wanted, keep)
         self.notes.append(f"reused {copied} task(s) from {source}")
         if skipped:
             self.notes.append(f"{skipped} detail(s) in {source} not reused (errors or a changed config/task)")
@@ -184,9 +170,10 @@ class RequestRuntime:
 
     # -- tasks -----------------------------------------------------------
     async def run(self, task: TaskSpec) -> TaskOutcome:
-        with capture_task_logs() as logs:
+        with capture_task_logs() as capture:
             outcome = await run_task(self.ctx, task)
-        outcome.logs = logs
+        outcome.logs = capture.logs
+        outcome.output = "".join(capture.output)
         self.outcomes[task.task_id] = outcome
         # Notes about ignored state must be visible in the summary, not only in one detail.
         self.notes.extend(f"task {task.task_id}: {note}" for note in outcome.notes if note.startswith("ignored"))
@@ -234,6 +221,7 @@ class RequestRuntime:
             ],
         }
         self.store.write_summary(summary)
+        self.summary = summary
         self.store.drop_empty_checkpoints()
         self._close_info(status)
         self.finalized = True
@@ -260,14 +248,14 @@ class RequestRuntime:
         self.store.close()
         self.store.update_run_info(
             status=status,
-            finished_at=_now(),
+            finished_at=now(),
             counts=self.counts(),
             notes=self.notes,
             kept_environments=kept,
             with_plans=True,
             **extra,
         )
-        _release_lock(self.store.run_dir)
+        release_run_dir(self.store.run_dir)
 
 
 class StoredResults(Sequence[RunResult]):
@@ -302,76 +290,3 @@ class StoredResults(Sequence[RunResult]):
             except (OSError, ValueError):
                 pass  # fall back to what is in memory
         return outcome.result
-
-
-# -- locating earlier runs ----------------------------------------------------
-def find_reusable_run(request_dir: Path, spec: str, current: Path | None = None) -> Path:
-    """Resolve ``reuse: latest | <dir>`` to a run directory.
-
-    :raises AgentCompassError: when there is nothing to reuse.
-    """
-    if spec != "latest":
-        path = Path(spec)
-        if not (path / "details").is_dir():
-            raise AgentCompassError(f"reuse: {path} is not a run directory (no details/ folder)")
-        return path
-    runs = sorted(
-        (p for p in request_dir.glob("*") if p.is_dir() and p != current and (p / "details").is_dir()),
-        key=lambda p: p.name,
-    )
-    if not runs:
-        raise AgentCompassError(f"reuse: latest: no earlier run with results under {request_dir}")
-    return runs[-1]
-
-
-def find_resumable_run(request_dir: Path, fingerprint: str) -> Path | None:
-    """The newest unfinished run of this request made with the same settings, if no process holds it."""
-    if not request_dir.is_dir():
-        return None
-    for run_dir in sorted((p for p in request_dir.iterdir() if p.is_dir()), key=lambda p: p.name, reverse=True):
-        try:
-            info = read_json(run_dir / RUN_INFO)
-        except (OSError, json.JSONDecodeError):
-            continue
-        if info.get("status") == "completed":
-            return None  # the latest finished run ends the chain: start fresh
-        if info.get("fingerprint") == fingerprint and _take_lock(run_dir):
-            return run_dir
-    return None
-
-
-def _take_lock(run_dir: Path) -> bool:
-    """Claim ``run_dir`` for this process unless a live process holds it."""
-    lock = run_dir / "run.lock"
-    try:
-        pid = int(lock.read_text().strip())
-    except (OSError, ValueError):
-        pid = 0
-    if pid and pid != os.getpid() and _alive(pid):
-        return False
-    lock.write_text(str(os.getpid()))
-    return True
-
-
-def claim_run_dir(run_dir: Path, request: str, fingerprint: str) -> None:
-    """Create (or take over) ``run_dir``; ``run_info.json`` exists from the first moment."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "run.lock").write_text(str(os.getpid()))
-    if not (run_dir / RUN_INFO).exists():
-        RunStore(run_dir).write_run_info(
-            {"run_id": run_dir.name, "request": request, "status": "created", "fingerprint": fingerprint}
-        )
-
-
-def _release_lock(run_dir: Path) -> None:
-    (run_dir / "run.lock").unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -31,7 +31,7 @@ class TaskOutcome:
     task: TaskSpec
     result: RunResult
     passed: bool
-    evaluation_mode: str = ""
+    evaluation_environment_mode: str = ""
     attempts: int = 0
     retries: int = 0
     cleanup_errors: list[str] = field(default_factory=list)
@@ -43,6 +43,8 @@ class TaskOutcome:
     detail_path: str | None = None
     reused: bool = False
     logs: list[str] = field(default_factory=list)
+    #: What the task printed (stdout and stderr), shown with its report.
+    output: str = ""
     #: Why the detail record could not be written (the result itself stands).
     storage_error: str | None = None
 
@@ -63,6 +65,7 @@ class TaskOutcome:
             metadata=kept or _EMPTY,
         )
         self.logs = []
+        self.output = ""
         self.trace = None
 
 
@@ -106,7 +109,7 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
         task=task,
         result=result,
         passed=passed,
-        evaluation_mode=",".join(sorted(modes)),
+        evaluation_environment_mode=",".join(sorted(modes)),
         attempts=len(scheduler.done),
         retries=sum(r.retries for r in records.values()),
         cleanup_errors=[e for r in records.values() for e in r.cleanup_errors],
@@ -153,7 +156,7 @@ def _detail(
         "fingerprint": fingerprint,
         "passed": outcome.passed,
         **outcome.result.to_dict(),
-        "evaluation_mode": outcome.evaluation_mode,
+        "evaluation_environment_mode": outcome.evaluation_environment_mode,
         "attempts": outcome.attempts,
         "attempt_results": {str(i): r.to_dict() for i, r in sorted(attempts.items())},
         "retries": outcome.retries,
@@ -176,7 +179,8 @@ def outcome_from_detail(request: str, task: TaskSpec, detail: dict[str, Any], pa
         task=task,
         result=result,
         passed=bool(detail.get("passed")),
-        evaluation_mode=str(detail.get("evaluation_mode", "")),
+        # "evaluation_mode": the key's name in details written before it took the spec's name.
+        evaluation_environment_mode=str(detail.get("evaluation_environment_mode", detail.get("evaluation_mode", ""))),
         attempts=int(detail.get("attempts", 0)),
         retries=int(detail.get("retries", 0)),
         cleanup_errors=list(detail.get("cleanup_errors") or []),

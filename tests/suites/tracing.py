@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from pytest_agentcompass import (
     BaseBenchmark,
     BaseHarness,
@@ -32,6 +34,7 @@ from pytest_agentcompass import (
     SessionConfig,
     TaskSpec,
 )
+from pytest_agentcompass.environments.local import LocalParams
 
 _lock = threading.Lock()
 _counts: dict[tuple[str, str], int] = {}
@@ -228,10 +231,17 @@ class TracingSession(LocalSession):
             raise RuntimeError("injected close failure")
 
 
+class TracingParams(LocalParams):
+    trace: str
+    fail: dict[str, Any] = Field(default_factory=dict)
+    sleep: dict[str, Any] = Field(default_factory=dict)
+
+
 class TracingEnvironment(LocalEnvironment):
     """A local workspace that records open/close and can switch policies."""
 
     id = "tracing"
+    params_model = TracingParams
     supported_network_policies = frozenset({"full", "disabled"})
     dynamic_network_policy = True
 

@@ -14,9 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from ...benchmark import BaseBenchmark
+from ...config import ConfigPath, ParamsModel
+from ...errors import ComponentError
 from ...types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
 from .taskdir import HarborTask, find_task_dirs, read_task
 from .verifier import (
@@ -42,13 +44,11 @@ REWARD_FILES = ("reward.txt", "reward.json")
 REWARD_ROOM = 1024 * 1024
 
 
-class HarborParams(BaseModel):
+class HarborParams(ParamsModel):
     """``benchmark.params`` of ``harbor``."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    #: A folder of task directories, or one task directory; relative to where pytest runs.
-    path: str
+    #: A folder of task directories, or one task directory; relative to the config file's folder.
+    path: ConfigPath
     #: The ``reward.json`` entry that is the score (default: ``reward``, else the mean).
     reward_key: str | None = None
     #: Bytes of ``/logs/agent`` + ``/logs/artifacts`` (and of ``/logs/verifier``) copied per attempt.
@@ -66,13 +66,13 @@ class HarborBenchmark(BaseBenchmark):
     params_model: ClassVar[type[BaseModel]] = HarborParams
     evaluation_environment_mode: ClassVar[EvaluationMode] = "reuse"
 
-    def __init__(self, **params: Any) -> None:
-        try:
-            self.settings = HarborParams(**params)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise TypeError(problems) from None
-        super().__init__(**self.settings.model_dump())
+    def __init__(
+        self, path: str | Path, reward_key: str | None = None, artifact_limit_bytes: int = 20 * 1024 * 1024
+    ) -> None:
+        super().__init__(path=str(path), reward_key=reward_key, artifact_limit_bytes=artifact_limit_bytes)
+        self.path = Path(path).expanduser()
+        self.reward_key = reward_key
+        self.artifact_limit_bytes = artifact_limit_bytes
         self._parsed: dict[str, HarborTask] = {}
 
     def task(self, task: TaskSpec) -> HarborTask:
@@ -84,10 +84,9 @@ class HarborBenchmark(BaseBenchmark):
 
     # -- request scope ---------------------------------------------------
     def load_tasks(self, req: RunRequest) -> Sequence[TaskSpec]:
-        root = Path(self.settings.path).expanduser()
-        root = root if root.is_absolute() else Path.cwd() / root
+        root = self.path if self.path.is_absolute() else Path.cwd() / self.path
         if not root.is_dir():
-            raise FileNotFoundError(f"benchmark 'harbor': params.path {self.settings.path!r} is not a folder ({root})")
+            raise ComponentError(f"benchmark 'harbor': params.path {root} is not a folder")
         tasks = []
         for path in find_task_dirs(root):
             parsed = read_task(path)
@@ -163,7 +162,7 @@ class HarborBenchmark(BaseBenchmark):
         folder = self._attempt_dir(task, plan)
         if folder is None:
             return result
-        budget = self.settings.artifact_limit_bytes
+        budget = self.artifact_limit_bytes
         copied: dict[str, Any] = {}
         for source in ("/logs/agent", "/logs/artifacts"):
             files, cut = await fetch_tree(env, source, budget)
@@ -201,7 +200,7 @@ class HarborBenchmark(BaseBenchmark):
             "stdout_tail": tail(run.stdout),
             "stderr_tail": tail(run.stderr),
         }
-        limit = self.settings.artifact_limit_bytes
+        limit = self.artifact_limit_bytes
         # One archive: the reward files and whatever else the verifier left (ctrf.json, logs).
         logs, cut = await fetch_tree(env, VERIFIER_LOGS, max(limit, REWARD_ROOM), REWARD_FILES)
         folder = self._attempt_dir(task, plan)
@@ -215,7 +214,7 @@ class HarborBenchmark(BaseBenchmark):
         if run.timed_out:
             return self._error(result, metadata, f"the verifier timed out after {parsed.verifier_timeout:g}s", run)
         try:
-            rewards = parse_rewards(logs.get("reward.txt"), logs.get("reward.json"), self.settings.reward_key)
+            rewards = parse_rewards(logs.get("reward.txt"), logs.get("reward.json"), self.reward_key)
         except RewardError as exc:
             return self._error(result, metadata, str(exc), run)
         metadata["rewards"] = dict(rewards.values)

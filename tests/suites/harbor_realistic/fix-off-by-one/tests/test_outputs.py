@@ -2,7 +2,7 @@ import os
 import sys
 
 sys.path.insert(0, "/app/pager")
-from pager import page  # noqa: E402
+from pager import page
 
 SIZE = int(os.environ["PAGE_SIZE"])
 

@@ -19,28 +19,23 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .components import build_request
-from .runtime.request import RequestRuntime
-from .runtime.task import TaskOutcome, outcome_from_detail
-from .runtime.threads import run_with_pool, workers_for
+from ..runtime.request import RequestRuntime
+from ..runtime.task import TaskOutcome, outcome_from_detail
+from ..runtime.threads import run_with_pool, workers_for
 
 if TYPE_CHECKING:
+    from .keys import RunHandle
     from .nodes import TaskItem
-    from .session import AgentCompassRun
 
 __all__ = ["DistributedRun", "run_single_task"]
 
 
 class DistributedRun:
-    """Hooks that only exist while xdist is in use."""
+    """Hooks that only exist while xdist is in use; registered by the run in ``pytest_configure``."""
 
-    def __init__(self, run: AgentCompassRun) -> None:
+    def __init__(self, run: RunHandle) -> None:
         self.run = run
         self.worker_states: dict[str, RequestRuntime] = {}
-
-    @property
-    def is_worker(self) -> bool:
-        return hasattr(self.run.config, "workerinput")
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -48,18 +43,17 @@ class DistributedRun:
 
     def state_for(self, item: TaskItem) -> RequestRuntime:
         """The worker's runtime of ``item``'s request, created once per worker."""
-        from .session import make_runtime
-
         name = item.request_name
         if name not in self.worker_states:
             setup = item.setup_info
-            state = make_runtime(self.run, setup, {t.task_id for t in setup.tasks}, resume=False)
-            self.worker_states[name] = state
+            self.worker_states[name] = self.run.runtime(
+                setup, {t.task_id for t in setup.tasks}, resume=False, shared=True
+            )
         return self.worker_states[name]
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.is_worker:
+        if self.run.is_worker:
             for state in self.worker_states.values():
                 state.store.close()
             return
@@ -71,15 +65,12 @@ class DistributedRun:
 
     def _finalize(self, index: int) -> RequestRuntime | None:
         """Aggregate one request from the details the workers wrote."""
-        from .session import make_runtime, output_root
-
         run = self.run
         req = run.orchestration.requests[index]
-        if not (output_root(run) / req.name / run.run_id).is_dir():
+        if not (run.loaded.output_root / req.name / run.run_id).is_dir():
             return None  # no worker ran a task of this request
-        run.ensure_registered()
-        setup = build_request(index, req, run.registry)
-        state = make_runtime(run, setup, set(), resume=False)
+        setup = run.build(index, req)
+        state = run.runtime(setup, set(), resume=False, shared=True)
         by_id = {t.task_id: t for t in setup.tasks}
         for detail in state.store.iter_details():
             task = by_id.get(str(detail.get("task_id")))
@@ -90,21 +81,17 @@ class DistributedRun:
                 state.wanted.add(task.task_id)
         state.prepared = True
         asyncio.run(state.finalize())
+        run.request_finalized(state)
         return state
 
 
-def run_single_task(item: TaskItem) -> TaskOutcome:
+def run_single_task(run: RunHandle, item: TaskItem) -> TaskOutcome:
     """Run one task to its terminal outcome, in this process (an xdist worker)."""
-    from .plugin import run_key
-
-    run = item.config.stash[run_key]
-    distributed = run.config.pluginmanager.get_plugin("agentcompass-distributed")
+    distributed = run.distributed
     if isinstance(distributed, DistributedRun):
         state = distributed.state_for(item)
     else:  # the standard protocol without xdist (another plugin replaced our loop)
-        from .session import make_runtime
-
-        state = make_runtime(run, item.setup_info, {item.task.task_id}, resume=False)
+        state = run.runtime(item.setup_info, {item.task.task_id}, resume=False)
     try:
         grace = run.orchestration.cleanup_grace_seconds
         outcome = run_with_pool(state.run(item.task), max_workers=workers_for(1), grace=grace)

@@ -1,4 +1,4 @@
-"""The run directory: the only code that writes into it.
+"""One run directory's files: the only code that writes into them.
 
 Layout of ``<output_dir>/<request>/<run id>/``::
 
@@ -18,27 +18,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import secrets
 import shutil
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..redact import Redactor
-from ..types import ExecutionPlan, RunResult, to_jsonable
+from ...redact import Redactor
+from ...types import ExecutionPlan, RunResult, to_jsonable
 
-__all__ = ["RunStore", "new_run_id", "read_json"]
+__all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "read_json"]
 
 RUN_INFO = "run_info.json"
 PLANS_KEY = "resolved_execution_plans"
-# The head of a line record_plan wrote: json.dumps keeps the keys in the order to_dict gives them.
-_PLAN_HEAD = re.compile(r'\{"task_id": ("(?:[^"\\]|\\.)*"), "attempt_index": (\d+),')
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
 
 
 def _fallback(value: Any) -> Any:
@@ -182,20 +174,23 @@ class RunStore:
         self._plans_file.flush()
 
     @staticmethod
-    def _plan_offsets(fh: BinaryIO) -> dict[str, dict[str, int]]:
+    def _plan_offsets(fh: BinaryIO) -> dict[str, dict[int, int]]:
         """Where the last plan of each attempt starts in ``plans.jsonl``, tasks in first-seen order.
 
-        Keys are the task ids as JSON literals. Only the head of each line is
-        parsed, so folding ten thousand plans costs neither a parse nor a
-        dict per plan.
+        Each line is read as JSON; a line a kill cut short (or any line that
+        is not a plan) is skipped, since its attempt was re-planned when the
+        run resumed.
         """
-        index: dict[str, dict[str, int]] = {}
+        index: dict[str, dict[int, int]] = {}
         offset = 0
         for raw in fh:
-            line = raw.decode("utf-8", "replace")
-            head = _PLAN_HEAD.match(line)
-            if head is not None and line.endswith("}\n"):  # a line cut by a kill has no end
-                index.setdefault(head[1], {})[head[2]] = offset
+            try:
+                plan = json.loads(raw)
+                task_id, attempt = str(plan["task_id"]), int(plan["attempt_index"])
+            except (ValueError, TypeError, KeyError):
+                pass
+            else:
+                index.setdefault(task_id, {})[attempt] = offset
             offset += len(raw)
         return index
 
@@ -211,7 +206,7 @@ class RunStore:
                     for attempt, offset in attempts.items():
                         fh.seek(offset)
                         parts.append(f'"{attempt}": ' + fh.readline().decode("utf-8", "replace").rstrip("\n"))
-                    yield f"{separator}    {task}: {{" + ", ".join(parts) + "}"
+                    yield f"{separator}    {json.dumps(task)}: {{" + ", ".join(parts) + "}"
                     separator = ",\n"
         yield "\n  }\n}"
 

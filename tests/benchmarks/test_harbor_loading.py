@@ -104,7 +104,7 @@ def test_keywords_and_markers_select(pytester: pytest.Pytester) -> None:
 def test_missing_path_is_one_clear_error(pytester: pytest.Pytester) -> None:
     write_config(pytester, [harbor_request("gone", "no-such-folder")])
     result = pytester.runpytest_inprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["*params.path 'no-such-folder' is not a folder*"])
+    result.stdout.fnmatch_lines(["*params.path */no-such-folder is not a folder"])
     assert "INTERNALERROR" not in result.stdout.str()
 
 

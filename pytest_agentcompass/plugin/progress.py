@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from .runtime.request import RequestRuntime
+    from ..runtime.request import RequestRuntime
 
 __all__ = ["Progress", "ProgressMode", "format_duration"]
 

@@ -11,7 +11,7 @@ harness; the bare side is a plain Python script on the SDK. Rounds alternate,
 so a noisy neighbour hurts both sides alike; medians of wall and CPU time
 (CPU of the child process: the engine's own work is not in it).
 
-    python benchmarks/bench_harbor.py --n 20 --repeat 5
+    python perf/bench_harbor.py --n 20 --repeat 5
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import Measurement, measure, pytest_cmd  # noqa: E402
+from _common import Measurement, measure, pytest_cmd
 
 TASK_TOML = """version = "1.0"
 [metadata]
@@ -45,7 +45,7 @@ TEST = """#!/bin/bash
 if [ "$(cat /app/hello.txt)" = "Hello, world!" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
 """
 
-BARE = r'''
+BARE = r"""
 import io, sys, tarfile
 from pathlib import Path
 import docker
@@ -84,7 +84,7 @@ for task in sorted(p for p in root.iterdir() if (p / "task.toml").is_file()):
         c.remove(force=True, v=True)
 print(f"{passed} passed")
 sys.exit(0 if passed == len([p for p in root.iterdir() if (p / "task.toml").is_file()]) else 1)
-'''
+"""
 
 
 def write_tasks(root: Path, n: int) -> None:

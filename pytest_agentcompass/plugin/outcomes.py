@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 import pytest
 
-from .runtime.task import TaskOutcome
+from ..runtime.task import TaskOutcome
 
 if TYPE_CHECKING:
     from _pytest.reports import TestReport
@@ -104,7 +104,7 @@ def set_properties(item: pytest.Item, outcome: TaskOutcome) -> None:
         ("agentcompass.score", "" if result.score is None else result.score),
         ("agentcompass.attempts", outcome.attempts),
         ("agentcompass.retries", outcome.retries),
-        ("agentcompass.evaluation_mode", outcome.evaluation_mode),
+        ("agentcompass.evaluation_environment_mode", outcome.evaluation_environment_mode),
         ("agentcompass.reused", outcome.reused),
         ("agentcompass.detail", str(outcome.detail_path or "")),
     ]
@@ -114,8 +114,10 @@ def emit_reports(item: pytest.Item, outcome: TaskOutcome, pass_threshold: float)
     """Replay the standard runtest hooks for a finished task, as xdist's controller does."""
     ihook = item.ihook
     set_properties(item, outcome)
+    if outcome.output:
+        # Shown by pytest with a failed report (and by -rP), like its own "Captured stdout" sections.
+        item.add_report_section("call", "stdout", outcome.output)
     if outcome.logs:
-        # Shown by pytest with a failed report, like its own "Captured log" sections.
         item.add_report_section("call", "log", "\n".join(outcome.logs))
     problems = phase_problems(outcome, pass_threshold)
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)

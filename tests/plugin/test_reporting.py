@@ -56,7 +56,7 @@ def test_junit_has_failure_error_and_properties(pytester: pytest.Pytester, trace
     for name, case in cases.items():
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
         assert props["agentcompass.status"] in {"scored", "inference_error"}, name
-        assert props["agentcompass.evaluation_mode"] == "none"
+        assert props["agentcompass.evaluation_environment_mode"] == "none"
         assert props["agentcompass.attempts"] == "1"
         assert Path(props["agentcompass.detail"]).is_file()
     assert {p.get("name"): p.get("value") for p in cases["mix::t0"].iter("property")}["agentcompass.score"] == "1.0"

@@ -124,7 +124,6 @@ def test_errors_are_not_reused(pytester: pytest.Pytester, trace: Path) -> None:
 
 
 def test_last_failed_with_reuse_reruns_failures_and_keeps_the_rest(pytester: pytest.Pytester, trace: Path) -> None:
-    wrong = pytester.path / "wrong"
     write_config(pytester, [tracing_request("r", trace, n=4, wrong=["t2"])])
     pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=3, failed=1)
     trace.unlink()
@@ -135,7 +134,10 @@ def test_last_failed_with_reuse_reruns_failures_and_keeps_the_rest(pytester: pyt
     summary = json.loads((second / "summary.json").read_text())
     assert [t["task_id"] for t in summary["tasks"]] == ["t0", "t1", "t2", "t3"]
     assert summary["counts"]["reused"] == 3
-    assert not wrong.exists()
+    first_run, _ = run_dirs(pytester)
+    for task_id in ("t0", "t1", "t3"):  # taken over as they were, not run again
+        assert (second / f"details/{task_id}.json").read_bytes() == (first_run / f"details/{task_id}.json").read_bytes()
+    assert details(second)["t2"]["status"] == "scored" and details(second)["t2"]["score"] == 0.0
 
 
 def test_reuse_of_a_missing_run_is_a_clear_error(pytester: pytest.Pytester, trace: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 def test_quickstart_runs_with_honest_outcomes(pytester: pytest.Pytester) -> None:
@@ -17,7 +17,7 @@ def test_quickstart_runs_with_honest_outcomes(pytester: pytest.Pytester) -> None
     result.assert_outcomes(passed=9, failed=3)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*arithmetic: 12 tasks, 9 passed, 3 failed, 0 errors*", "*mean_score=0.75*"])
-    (run_dir,) = (pytester.path / ".agentcompass/runs/arithmetic").iterdir()
+    (run_dir,) = (pytester.path / "example_suites/quickstart/.agentcompass/runs/arithmetic").iterdir()
     assert len(list((run_dir / "details").glob("*.json"))) == 12
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["metrics"]["passed"] == 9

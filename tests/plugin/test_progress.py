@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentcompass.progress import format_duration
+from pytest_agentcompass.plugin.progress import format_duration
 
 from conftest import tracing_request, write_config
 

@@ -6,25 +6,25 @@ Node ids read ``<config file>::<request name>::<task_id>``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .components import RequestSetup, build_request
-from .config import RunRequest
-from .errors import AgentCompassError
-from .reporting import TaskProblem, phase_problems, set_properties
-from .runtime.traces import format_trace
-from .types import TaskSpec
+from ..config import RunRequest
+from ..errors import AgentCompassError
+from ..runtime.assembly import RequestSetup
+from ..runtime.traces import format_trace
+from ..types import TaskSpec
+from .keys import RunHandle, run_key
+from .outcomes import TaskProblem, phase_problems, set_properties
 
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
 
-    from .runtime.task import TaskOutcome
-    from .session import AgentCompassRun
+    from ..runtime.task import TaskOutcome
 
-__all__ = ["ConfigFile", "RequestNode", "TaskItem"]
+__all__ = ["ConfigFile", "RequestNode", "TaskItem", "category_marker", "register_category_markers"]
 
 _MARKER_UNSAFE = re.compile(r"[^\w.-]+")
 
@@ -34,41 +34,46 @@ def category_marker(category: str) -> str:
     return _MARKER_UNSAFE.sub("_", category).strip("_") or "uncategorized"
 
 
+def register_category_markers(config: pytest.Config, tasks: Sequence[TaskSpec]) -> None:
+    """Declare each task category and tag as a marker (``--strict-markers``, ``--markers``)."""
+    known = set(config.getini("markers"))
+    labels = [(t.category, "category") for t in tasks if t.category]
+    labels += [(tag, "tag") for t in tasks for tag in t.tags]
+    for label, kind in dict.fromkeys(labels):
+        line = f"{category_marker(label)}: agentcompass task {kind} {label!r}"
+        if line not in known:
+            config.addinivalue_line("markers", line)
+            known.add(line)
+
+
 class ConfigFile(pytest.File):
     """The agentcompass YAML file given with ``--agentcompass``."""
 
-    run: AgentCompassRun
+    @property
+    def run(self) -> RunHandle:
+        return self.config.stash[run_key]
 
     def collect(self) -> Iterable[RequestNode]:
-        for index, req in enumerate(self.run.loaded.orchestration.requests):
-            node = RequestNode.from_parent(self, name=req.name)
-            node.index, node.req = index, req
-            yield node
+        for index, req in enumerate(self.run.orchestration.requests):
+            yield RequestNode.from_parent(self, name=req.name, index=index, req=req)
 
 
 class RequestNode(pytest.Collector):
     """One request: loads its benchmark's tasks once and yields an item per task."""
 
-    index: int
-    req: RunRequest
-
-    @property
-    def run(self) -> AgentCompassRun:
-        assert isinstance(self.parent, ConfigFile)
-        return self.parent.run
+    def __init__(self, *, index: int, req: RunRequest, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.index = index
+        self.req = req
 
     def collect(self) -> Iterable[TaskItem]:
-        run = self.run
-        recipes = [r for batch in self.ihook.pytest_agentcompass_recipes(req=self.req) for r in batch or ()]
-        setup = build_request(self.index, self.req, run.registry, recipes)
-        run.setups[self.req.name] = setup
+        setup = self.config.stash[run_key].build(self.index, self.req, self)
+        register_category_markers(self.config, setup.tasks)
         for task in setup.tasks:
             item = TaskItem.from_parent(self, name=task.task_id, task=task, setup=setup)
-            for label, kind in [(task.category, "category"), *((tag, "tag") for tag in task.tags)]:
+            for label in (task.category, *task.tags):
                 if label:
-                    marker = category_marker(label)
-                    self.config.addinivalue_line("markers", f"{marker}: agentcompass task {kind}")
-                    item.add_marker(marker)
+                    item.add_marker(category_marker(label))
             yield item
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
@@ -105,9 +110,7 @@ class TaskItem(pytest.Item):
             raise problem
 
     def setup(self) -> None:
-        from .distributed import run_single_task
-
-        self.outcome = run_single_task(self)
+        self.outcome = self.config.stash[run_key].run_single(self)
         set_properties(self, self.outcome)
         self._problem("setup")
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import tracing_request, write_config
 from tracing import read_trace
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 def steps(trace: Path, task: str = "t0") -> list[str]:
@@ -385,8 +385,8 @@ def test_the_specification_samples_run_as_written(pytester: pytest.Pytester) -> 
     result.assert_outcomes(passed=4, failed=1)
     for line in ["*exact-match::sum-wrong FAILED*", "*workspace::greet PASSED*", "*patch::fix-status PASSED*"]:
         result.stdout.fnmatch_lines([line])  # tasks finish in any order
-    (detail,) = pytester.path.glob(".agentcompass/runs/patch/*/details/fix-status.json")
+    (detail,) = pytester.path.glob("example_suites/evaluation_modes/.agentcompass/runs/patch/*/details/fix-status.json")
     data = json.loads(detail.read_text())
     assert '+status = "fixed"' in data["artifacts"]["file"]["submission.patch"]
     assert data["metadata"]["verifier"]["exit_code"] == 0
-    assert data["evaluation_mode"] == "fresh"
+    assert data["evaluation_environment_mode"] == "fresh"

@@ -1,23 +1,29 @@
-"""The plugin entry point: options, hook specs, and activation by ``--agentcompass``.
+"""The pytest face: options, hook specs, and activation by ``--agentcompass``.
 
-Nothing here runs unless ``--agentcompass`` (or the ``agentcompass_config``
-ini key) is given: without it the plugin only adds its options.
+This module is the ``pytest11`` entry point. Nothing here runs unless
+``--agentcompass`` (or the ``agentcompass_config`` ini key) is given: without
+it the plugin only adds its options and declares its hooks.
+
+The folder's modules, each with one job:
+
+- ``keys``: the one ``StashKey`` holding the active :class:`~.run.AgentCompassRun`.
+- ``run``: the active run's hooks (collection, the replaced run loop, the summary).
+- ``nodes``: collection nodes, config file -> request -> task item.
+- ``outcomes``: a task outcome -> setup/call/teardown reports.
+- ``xdist``: what changes under pytest-xdist (``-n``).
+- ``fixtures``: session fixtures as component factories, and ``agentcompass_results``.
+- ``progress``: the live status line.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
-if TYPE_CHECKING:
-    from .session import AgentCompassRun
+from .keys import run_key
 
 __all__ = ["run_key"]
-
-#: The active run of this pytest session, if ``--agentcompass`` was given.
-run_key: pytest.StashKey[AgentCompassRun] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -70,7 +76,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from . import hookspecs
+    from .. import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
 
@@ -81,9 +87,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if not raw:
         return
     # Imported here, not at module level: without the option nothing loads.
-    from .config import load_config
-    from .errors import ConfigError
-    from .session import AgentCompassRun
+    from ..config import load_config
+    from ..errors import ConfigError
+    from .run import AgentCompassRun
 
     path = Path(raw)
     if not path.is_absolute():
@@ -96,7 +102,9 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     run = AgentCompassRun(config, loaded)
     config.stash[run_key] = run
-    config.pluginmanager.register(run, "agentcompass-run")
+    run.register()
+    if config.option.markers:
+        run.declare_category_markers()
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         # No paths given: run the config's tasks alone, not the tests under the rootdir.
         config.args = [str(loaded.path)]
@@ -104,10 +112,18 @@ def pytest_configure(config: pytest.Config) -> None:
         config.args = [*config.args, str(loaded.path)]
 
 
-def pytest_agentcompass_make_session_id(config: pytest.Config) -> str | None:
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run = config.stash.get(run_key, None)
+    if run is not None:
+        run.unregister()
+        del config.stash[run_key]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_agentcompass_make_run_id(config: pytest.Config) -> str | None:
     workerinput = getattr(config, "workerinput", None)
     if workerinput and "agentcompass_run_id" in workerinput:
         return str(workerinput["agentcompass_run_id"])
-    from .runtime.store import new_run_id
+    from ..runtime.store import new_run_id
 
     return new_run_id()

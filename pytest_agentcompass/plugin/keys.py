@@ -1,0 +1,62 @@
+"""The one stash key through which every part of the pytest face reaches the active run.
+
+A leaf of the plugin's import graph: nodes, fixtures and the xdist glue know
+the run only as :class:`RunHandle` (what they may ask of it), so none of them
+imports ``run``, which imports them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pytest
+
+if TYPE_CHECKING:
+    from ..config import LoadedConfig, Orchestration, RunRequest
+    from ..runtime.assembly import RequestSetup
+    from ..runtime.request import RequestRuntime
+    from ..runtime.task import TaskOutcome
+
+__all__ = ["RunHandle", "run_key"]
+
+
+class RunHandle(Protocol):
+    """What the pytest face's modules use of the active run (``run.AgentCompassRun``)."""
+
+    config: pytest.Config
+    loaded: LoadedConfig
+    run_id: str
+    runtimes: list[RequestRuntime]
+    #: The xdist glue (``xdist.DistributedRun``) when ``-n`` is in use.
+    distributed: Any
+
+    @property
+    def orchestration(self) -> Orchestration: ...
+
+    @property
+    def is_worker(self) -> bool: ...
+
+    def build(self, index: int, req: RunRequest, node: pytest.Collector | None = None) -> RequestSetup:
+        """Build request ``index`` (components and tasks) once per process."""
+        ...
+
+    def runtime(self, setup: RequestSetup, wanted: set[str], **kwargs: Any) -> RequestRuntime:
+        """The runtime of one request (see ``runtime.assembly.make_runtime``)."""
+        ...
+
+    def run_single(self, item: Any) -> TaskOutcome:
+        """Run one task item in this process (the standard protocol)."""
+        ...
+
+    def unregister(self) -> None:
+        """Release the run's state and unregister its plugins (``pytest_unconfigure``)."""
+        ...
+
+    def request_finalized(self, state: RequestRuntime) -> None:
+        """Fire ``pytest_agentcompass_request_finalized`` for a finalized request."""
+        ...
+
+
+#: The active run of this pytest session; set in ``pytest_configure`` when
+#: ``--agentcompass`` is given, removed in ``pytest_unconfigure``.
+run_key: pytest.StashKey[RunHandle] = pytest.StashKey()

@@ -1,0 +1,62 @@
+"""The ``agentcompass`` section of pytest's terminal summary: one block per request."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..runtime.orchestrator import OrchestrationResult
+    from ..runtime.request import RequestRuntime
+
+__all__ = ["format_value", "write_terminal_summary"]
+
+
+def format_value(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def write_terminal_summary(tr: Any, runtimes: Sequence[RequestRuntime], result: OrchestrationResult | None) -> None:
+    """Write counts, metrics, notes and the run directory of each request to ``tr``."""
+    if not runtimes:
+        return
+    tr.section("agentcompass")
+    for state in runtimes:
+        counts = state.counts()
+        line = (
+            f"{state.name}: {counts['tasks']} tasks, {counts['passed']} passed, {counts['failed']} failed, "
+            f"{counts['errors']} errors"
+        )
+        if counts["reused"]:
+            line += f", {counts['reused']} reused"
+        if counts["retries"]:
+            line += f", {counts['retries']} retries"
+        tr.write_line(line)
+        if state.failed:
+            tr.write_line(f"  {state.failed}")
+        if state.metrics:
+            shown = ", ".join(f"{k}={format_value(v)}" for k, v in state.metrics.items())
+            tr.write_line(f"  metrics: {shown}")
+        for note in state.notes:
+            tr.write_line(f"  note: {note}")
+        tr.write_line(f"  run directory: {state.store.run_dir}")
+    kept = [
+        (state.name, outcome.task.task_id, env)
+        for state in runtimes
+        for outcome in state.outcomes.values()
+        if not outcome.reused
+        for env in outcome.kept_environments
+    ]
+    if kept:
+        tr.write_line("kept environments (keep_environment: true); remove them when done:")
+        for name, task_id, env in kept:
+            tr.write_line(f"  {name}::{task_id}: {env}")
+    if result and result.status in ("timeout", "cancelled"):
+        tr.write_line(f"orchestration {result.status}: {result.reason}", red=True)
+    if result and result.abandoned_calls:
+        calls = result.abandoned_calls
+        tr.write_line(
+            f"{len(calls)} blocking call(s) still running after the cleanup grace were abandoned "
+            f"(daemon threads, they end with the process): {', '.join(calls)}",
+            yellow=True,
+        )

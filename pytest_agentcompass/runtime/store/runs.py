@@ -1,0 +1,197 @@
+"""Whole run directories: naming, finding, claiming, locking, and copying reused details.
+
+``<output_dir>/<request>/`` holds one folder per run. A run is *claimed* by one
+process through ``run.lock``, created exclusively; it is resumable while its
+``run_info.json`` is not ``completed`` and no live process holds its lock.
+Runs are ordered by the start ``run_info.json`` records (ids sort the same
+way, as a fallback for folders without one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from ...errors import AgentCompassError
+from .files import RUN_INFO, RunStore, read_json
+
+__all__ = [
+    "LOCK_FILE",
+    "claim_run_dir",
+    "copy_details",
+    "find_resumable_run",
+    "find_reusable_run",
+    "iter_runs",
+    "new_run_id",
+    "now",
+    "release_run_dir",
+]
+
+LOCK_FILE = "run.lock"
+
+
+def now() -> str:
+    """A UTC timestamp with microseconds: two runs in one second still order."""
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds")
+
+
+def new_run_id() -> str:
+    """``<UTC time to the microsecond>-<random>``: sorts by creation time, unique across processes."""
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%f")
+    return f"{stamp}-{secrets.token_hex(2)}"
+
+
+def _run_info(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        info = read_json(run_dir / RUN_INFO)
+    except (OSError, json.JSONDecodeError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def iter_runs(request_dir: Path, *, newest_first: bool = True) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Every run directory of a request with its ``run_info``, by recorded start."""
+    if not request_dir.is_dir():
+        return
+    runs = []
+    for path in request_dir.iterdir():
+        if path.is_dir():
+            info = _run_info(path)
+            if info is not None:
+                runs.append((str(info.get("started_at") or ""), path.name, path, info))
+    runs.sort(key=lambda r: (r[0], r[1]), reverse=newest_first)
+    for _, _, path, info in runs:
+        yield path, info
+
+
+def find_reusable_run(request_dir: Path, spec: str, current: Path | None = None) -> Path:
+    """Resolve ``reuse: latest | <dir>`` to a run directory.
+
+    :raises AgentCompassError: when there is nothing to reuse.
+    """
+    if spec != "latest":
+        path = Path(spec)
+        if not (path / "details").is_dir():
+            raise AgentCompassError(f"reuse: {path} is not a run directory (no details/ folder)")
+        return path
+    for path, _ in iter_runs(request_dir):
+        if path != current and (path / "details").is_dir():
+            return path
+    raise AgentCompassError(f"reuse: latest: no earlier run with results under {request_dir}")
+
+
+def find_resumable_run(request_dir: Path, fingerprint: str) -> Path | None:
+    """The newest unfinished run of this request made with the same settings, claimed for this process.
+
+    The newest finished run ends the search: what came before it is history.
+    """
+    for path, info in iter_runs(request_dir):
+        if info.get("status") == "completed":
+            return None
+        if info.get("fingerprint") == fingerprint and _take_lock(path):
+            return path
+    return None
+
+
+def _take_lock(run_dir: Path) -> bool:
+    """Create ``run.lock`` exclusively; a lock whose process is gone is taken over."""
+    lock = run_dir / LOCK_FILE
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text().strip() or 0)
+            except (OSError, ValueError):
+                pid = 0
+            if pid == os.getpid():
+                return True
+            if pid and _alive(pid):
+                return False
+            # A dead holder (or a lock cut before its pid was written): remove and try once more.
+            with contextlib.suppress(FileNotFoundError):
+                lock.unlink()
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(str(os.getpid()))
+        return True
+    return False
+
+
+def claim_run_dir(run_dir: Path, request: str, fingerprint: str, *, shared: bool = False) -> None:
+    """Create (or take over) ``run_dir`` for this process; ``run_info.json`` exists from the first moment.
+
+    :param shared: Several processes of one session write the run (xdist
+        workers); the lock is then left to the controller.
+    :raises AgentCompassError: when a live process holds the run.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not shared and not _take_lock(run_dir):
+        raise AgentCompassError(f"run directory {run_dir} is in use by another live process (see {LOCK_FILE})")
+    if not (run_dir / RUN_INFO).exists():
+        RunStore(run_dir).write_run_info(
+            {
+                "run_id": run_dir.name,
+                "request": request,
+                "status": "created",
+                "fingerprint": fingerprint,
+                "started_at": now(),
+            }
+        )
+
+
+def release_run_dir(run_dir: Path) -> None:
+    """Give up this process's claim on ``run_dir``."""
+    lock = run_dir / LOCK_FILE
+    try:
+        pid = int(lock.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return
+    if pid == os.getpid():
+        lock.unlink(missing_ok=True)
+
+
+def copy_details(
+    source: Path,
+    store: RunStore,
+    wanted: Callable[[str], bool],
+    keep: Callable[[str, Mapping[str, Any]], bool],
+) -> tuple[int, int]:
+    """Copy into ``store`` the details of ``source`` whose task is ``wanted`` and that ``keep`` accepts.
+
+    Returns ``(copied, skipped)``; unreadable details count as skipped.
+    """
+    copied = skipped = 0
+    for path in sorted((source / "details").glob("*.json")):
+        if not wanted(path.stem):
+            continue
+        try:
+            detail = read_json(path)
+        except (OSError, json.JSONDecodeError):
+            skipped += 1
+            continue
+        if not keep(path.stem, detail):
+            skipped += 1
+            continue
+        target = store.detail_path(path.stem)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        copied += 1
+    return copied, skipped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -11,10 +11,12 @@ each build is bounded by its timeout and its log is written to ``log_dir``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import hashlib
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,8 @@ __all__ = ["BuildSpec", "ImageBuilder", "context_digest"]
 REPOSITORY = "agentcompass-task"
 #: Lines of the build log quoted in the error of a failed build.
 LOG_TAIL_LINES = 25
+#: Seconds between tries for a build lock another process holds.
+_LOCK_POLL = 0.2
 
 
 @dataclass(frozen=True)
@@ -117,34 +121,54 @@ class ImageBuilder:
         return tag
 
     async def _build(self, client: Any, spec: BuildSpec, tag: str, log_dir: Path | None) -> str:
-        import docker
-
-        try:
-            await asyncio.to_thread(client.images.get, tag)
-            return tag  # built by an earlier run (or another worker)
-        except docker.errors.ImageNotFound:
-            pass
-        async with self._slots:
-            log_path = (log_dir / f"{tag.replace(':', '-')}.log") if log_dir else None
-            if log_path is not None:
-                log_path.parent.mkdir(parents=True, exist_ok=True)
-            job = _BuildJob(client, spec, tag, log_path)
-            worker = asyncio.ensure_future(asyncio.to_thread(job.run))
-            try:
-                await asyncio.wait_for(asyncio.shield(worker), spec.timeout)
-            except TimeoutError:
-                job.abort()
-                await worker
-                raise SessionError(
-                    f"building the image of {spec.context} timed out after {spec.timeout:g}s{job.where()}\n{job.tail()}"
-                ) from None
-            except asyncio.CancelledError:
-                job.abort()
-                await asyncio.shield(worker)
-                raise
+        if await asyncio.to_thread(_has_image, client, tag):
+            return tag  # built by an earlier run
+        name = tag.replace(":", "-")
+        if log_dir is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+        # xdist workers share the run directory: a lock file there makes the
+        # second worker wait for the first one's build instead of repeating it.
+        async with _file_lock(log_dir / f"{name}.lock" if log_dir else None):
+            if await asyncio.to_thread(_has_image, client, tag):
+                return tag  # another worker built it meanwhile
+            async with self._slots:
+                job = _BuildJob(client, spec, tag, log_dir / f"{name}.log" if log_dir else None)
+                worker = asyncio.ensure_future(asyncio.to_thread(job.run))
+                try:
+                    await asyncio.wait_for(asyncio.shield(worker), spec.timeout)
+                except TimeoutError:
+                    job.abort()
+                    await worker
+                    raise SessionError(
+                        f"building the image of {spec.context} timed out after {spec.timeout:g}s"
+                        f"{job.where()}\n{job.tail()}"
+                    ) from None
+                except asyncio.CancelledError:
+                    job.abort()
+                    await asyncio.shield(worker)
+                    raise
         if job.error is not None:
             raise SessionError(f"building the image of {spec.context} failed: {job.error}{job.where()}\n{job.tail()}")
         return tag
+
+
+@contextlib.asynccontextmanager
+async def _file_lock(path: Path | None) -> AsyncIterator[None]:
+    """An exclusive ``flock`` on ``path`` (nothing without a path), polled so no thread blocks on it."""
+    if path is None:
+        yield
+        return
+    with path.open("a") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await asyncio.sleep(_LOCK_POLL)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class _BuildJob:

@@ -62,20 +62,23 @@ def test_same_outcomes_under_xdist(pytester: pytest.Pytester) -> None:
         assert containers_of(run_dir(pytester.path, name).name) == []
 
 
-def test_image_built_once_per_run_and_not_again(pytester: pytest.Pytester, own_images: list[Path]) -> None:
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["in-process-loop", "xdist"])
+def test_image_built_once_per_run_and_not_again(
+    pytester: pytest.Pytester, own_images: list[Path], workers: list[str]
+) -> None:
     tasks = pytester.path / "tasks"
     first = write_task(tasks, "one", unique=True)
-    second = tasks / "two"
-    shutil.copytree(first, second)  # the same context: the same image
+    for name in ("two", "three"):
+        shutil.copytree(first, tasks / name)  # the same context: the same image
     own_images.append(first)
     write_config(pytester, [harbor_request("cached", "tasks", execution={"attempts": {"k": 2}})])
-    outcome(pytester).assert_outcomes(passed=2)
+    outcome(pytester, *workers).assert_outcomes(passed=3)
     logs = list((run_dir(pytester.path, "cached") / "images").glob("*.log"))
-    assert len(logs) == 1  # four attempts, one build
-    assert "Successfully built" in logs[0].read_text()
-    result = outcome(pytester)
-    result.assert_outcomes(passed=2)
-    assert not (run_dir(pytester.path, "cached") / "images").exists()  # nothing built the second time
+    assert len(logs) == 1  # six attempts (in two processes under xdist), one build
+    assert logs[0].read_text().count("Successfully built") == 1
+    result = outcome(pytester, *workers)
+    result.assert_outcomes(passed=3)
+    assert not list((run_dir(pytester.path, "cached") / "images").glob("*.log"))  # nothing built this time
 
 
 def test_failed_build_is_a_setup_error_of_its_tasks(pytester: pytest.Pytester, own_images: list[Path]) -> None:

@@ -37,6 +37,7 @@ from ..config import ParamsModel
 from ..errors import PreflightError, SessionError
 from ..types import ExecResult, ExecutionPlan, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, SessionPurpose, argv_list
+from .docker_files import get_tree, put_tree
 from .docker_images import BuildSpec, ImageBuilder
 from .local import DEFAULT_OUTPUT_LIMIT
 
@@ -176,50 +177,12 @@ class DockerSession(EnvironmentSession):
 
     async def put_tree(self, source: str | os.PathLike[str], target: str) -> None:
         """Copy the local folder ``source`` to ``target`` in one archive, modes kept, owned by root."""
-        destination = self._path(target).strip("/")
-
-        def put() -> None:
-            payload = io.BytesIO()
-            with tarfile.open(fileobj=payload, mode="w") as archive:
-                parents = PurePosixPath(destination).parents
-                for parent in reversed(parents[:-1]):
-                    archive.addfile(_dir_entry(str(parent)))
-                archive.add(os.fspath(source), arcname=destination, filter=_as_root)
-            self.container.put_archive("/", payload.getvalue())
-
-        await asyncio.to_thread(put)
+        await asyncio.to_thread(put_tree, self.container, source, self._path(target))
 
     async def get_tree(self, source: str, limit: int) -> tuple[dict[str, bytes], bool]:
-        """The regular files under ``source`` (relative names), at most ``limit`` bytes in all.
-
-        Returns the files and whether some were left out for the limit. A
-        missing ``source`` gives no files.
-        """
-        docker = _docker()
-
-        def fetch() -> tuple[dict[str, bytes], bool]:
-            try:
-                stream, _ = self.container.get_archive(self._path(source))
-            except docker.errors.NotFound:
-                return {}, False
-            files: dict[str, bytes] = {}
-            total, cut = 0, False
-            with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as archive:
-                for member in archive:
-                    if not member.isfile():
-                        continue
-                    name = member.name.partition("/")[2]  # drop the folder's own name
-                    if not name:
-                        continue
-                    if total + member.size > limit:
-                        cut = True
-                        continue
-                    handle = archive.extractfile(member)
-                    files[name] = handle.read() if handle else b""
-                    total += member.size
-            return files, cut
-
-        return await asyncio.to_thread(fetch)
+        """The regular files under ``source`` (relative names), at most ``limit`` bytes in all,
+        and whether some were left out for the limit. A missing ``source`` gives no files."""
+        return await asyncio.to_thread(get_tree, self.container, self._path(source), limit)
 
     async def set_network_policy(self, policy: NetworkPolicy) -> None:
         if policy == self.network_policy:
@@ -240,40 +203,6 @@ class DockerSession(EnvironmentSession):
 
     def describe(self) -> str:
         return f"container {self.container.short_id} ({self.container.name})"
-
-
-def _dir_entry(name: str) -> tarfile.TarInfo:
-    entry = tarfile.TarInfo(name)
-    entry.type, entry.mode = tarfile.DIRTYPE, 0o755
-    return entry
-
-
-def _as_root(entry: tarfile.TarInfo) -> tarfile.TarInfo:
-    entry.uid = entry.gid = 0
-    entry.uname = entry.gname = "root"
-    return entry
-
-
-class _ChunkReader(io.RawIOBase):
-    """A file over the SDK's chunk iterator, so an archive streams instead of being joined."""
-
-    def __init__(self, chunks: Any) -> None:
-        self._chunks = iter(chunks)
-        self._rest = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._rest:
-            try:
-                self._rest = next(self._chunks)
-            except StopIteration:
-                return 0
-        size = min(len(buffer), len(self._rest))
-        buffer[:size] = self._rest[:size]
-        self._rest = self._rest[size:]
-        return size
 
 
 def _remove(container: Any) -> None:

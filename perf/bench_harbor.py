@@ -131,13 +131,15 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20, help="tasks per run")
     parser.add_argument("--repeat", type=int, default=5, help="alternating rounds")
     args = parser.parse_args()
-    from pytest_agentcompass.environments.docker_images import REPOSITORY, context_digest
+    import docker
+
+    from pytest_agentcompass.environments.docker_images import image_tag
 
     root = Path(tempfile.mkdtemp(prefix="bench-harbor-"))
     try:
         load_time(root, 1000)
         write_tasks(root, args.n)
-        tag = f"{REPOSITORY}:{context_digest(root / 'tasks' / 'task-000' / 'environment')}"
+        tag = image_tag(docker.from_env(), root / "tasks" / "task-000" / "environment")
         plugin_cmd = pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off")
         first = measure(plugin_cmd, root)  # builds the image: the cold run
         if first.returncode != 0:

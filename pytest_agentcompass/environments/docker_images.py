@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import threading
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Any
 
 from ..errors import SessionError
 
-__all__ = ["BuildSpec", "ImageBuilder", "context_digest"]
+__all__ = ["BuildSpec", "ImageBuilder", "base_images", "context_digest", "image_tag"]
 
 #: Image repository of every built task image (the tag is the context digest).
 REPOSITORY = "agentcompass-task"
@@ -51,13 +52,17 @@ class BuildSpec:
         )
 
 
-def context_digest(context: Path, dockerfile: str = "Dockerfile") -> str:
-    """A digest of every file under ``context`` (path, executable bit, content, link target).
+def context_digest(context: Path, dockerfile: str = "Dockerfile", bases: Mapping[str, str] | None = None) -> str:
+    """A digest of every file under ``context`` (path, executable bit, content, link target)
+    and of the ids of the images it builds ``FROM`` (``bases``: name -> id).
 
     Conservative on purpose: a file ``.dockerignore`` leaves out still counts,
-    so an edit can cause a rebuild but never a stale image.
+    so an edit can cause a rebuild but never a stale image; a base image
+    rebuilt under the same name gives a new tag too.
     """
     digest = hashlib.sha256(f"dockerfile={dockerfile}\n".encode())
+    for name, image_id in sorted((bases or {}).items()):
+        digest.update(f"B {name} {image_id}\n".encode())
     for root, dirs, files in os.walk(context):
         dirs.sort()
         for name in sorted(files):
@@ -72,6 +77,30 @@ def context_digest(context: Path, dockerfile: str = "Dockerfile") -> str:
                 for block in iter(lambda: fh.read(1 << 20), b""):
                     digest.update(block)
     return digest.hexdigest()[:24]
+
+
+_FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE | re.MULTILINE)
+
+
+def base_images(client: Any, dockerfile: Path) -> dict[str, str]:
+    """The images ``dockerfile`` builds ``FROM`` -> their ids on the engine (``"absent"`` if not there)."""
+    stages: set[str] = set()
+    found: dict[str, str] = {}
+    for match in _FROM.finditer(dockerfile.read_text(encoding="utf-8", errors="replace")):
+        name, alias = match.group(1), match.group(2)
+        if name.lower() != "scratch" and name not in stages and "$" not in name:
+            try:
+                found[name] = str(client.images.get(name).id)
+            except Exception:
+                found[name] = "absent"  # the build will pull it or fail and say so
+        if alias:
+            stages.add(alias)
+    return found
+
+
+def image_tag(client: Any, context: Path, dockerfile: str = "Dockerfile") -> str:
+    """The tag the image of ``context`` gets (and is looked up by)."""
+    return f"{REPOSITORY}:{context_digest(context, dockerfile, base_images(client, context / dockerfile))}"
 
 
 class ImageBuilder:
@@ -95,7 +124,7 @@ class ImageBuilder:
         context = Path(spec.context)
         if not (context / spec.dockerfile).is_file():
             raise SessionError(f"no Dockerfile at {context / spec.dockerfile}")
-        tag = f"{REPOSITORY}:{await asyncio.to_thread(context_digest, context, spec.dockerfile)}"
+        tag = await asyncio.to_thread(image_tag, client, context, spec.dockerfile)
         finished = self._finished.get(tag)
         if isinstance(finished, SessionError):
             raise SessionError(str(finished))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from harbor_tasks import (
     write_task,
 )
 
-from pytest_agentcompass.environments.docker_images import REPOSITORY, context_digest
+from pytest_agentcompass.environments.docker_images import image_tag
 
 from conftest import write_config
 
@@ -45,7 +47,13 @@ def own_images() -> Iterator[list[Path]]:
     """Task dirs whose (unique) images the test built; removed afterwards so nothing is left."""
     tasks: list[Path] = []
     yield tasks
-    remove_images({f"{REPOSITORY}:{context_digest(t / 'environment')}" for t in tasks})
+    import docker
+
+    client = docker.from_env()
+    try:
+        remove_images({image_tag(client, t / "environment") for t in tasks})
+    finally:
+        client.close()
 
 
 def outcome(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -208,3 +216,28 @@ def test_command_harness_sees_instruction_but_not_tests(pytester: pytest.Pyteste
     agent = ["sh", "-c", 'test ! -e /tests && test ! -e /solution && printf "%s" "$AGENTCOMPASS_PROMPT" > /app/said']
     write_config(pytester, [harbor_request("cmd", "tasks", harness="command", harness_params={"command": agent})])
     outcome(pytester).assert_outcomes(passed=1)
+
+
+def test_image_tag_follows_context_and_base_image(tmp_path: Path) -> None:
+    import docker
+
+    client = docker.from_env()
+    base = f"agentcompass-test-base:{uuid.uuid4().hex[:12]}"
+    context = tmp_path / "env"
+    context.mkdir()
+    (context / "Dockerfile").write_text(f"FROM {base} AS build\nFROM build\nFROM scratch\n")
+    try:
+        absent = image_tag(client, context)
+        client.images.get(BUSYBOX).tag(base)
+        on_busybox = image_tag(client, context)
+        assert on_busybox != absent and on_busybox == image_tag(client, context)
+        (context / "extra.txt").write_text("x")
+        changed = image_tag(client, context)
+        assert changed != on_busybox
+        # The same name on another image (a label is enough to make one): another tag.
+        other, _ = client.images.build(fileobj=io.BytesIO(f"FROM {BUSYBOX}\nLABEL o={base}\n".encode()), rm=True)
+        other.tag(base)
+        assert image_tag(client, context) != changed
+    finally:
+        client.images.remove(base, force=True)
+        client.close()

@@ -4,6 +4,7 @@ by ``scripts/build-base-images.sh``."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -39,8 +40,9 @@ def test_oracle_passes_nop_fails(pytester: pytest.Pytester, workers: list[str]) 
     assert {t: d["score"] for t, d in oracle.items()} == dict.fromkeys(oracle, 1.0)
     assert {t: d["score"] for t, d in nop.items()} == dict.fromkeys(nop, 0.0)
     # The pytest verdict is kept with the verifier's output.
-    stdout = run_dir(pytester.path, "oracle") / "details" / "csv-summary" / "attempt-0" / "verifier" / "test-stdout.txt"
-    assert "2 passed" in stdout.read_text()
+    verifier = run_dir(pytester.path, "oracle") / "details" / "csv-summary" / "attempt-0" / "verifier"
+    assert "2 passed" in (verifier / "test-stdout.txt").read_text()
+    assert json.loads((verifier / "ctrf.json").read_text())["results"]["summary"]["passed"] == 2
     for request in ("oracle", "nop"):
         assert containers_of(run_dir(pytester.path, request).name) == []
 

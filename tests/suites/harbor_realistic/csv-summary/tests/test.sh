@@ -1,12 +1,13 @@
 #!/bin/bash
-# Shaped like published Terminal-Bench 2 verifiers: refuse to run from /,
-# run pytest on /tests, turn its exit code into /logs/verifier/reward.txt.
+# Shaped like published Terminal-Bench 2 verifiers: refuse to run from /, run
+# pytest with a CTRF report, turn its exit code into /logs/verifier/reward.txt.
 if [ "$PWD" = "/" ]; then
     echo "Error: No working directory set. Please set a WORKDIR in your Dockerfile before running this script."
     exit 1
 fi
-mkdir -p /logs/verifier
-python3 -m pytest /tests/test_outputs.py -rA -p no:cacheprovider
+
+PYTHONDONTWRITEBYTECODE=1 pytest -p no:cacheprovider --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py -rA
+
 if [ $? -eq 0 ]; then
   echo 1 > /logs/verifier/reward.txt
 else

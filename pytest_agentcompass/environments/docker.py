@@ -38,7 +38,7 @@ from ..errors import PreflightError, SessionError
 from ..types import ExecResult, ExecutionPlan, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, SessionPurpose, argv_list
 from .docker_files import get_tree, put_tree
-from .docker_images import BuildSpec, ImageBuilder
+from .docker_images import BuildSpec, ImageBuilder, has_image
 from .local import DEFAULT_OUTPUT_LIMIT
 
 __all__ = ["DockerEnvironment", "DockerSession"]
@@ -293,7 +293,8 @@ class DockerEnvironment(BaseEnvironment):
             await asyncio.to_thread(client.images.pull, image)
 
     async def _image(self, client: Any, params: Mapping[str, Any]) -> str:
-        """The image to start: the request's, the task's, or one built from the task's context."""
+        """The image to start: ``image``; else the task's prebuilt ``task_image`` if the engine
+        has it; else one built from the task's ``build`` context; else ``task_image`` pulled."""
         if params.get("unavailable"):
             raise SessionError(str(params["unavailable"]))
         gpus = int(params.get("gpus") or 0)
@@ -301,11 +302,22 @@ class DockerEnvironment(BaseEnvironment):
             raise SessionError(f"the task needs {gpus} GPU(s), but the docker provider does not expose GPUs")
         if params.get("image"):
             return str(params["image"])
+        prebuilt = params.get("task_image")
+        if prebuilt and await asyncio.to_thread(has_image, client, prebuilt):
+            return str(prebuilt)
         if params.get("build"):
             if self._builder is None:
                 self._builder = ImageBuilder(int(params.get("max_parallel_builds", 2)))
             log_dir = self.run_dir / "images" if self.run_dir else None
             return await self._builder.ensure(client, BuildSpec.from_params(params["build"]), log_dir)
+        if prebuilt and params.get("pull"):
+            await asyncio.to_thread(client.images.pull, prebuilt)
+            return str(prebuilt)
+        if prebuilt:
+            raise SessionError(
+                f"image {prebuilt!r} (the task's) is not on the engine and the task has no Dockerfile to build "
+                "instead; pull it, or set environment.params.pull: true"
+            )
         raise SessionError(
             "environment 'docker' needs params.image, or a benchmark that gives each task an image or a Dockerfile"
         )

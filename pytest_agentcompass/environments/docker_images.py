@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import SessionError
 
-__all__ = ["BuildSpec", "ImageBuilder", "base_images", "context_digest", "image_tag"]
+__all__ = ["BuildSpec", "ImageBuilder", "base_images", "context_digest", "has_image", "image_tag"]
 
 #: Image repository of every built task image (the tag is the context digest).
 REPOSITORY = "agentcompass-task"
@@ -150,7 +150,7 @@ class ImageBuilder:
         return tag
 
     async def _build(self, client: Any, spec: BuildSpec, tag: str, log_dir: Path | None) -> str:
-        if await asyncio.to_thread(_has_image, client, tag):
+        if await asyncio.to_thread(has_image, client, tag):
             return tag  # built by an earlier run
         name = tag.replace(":", "-")
         if log_dir is not None:
@@ -158,7 +158,7 @@ class ImageBuilder:
         # xdist workers share the run directory: a lock file there makes the
         # second worker wait for the first one's build instead of repeating it.
         async with _file_lock(log_dir / f"{name}.lock" if log_dir else None):
-            if await asyncio.to_thread(_has_image, client, tag):
+            if await asyncio.to_thread(has_image, client, tag):
                 return tag  # another worker built it meanwhile
             async with self._slots:
                 job = _BuildJob(client, spec, tag, log_dir / f"{name}.log" if log_dir else None)
@@ -273,7 +273,7 @@ class _BuildJob:
                 log.close()
             if self._response is not None:
                 self._response.close()
-        if self.error is None and not self._aborted and not _has_image(self.client, self.tag):
+        if self.error is None and not self._aborted and not has_image(self.client, self.tag):
             self.error = "the build ended without producing the image"
 
     def _log(self, text: str, log: Any) -> None:
@@ -284,7 +284,7 @@ class _BuildJob:
             log.write(text)
 
 
-def _has_image(client: Any, tag: str) -> bool:
+def has_image(client: Any, tag: str) -> bool:
     try:
         client.images.get(tag)
     except Exception:

@@ -165,20 +165,24 @@ def test_an_agent_written_reward_does_not_count(pytester: pytest.Pytester) -> No
 def test_task_errors_named_and_other_tasks_run(pytester: pytest.Pytester) -> None:
     tasks = pytester.path / "tasks"
     write_task(tasks, "ok")
+    # A prebuilt image the engine does not have: the task's Dockerfile is built instead.
+    write_task(tasks, "prebuilt-elsewhere", environment='docker_image = "agentcompass-absent:never"')
     write_task(tasks, "bad-toml", toml='version = "1.0"\n[agent]\ntimeout_sec = = 3\n')
     write_task(tasks, "gpu", environment="gpus = 1")
     compose = write_task(tasks, "compose")
     (compose / "environment" / "docker-compose.yaml").write_text("services: {}\n")
     write_task(tasks, "no-dockerfile", dockerfile=None)
+    write_task(tasks, "absent-image", dockerfile=None, environment='docker_image = "agentcompass-absent:never"')
     write_config(pytester, [harbor_request("errors", "tasks")])
     result = outcome(pytester)
-    result.assert_outcomes(passed=1, errors=4)
+    result.assert_outcomes(passed=2, errors=5)
     result.stdout.fnmatch_lines_random(
         [
             "*bad-toml/task.toml:3: invalid TOML*",
             "*needs 1 GPU(s)*does not expose GPUs*",
             "*docker-compose.yaml: docker compose task environments are not supported yet*",
             "*needs params.image, or a benchmark that gives each task an image or a Dockerfile*",
+            "*image 'agentcompass-absent:never' (the task's) is not on the engine and the task has no Dockerfile*",
         ]
     )
     assert "INTERNALERROR" not in result.stdout.str()

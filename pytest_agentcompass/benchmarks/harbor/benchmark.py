@@ -127,9 +127,9 @@ class HarborBenchmark(BaseBenchmark):
         problem = parsed.error or _unsupported(parsed)
         if problem:
             env["unavailable"] = problem
-        elif parsed.docker_image:
-            env["image"] = parsed.docker_image
-        elif (parsed.environment_dir / "Dockerfile").is_file():
+        if parsed.docker_image:  # used when the engine has it; else the Dockerfile is built
+            env["task_image"] = parsed.docker_image
+        if (parsed.environment_dir / "Dockerfile").is_file():
             env["build"] = {"context": str(parsed.environment_dir), "timeout": parsed.build_timeout}
         limits = {"cpus": parsed.cpus, "memory_mb": parsed.memory_mb, "storage_mb": parsed.storage_mb}
         env.update({k: v for k, v in limits.items() if v})

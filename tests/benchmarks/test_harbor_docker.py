@@ -245,3 +245,39 @@ def test_image_tag_follows_context_and_base_image(tmp_path: Path) -> None:
     finally:
         client.images.remove(base, force=True)
         client.close()
+
+
+def test_artifacts_copied_within_the_cap(pytester: pytest.Pytester) -> None:
+    write_task(pytester.path / "tasks", "t")
+    agent = [
+        "sh",
+        "-c",
+        "head -c 5000 /dev/zero > /logs/agent/big.bin && echo small > /logs/agent/small.txt"
+        " && echo kept > /logs/artifacts/note.txt",
+    ]
+    write_config(
+        pytester,
+        [
+            harbor_request(
+                "cap",
+                "tasks",
+                harness="command",
+                harness_params={"command": agent},
+                params={"artifact_limit_bytes": 1000},
+            )
+        ],
+    )
+    outcome(pytester).assert_outcomes(passed=1)
+    attempt = run_dir(pytester.path, "cap") / "details" / "t" / "attempt-0"
+    assert (attempt / "agent" / "small.txt").read_text() == "small\n"
+    assert not (attempt / "agent" / "big.bin").exists()
+    assert (attempt / "artifacts" / "note.txt").read_text() == "kept\n"
+    copied = details(pytester.path, "cap")["t"]["metadata"]["copied"]
+    assert copied["/logs/agent"]["truncated"] is True and copied["/logs/agent"]["limit_bytes"] == 1000
+
+
+def test_no_network_in_any_phase_creates_the_container_without_one(pytester: pytest.Pytester) -> None:
+    test = '#!/bin/bash\n[ "$(ls /sys/class/net)" = lo ] && echo 1 > /logs/verifier/reward.txt\n'
+    write_task(pytester.path / "tasks", "t", test=test)
+    write_config(pytester, [harbor_request("offline", "tasks", environment={"network": {"baseline": "disabled"}})])
+    outcome(pytester).assert_outcomes(passed=1)

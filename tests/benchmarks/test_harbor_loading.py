@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from harbor_tasks import harbor_request, write_task
 
-from pytest_agentcompass.benchmarks.harbor.taskdir import find_task_dirs, parse_memory_mb, read_task
+from pytest_agentcompass.benchmarks.harbor.taskdir import files_digest, find_task_dirs, parse_memory_mb, read_task
 from pytest_agentcompass.benchmarks.harbor.verifier import RewardError, parse_rewards
 
 from conftest import write_config
@@ -113,3 +113,15 @@ def test_unknown_param_is_refused(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_inprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*pth*"])
     assert "INTERNALERROR" not in result.stdout.str()
+
+
+def test_editing_a_task_changes_its_fingerprint_input(tmp_path: Path) -> None:
+    import os
+
+    task = write_task(tmp_path, "t")
+    before = files_digest(task)
+    assert files_digest(task) == before
+    test = task / "tests" / "test.sh"
+    test.write_text(test.read_text() + "# edited\n")
+    os.utime(test, ns=(1, 1))  # a different size and time
+    assert files_digest(task) != before

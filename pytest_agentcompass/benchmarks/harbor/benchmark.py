@@ -20,7 +20,7 @@ from ...benchmark import BaseBenchmark
 from ...config import ConfigPath, ParamsModel
 from ...errors import ComponentError
 from ...types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
-from .taskdir import HarborTask, find_task_dirs, read_task
+from .taskdir import HarborTask, files_digest, find_task_dirs, read_task
 from .verifier import (
     LOG_DIRS,
     VERIFIER_LOGS,
@@ -103,6 +103,7 @@ class HarborBenchmark(BaseBenchmark):
             tags=parsed.tags,
             metadata={
                 "path": str(parsed.path),
+                "files": files_digest(parsed.path),
                 "task_toml": parsed.config,
                 **({"load_error": parsed.error} if parsed.error else {}),
             },

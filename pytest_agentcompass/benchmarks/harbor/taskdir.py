@@ -12,7 +12,9 @@ line) while the other tasks run.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HarborTask", "find_task_dirs", "parse_memory_mb", "read_task"]
+__all__ = ["HarborTask", "files_digest", "find_task_dirs", "parse_memory_mb", "read_task"]
 
 TASK_FILE = "task.toml"
 INSTRUCTION_FILE = "instruction.md"
@@ -66,6 +68,38 @@ class HarborTask:
     @property
     def compose_file(self) -> Path | None:
         return next((self.environment_dir / n for n in COMPOSE_FILES if (self.environment_dir / n).is_file()), None)
+
+
+def files_digest(path: Path) -> str:
+    """A digest of the names, sizes and modification times of the task's files.
+
+    Part of the task's fingerprint, so a reused or resumed result does not
+    outlive an edit of the task. ``stat`` only, and ``environment/`` only to
+    its first level (a build context can hold a whole repository; its content
+    decides the image tag at build time anyway), so loading stays cheap.
+    """
+    digest = hashlib.sha256()
+
+    def add(file: str) -> None:
+        try:
+            info = os.stat(file)
+        except OSError:
+            return
+        digest.update(f"{os.path.relpath(file, path)}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+
+    for name in (TASK_FILE, INSTRUCTION_FILE):
+        add(os.path.join(path, name))
+    for folder in ("tests", "solution"):
+        for root, dirs, files in os.walk(path / folder):
+            dirs.sort()
+            for name in sorted(files):
+                add(os.path.join(root, name))
+    try:
+        for name in sorted(os.listdir(path / "environment")):
+            add(os.path.join(path, "environment", name))
+    except OSError:
+        pass
+    return digest.hexdigest()[:16]
 
 
 def find_task_dirs(root: Path) -> Iterator[Path]:

@@ -38,7 +38,7 @@ from ..errors import PreflightError, SessionError
 from ..types import ExecResult, ExecutionPlan, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, SessionPurpose, argv_list
 from .docker_files import get_tree, put_tree
-from .docker_images import BuildSpec, ImageBuilder, has_image
+from .docker_images import BuildSpec, has_image, shared_builder
 from .local import DEFAULT_OUTPUT_LIMIT
 
 __all__ = ["DockerEnvironment", "DockerSession"]
@@ -251,8 +251,6 @@ class DockerEnvironment(BaseEnvironment):
     supported_network_policies = frozenset({"full", "disabled"})
     dynamic_network_policy = True
 
-    _builder: ImageBuilder | None = None
-
     def build_config(
         self, plan: ExecutionPlan, purpose: SessionPurpose, labels: Mapping[str, str] | None = None
     ) -> SessionConfig:
@@ -306,10 +304,9 @@ class DockerEnvironment(BaseEnvironment):
         if prebuilt and await asyncio.to_thread(has_image, client, prebuilt):
             return str(prebuilt)
         if params.get("build"):
-            if self._builder is None:
-                self._builder = ImageBuilder(int(params.get("max_parallel_builds", 2)))
+            builder = shared_builder(int(params.get("max_parallel_builds", 2)))
             log_dir = self.run_dir / "images" if self.run_dir else None
-            return await self._builder.ensure(client, BuildSpec.from_params(params["build"]), log_dir)
+            return await builder.ensure(client, BuildSpec.from_params(params["build"]), log_dir)
         if prebuilt and params.get("pull"):
             await asyncio.to_thread(client.images.pull, prebuilt)
             return str(prebuilt)

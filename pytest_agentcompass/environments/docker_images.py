@@ -24,10 +24,22 @@ from typing import Any
 
 from ..errors import SessionError
 
-__all__ = ["BuildSpec", "ImageBuilder", "base_images", "context_digest", "has_image", "image_tag"]
+__all__ = [
+    "BuildSpec",
+    "ImageBuilder",
+    "base_images",
+    "context_digest",
+    "has_image",
+    "image_tag",
+    "local_base",
+    "rewrite_bases",
+    "shared_builder",
+]
 
 #: Image repository of every built task image (the tag is the context digest).
 REPOSITORY = "agentcompass-task"
+#: The name a Dockerfile with rewritten ``FROM`` lines gets in the build context.
+REWRITTEN = ".agentcompass.Dockerfile"
 #: Lines of the build log quoted in the error of a failed build.
 LOG_TAIL_LINES = 25
 #: Seconds between tries for a build lock another process holds.
@@ -82,20 +94,58 @@ def context_digest(context: Path, dockerfile: str = "Dockerfile", bases: Mapping
 _FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE | re.MULTILINE)
 
 
-def base_images(client: Any, dockerfile: Path) -> dict[str, str]:
-    """The images ``dockerfile`` builds ``FROM`` -> their ids on the engine (``"absent"`` if not there)."""
+def local_base(client: Any, ref: str) -> str | None:
+    """The local image to build ``FROM ref`` on: ``ref`` itself when the engine has it, else the
+    same image by its short name (``public.ecr.aws/docker/library/debian:bookworm-slim@sha256:...``
+    -> ``debian:bookworm-slim``) when the engine has that: how published tasks build offline
+    on locally made base images. ``None`` when neither is there."""
+    if has_image(client, ref):
+        return ref
+    name = ref.split("@", 1)[0]
+    parts = name.split("/")
+    if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
+        parts = parts[1:]  # a registry host
+    while len(parts) > 1 and parts[0] in ("docker", "library"):
+        parts = parts[1:]
+    short = "/".join(parts)
+    if ":" not in parts[-1]:
+        short += ":latest"
+    return short if short != ref and has_image(client, short) else None
+
+
+def from_lines(dockerfile_text: str) -> list[tuple[int, int, str]]:
+    """``(start, end, image)`` of every ``FROM`` image that is not a build stage, ``scratch`` or an ``ARG``."""
     stages: set[str] = set()
-    found: dict[str, str] = {}
-    for match in _FROM.finditer(dockerfile.read_text(encoding="utf-8", errors="replace")):
+    found: list[tuple[int, int, str]] = []
+    for match in _FROM.finditer(dockerfile_text):
         name, alias = match.group(1), match.group(2)
         if name.lower() != "scratch" and name not in stages and "$" not in name:
-            try:
-                found[name] = str(client.images.get(name).id)
-            except Exception:
-                found[name] = "absent"  # the build will pull it or fail and say so
+            found.append((match.start(1), match.end(1), name))
         if alias:
             stages.add(alias)
     return found
+
+
+def base_images(client: Any, dockerfile: Path) -> dict[str, str]:
+    """The images ``dockerfile`` builds ``FROM`` -> the ids of the local images used for them."""
+    found: dict[str, str] = {}
+    for _, _, name in from_lines(dockerfile.read_text(encoding="utf-8", errors="replace")):
+        local = local_base(client, name)
+        found[name] = str(client.images.get(local).id) if local else "absent"  # the build will say so
+    return found
+
+
+def rewrite_bases(client: Any, dockerfile_text: str) -> tuple[str, list[str]]:
+    """``dockerfile_text`` with every ``FROM`` image the engine lacks replaced by its local
+    short-name twin (see :func:`local_base`), and a note per replacement."""
+    notes: list[str] = []
+    text = dockerfile_text
+    for start, end, name in reversed(from_lines(dockerfile_text)):
+        local = local_base(client, name)
+        if local is not None and local != name:
+            text = text[:start] + local + text[end:]
+            notes.append(f"FROM {name}: not on the engine, using the local image {local}")
+    return text, notes[::-1]
 
 
 def image_tag(client: Any, context: Path, dockerfile: str = "Dockerfile") -> str:
@@ -108,8 +158,9 @@ class ImageBuilder:
 
     def __init__(self, max_parallel: int = 2) -> None:
         self.max_parallel = max(1, max_parallel)
-        #: Finished builds of this process: the tag, or the error every later attempt gets too.
-        self._finished: dict[str, str | SessionError] = {}
+        #: Failed builds, per tag and run (log folder): later attempts of that run get the same error.
+        #: Successes need no memo: the engine has the tag, which ``_build`` checks first.
+        self._failed: dict[tuple[str, Path | None], SessionError] = {}
         # Futures and the semaphore belong to one event loop; an xdist worker
         # runs each task in a loop of its own, so they are renewed per loop.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -125,11 +176,9 @@ class ImageBuilder:
         if not (context / spec.dockerfile).is_file():
             raise SessionError(f"no Dockerfile at {context / spec.dockerfile}")
         tag = await asyncio.to_thread(image_tag, client, context, spec.dockerfile)
-        finished = self._finished.get(tag)
-        if isinstance(finished, SessionError):
-            raise SessionError(str(finished))
-        if finished is not None:
-            return finished
+        failed = self._failed.get((tag, log_dir))
+        if failed is not None:
+            raise SessionError(str(failed))
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._loop, self._slots, self._builds = loop, asyncio.Semaphore(self.max_parallel), {}
@@ -141,13 +190,12 @@ class ImageBuilder:
 
     async def _build_once(self, client: Any, spec: BuildSpec, tag: str, log_dir: Path | None) -> str:
         try:
-            self._finished[tag] = await self._build(client, spec, tag, log_dir)
+            return await self._build(client, spec, tag, log_dir)
         except SessionError as exc:
-            self._finished[tag] = exc
+            self._failed[(tag, log_dir)] = exc
             raise
         finally:
             self._builds.pop(tag, None)
-        return tag
 
     async def _build(self, client: Any, spec: BuildSpec, tag: str, log_dir: Path | None) -> str:
         if await asyncio.to_thread(has_image, client, tag):
@@ -200,6 +248,18 @@ async def _file_lock(path: Path | None) -> AsyncIterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+_shared: ImageBuilder | None = None
+
+
+def shared_builder(max_parallel: int = 2) -> ImageBuilder:
+    """The process's builder: requests sharing an image share its one build (the first caller
+    sets the number of parallel builds)."""
+    global _shared
+    if _shared is None:
+        _shared = ImageBuilder(max_parallel)
+    return _shared
+
+
 class _BuildJob:
     """One blocking build, run in a worker thread; :meth:`abort` closes its stream."""
 
@@ -237,13 +297,19 @@ class _BuildJob:
         ]
         log = self.log_path.open("w", encoding="utf-8") if self.log_path else None
         try:
-            with tar(context, exclude=exclude, dockerfile=(self.spec.dockerfile, None)) as payload:
+            original = Path(context, self.spec.dockerfile).read_text(encoding="utf-8", errors="replace")
+            rewritten, notes = rewrite_bases(self.client, original)
+            for note in notes:
+                self._log(f"agentcompass: {note}\n", log)
+            # A rewritten Dockerfile travels beside the context's own files, under a name of its own.
+            dockerfile = (REWRITTEN, rewritten) if notes else (self.spec.dockerfile, None)
+            with tar(context, exclude=exclude, dockerfile=dockerfile) as payload:
                 # The SDK's build() hides its HTTP response; posting ourselves keeps
                 # a handle to close, which is how a timed-out build is stopped.
                 response = api._post(
                     api._url("/build"),
                     data=payload,
-                    params={"t": self.tag, "dockerfile": self.spec.dockerfile, "rm": True, "forcerm": True},
+                    params={"t": self.tag, "dockerfile": dockerfile[0], "rm": True, "forcerm": True},
                     headers={"Content-Type": "application/tar"},
                     stream=True,
                     timeout=None,

@@ -281,3 +281,15 @@ def test_no_network_in_any_phase_creates_the_container_without_one(pytester: pyt
     write_task(pytester.path / "tasks", "t", test=test)
     write_config(pytester, [harbor_request("offline", "tasks", environment={"network": {"baseline": "disabled"}})])
     outcome(pytester).assert_outcomes(passed=1)
+
+
+def test_registry_base_builds_on_the_local_image_of_that_name(
+    pytester: pytest.Pytester, own_images: list[Path]
+) -> None:
+    pinned = f"registry.example.invalid/library/{BUSYBOX}@sha256:{'0' * 64}"
+    dockerfile = BUSYBOX_DOCKERFILE.replace(f"FROM {BUSYBOX}", f"FROM {pinned}")
+    own_images.append(write_task(pytester.path / "tasks", "pinned", dockerfile=dockerfile, unique=True))
+    write_config(pytester, [harbor_request("pinned", "tasks")])
+    outcome(pytester).assert_outcomes(passed=1)
+    (log,) = (run_dir(pytester.path, "pinned") / "images").glob("*.log")
+    assert f"FROM {pinned}: not on the engine, using the local image {BUSYBOX}" in log.read_text()

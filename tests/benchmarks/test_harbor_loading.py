@@ -21,7 +21,7 @@ def test_published_shapes_are_read_with_unknown_keys_kept() -> None:
     assert (task.category, task.tags) == ("software-engineering", ("python", "debugging"))
     assert (task.agent_timeout, task.verifier_timeout, task.build_timeout) == (300.0, 120.0, 600.0)
     assert (task.cpus, task.memory_mb, task.storage_mb, task.gpus) == (1.0, 1024, 4096, 0)
-    assert task.verifier_env == {"PAGE_SIZE": "3"} and task.solution_env == {}
+    assert task.verifier_env == {"PAGE_SIZE": "3"} and task.solution_env == {} and task.workdir == "/app"
     assert task.config["environment"]["mcp_servers"] == [] and task.config["schema_version"] == "1.1"
     assert read_task(REALISTIC / "csv-summary").memory_mb == 2048  # the deprecated memory = "2G"
     assert read_task(REALISTIC / "git-recover-commit").allow_internet is False  # network_mode = "none"

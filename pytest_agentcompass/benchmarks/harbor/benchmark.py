@@ -124,7 +124,7 @@ class HarborBenchmark(BaseBenchmark):
     @staticmethod
     def _environment(parsed: HarborTask) -> dict[str, Any]:
         """Provider params for this task: its image or build, limits, and the image's WORKDIR."""
-        env: dict[str, Any] = {"workdir": None}
+        env: dict[str, Any] = {"workdir": parsed.workdir}  # None: the image's WORKDIR
         problem = parsed.error or _unsupported(parsed)
         if problem:
             env["unavailable"] = problem
@@ -192,7 +192,11 @@ class HarborBenchmark(BaseBenchmark):
         await run_as_root(env, ["sh", "-c", reset], timeout=60)
         await upload_tree(env, tests, "/tests")
         run = await run_as_root(
-            env, ["bash", "/tests/test.sh"], timeout=parsed.verifier_timeout, environ=parsed.verifier_env
+            env,
+            ["bash", "/tests/test.sh"],
+            timeout=parsed.verifier_timeout,
+            # TEST_DIR: what Terminal-Bench 1 set, and verifiers ported from it still read.
+            environ={"TEST_DIR": "/tests", **parsed.verifier_env},
         )
         evidence: dict[str, Any] = {
             "exit_code": run.exit_code,

@@ -50,6 +50,8 @@ class HarborTask:
     solution_env: Mapping[str, str] = field(default_factory=dict)
     build_timeout: float | None = None
     docker_image: str | None = None
+    #: ``[environment] workdir``: where the agent, solution and verifier run (default: the image's WORKDIR).
+    workdir: str | None = None
     cpus: float | None = None
     memory_mb: int | None = None
     storage_mb: int | None = None
@@ -212,6 +214,9 @@ def _from_config(path: Path, data: Mapping[str, Any], where: _Where) -> HarborTa
     image = environment.get("docker_image")
     if image is not None and not isinstance(image, str):
         raise TaskFileError(f"{where('environment', 'docker_image')}: [environment] docker_image must be a string")
+    workdir = environment.get("workdir")
+    if workdir is not None and not (isinstance(workdir, str) and workdir.startswith("/")):
+        raise TaskFileError(f"{where('environment', 'workdir')}: [environment] workdir must be an absolute path")
     category = metadata.get("category")
     tags = [*_strings(metadata.get("tags")), *_strings(task_table.get("keywords"))]
     return HarborTask(
@@ -223,6 +228,7 @@ def _from_config(path: Path, data: Mapping[str, Any], where: _Where) -> HarborTa
         solution_env=_env(solution, "solution", where),
         build_timeout=_number(environment, "environment", "build_timeout_sec", where),
         docker_image=image or None,
+        workdir=workdir,
         cpus=_number(environment, "environment", "cpus", where),
         memory_mb=memory_mb,
         storage_mb=_number(environment, "environment", "storage_mb", where, integer=True),

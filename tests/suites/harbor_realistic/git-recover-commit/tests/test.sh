@@ -6,7 +6,7 @@ if [ "$PWD" = "/" ]; then
     exit 1
 fi
 mkdir -p /logs/verifier
-python3 -m pytest /tests/test_outputs.py -rA -p no:cacheprovider
+python3 -m pytest "$TEST_DIR/test_outputs.py" -rA -p no:cacheprovider
 if [ $? -eq 0 ]; then
   echo 1 > /logs/verifier/reward.txt
 else

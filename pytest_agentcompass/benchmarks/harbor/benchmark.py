@@ -189,7 +189,9 @@ class HarborBenchmark(BaseBenchmark):
         # A reward the agent wrote itself must not count, nor a /tests it made:
         # the verifier starts from an empty log folder and the task's own tests.
         reset = f"rm -rf {VERIFIER_LOGS} /tests && mkdir -p {VERIFIER_LOGS} && chmod 777 {VERIFIER_LOGS}"
-        await run_as_root(env, ["sh", "-c", reset], timeout=60)
+        cleared = await run_as_root(env, ["sh", "-c", reset], timeout=60)
+        if not cleared.ok:
+            raise RuntimeError(f"cannot prepare {VERIFIER_LOGS} and /tests for the verifier: {cleared.stderr[-500:]}")
         await upload_tree(env, tests, "/tests")
         run = await run_as_root(
             env,

@@ -33,6 +33,11 @@ _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _MEMORY_FACTOR_MB = {"": 1 / 1024 / 1024, "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024}
 
 
+#: Seconds for the agent, the verifier and the image build when ``task.toml`` names none
+#: (a bound is better than a hang; Harbor's own defaults are of this order).
+DEFAULT_TIMEOUT_SEC = 600.0
+
+
 class TaskFileError(ValueError):
     """A value of ``task.toml`` that cannot be used; the message names file, line and key."""
 
@@ -222,11 +227,11 @@ def _from_config(path: Path, data: Mapping[str, Any], where: _Where) -> HarborTa
     return HarborTask(
         name=path.name,
         path=path,
-        agent_timeout=_number(agent, "agent", "timeout_sec", where),
-        verifier_timeout=_number(verifier, "verifier", "timeout_sec", where),
+        agent_timeout=_number(agent, "agent", "timeout_sec", where) or DEFAULT_TIMEOUT_SEC,
+        verifier_timeout=_number(verifier, "verifier", "timeout_sec", where) or DEFAULT_TIMEOUT_SEC,
         verifier_env=_env(verifier, "verifier", where),
         solution_env=_env(solution, "solution", where),
-        build_timeout=_number(environment, "environment", "build_timeout_sec", where),
+        build_timeout=_number(environment, "environment", "build_timeout_sec", where) or DEFAULT_TIMEOUT_SEC,
         docker_image=image or None,
         workdir=workdir,
         cpus=_number(environment, "environment", "cpus", where),

@@ -1,11 +1,14 @@
 """Building task images for the ``docker`` provider, once per run, through the Docker SDK.
 
 A task that brings a build context (a folder with a Dockerfile) gets an image
-tagged by a digest of that context: a second run finds the tag and builds
-nothing, and tasks with identical contexts share one image. Within one
-provider every tag is built at most once (later attempts wait for, or reuse
-the failure of, the first build); at most ``max_parallel`` builds run at once;
-each build is bounded by its timeout and its log is written to ``log_dir``.
+tagged by a digest of that context and of its ``FROM`` images' ids: a second
+run finds the tag and builds nothing, and tasks with identical contexts share
+one image. Within one process every tag is built at most once at a time
+(later attempts wait for it; a failure is memoised per run); xdist workers of
+one run take turns through a lock file in the run directory; at most
+``max_parallel`` builds run at once; each build is bounded by its timeout, and
+its log is written to the run directory. A ``FROM`` image the engine lacks is
+replaced by the local image of the same short name (see :func:`local_base`).
 """
 
 from __future__ import annotations

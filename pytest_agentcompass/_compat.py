@@ -1,18 +1,66 @@
-"""Small helpers for calling user code that may be sync or async."""
+"""Calling user code that may be sync or async, without blocking the event loop."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
+import logging
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["maybe_await"]
+__all__ = ["call_user", "maybe_await"]
+
+log = logging.getLogger("pytest_agentcompass")
 
 
 async def maybe_await(value: Any) -> Any:
-    """Await ``value`` if a lifecycle method returned an awaitable.
-
-    Benchmark and harness methods may be plain functions or coroutines.
-    """
+    """Await ``value`` if it is awaitable, else return it."""
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+@functools.cache
+def _inline() -> frozenset[Any]:
+    """The base classes' own defaults: they return at once, so a thread would only cost time."""
+    from .benchmark import BaseBenchmark
+    from .harnesses.base import BaseHarness
+
+    names = {
+        BaseBenchmark: ("prepare_task", "collect_artifacts"),
+        BaseHarness: ("adjust_input", "start_session", "close_session"),
+    }
+    return frozenset(getattr(base, name) for base, names_ in names.items() for name in names_)
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    # iscoroutinefunction sees through bound methods and functools.partial;
+    # an object with ``async def __call__`` needs the second look.
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
+
+
+async def call_user(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """Call a lifecycle method (benchmark, harness, analyzer) that may be sync or async.
+
+    A coroutine function runs on the loop. Anything else runs in a worker
+    thread (the loop's default executor, the run's blocking-call pool), so a
+    sync ``run_task`` that sleeps or calls an SDK leaves other tasks running,
+    and a stage timeout still ends the stage: the thread cannot be
+    interrupted, so it is abandoned, said so here, and listed again at the end
+    of the session if it is still running. A sync function returning an
+    awaitable has it awaited on the loop.
+    """
+    if _is_async(fn):
+        return await fn(*args, **kwargs)
+    if getattr(fn, "__func__", None) in _inline():
+        return await maybe_await(fn(*args, **kwargs))
+    call = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+    try:
+        result = await asyncio.shield(call)
+    except asyncio.CancelledError:
+        if not call.done():
+            name = getattr(fn, "__qualname__", None) or type(fn).__name__
+            log.warning("%s is still running in a worker thread: it cannot be interrupted and was abandoned", name)
+        raise
+    return await maybe_await(result)

@@ -12,7 +12,10 @@ implement :meth:`~EnvironmentConformance.make_provider` and
             return list_my_sandboxes(label="agentcompass")
 
 The checks cover idempotent close, cleanup after a failed or cancelled open,
-cancellation during exec and close, and the network-policy transition rules.
+cancellation during exec (also right after it starts) and close, process trees
+(an exec returns when its first process exits; a child that escaped into its
+own session still dies at the timeout), and the network-policy transition rules.
+They need ``sh``, ``setsid``, ``sleep`` and ``cat`` in the sandbox.
 """
 
 from __future__ import annotations
@@ -79,6 +82,19 @@ class EnvironmentConformance:
     # -- helpers -------------------------------------------------------------
     async def _open(self, provider: BaseEnvironment, plan: ExecutionPlan | None = None) -> EnvironmentSession:
         return await provider.open(provider.build_config(plan or make_plan(), "task", self.labels()))
+
+    async def _exists(self, session: EnvironmentSession, path: str) -> bool:
+        return (await session.exec(["sh", "-c", f"test -e {path}"], timeout=self.exec_budget)).exit_code == 0
+
+    async def _running(self, session: EnvironmentSession, pidfile: str) -> bool:
+        """Whether the process whose pid is in ``pidfile`` still runs (a zombie does not), seen from the sandbox."""
+        probe = (
+            f"p=$(cat {pidfile}) || exit 2; s=; "
+            '[ -r /proc/$p/stat ] && read -r _ _ s _ < /proc/$p/stat; [ -n "$s" ] && [ "$s" != Z ]'
+        )
+        result = await session.exec(["sh", "-c", probe], timeout=self.exec_budget)
+        assert result.exit_code in (0, 1), f"cannot probe {pidfile}: {result.stderr}"
+        return result.exit_code == 0
 
     # -- checks -----------------------------------------------------------------
     def test_open_exec_close_leaves_nothing(self, tmp_path: Path) -> None:
@@ -149,6 +165,67 @@ class EnvironmentConformance:
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await task
+            finally:
+                await session.close()
+
+        _run(scenario)
+        assert self.leaked(provider, tmp_path) == []
+
+    def test_exec_returns_when_its_first_process_exits(self, tmp_path: Path) -> None:
+        """A background child holding stdout does not keep the exec waiting (nor make it a timeout)."""
+        provider = self.make_provider(tmp_path)
+
+        async def scenario() -> None:
+            session = await self._open(provider)
+            try:
+                script = "sh -c 'sleep 20; echo x > finished' & echo started"
+                result = await session.exec(["sh", "-c", script], timeout=self.exec_budget)
+                assert (result.exit_code, result.stdout, result.timed_out) == (0, "started\n", False)
+                # Had the exec waited for the pipes, the child would have finished first.
+                assert not await self._exists(session, "finished")
+            finally:
+                await session.close()
+
+        _run(scenario)
+        assert self.leaked(provider, tmp_path) == []
+
+    def test_escaped_child_dies_at_the_timeout(self, tmp_path: Path) -> None:
+        """A child in its own session, keeping stdout, is killed when the exec times out."""
+        provider = self.make_provider(tmp_path)
+
+        async def scenario() -> None:
+            session = await self._open(provider)
+            try:
+                script = "setsid sh -c 'echo $$ > escaped.pid; sleep 20; echo x > finished' & sleep 30"
+                result = await session.exec(["sh", "-c", script], timeout=2)
+                assert result.timed_out
+                assert not await self._exists(session, "finished")
+                assert not await self._running(session, "escaped.pid")
+            finally:
+                await session.close()
+
+        _run(scenario)
+        assert self.leaked(provider, tmp_path) == []
+
+    @pytest.mark.parametrize("ticks", [0, 1, 2, 5])
+    def test_cancel_right_after_exec_starts(self, tmp_path: Path, ticks: int) -> None:
+        """The cancel returns without waiting for the command, and the command is gone."""
+        provider = self.make_provider(tmp_path)
+
+        async def scenario() -> None:
+            session = await self._open(provider)
+            try:
+                task = asyncio.ensure_future(
+                    session.exec(["sh", "-c", "echo $$ > cancelled.pid; sleep 20; echo x > finished"])
+                )
+                for _ in range(ticks):
+                    await asyncio.sleep(0)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                assert not await self._exists(session, "finished")
+                if await self._exists(session, "cancelled.pid"):
+                    assert not await self._running(session, "cancelled.pid")
             finally:
                 await session.close()
 

@@ -22,12 +22,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
+import logging
 import os
-import signal
+import secrets
 import tarfile
-import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -38,13 +38,23 @@ from ..errors import PreflightError, SessionError
 from ..types import ExecResult, ExecutionPlan, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, SessionPurpose, argv_list
 from .docker_files import get_tree, put_tree
-from .docker_images import BuildSpec, has_image, shared_builder
-from .local import DEFAULT_OUTPUT_LIMIT
+from .docker_images import choose_image
+from .process import DEFAULT_OUTPUT_LIMIT, EXEC_MARKER, kill_marked
 
 __all__ = ["DockerEnvironment", "DockerSession"]
 
 BRIDGE = "bridge"
 _KEEPALIVE = ["sleep", "2147483647"]
+log = logging.getLogger("pytest_agentcompass")
+
+# Runs inside the container with the token as $1: every process whose
+# environment holds it is killed, again until none is left (one may fork).
+_KILLER = (
+    "n=1; i=0; while [ $n -gt 0 ] && [ $i -lt 20 ]; do n=0; i=$((i+1)); "
+    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = $$ ] && continue; '
+    f'if grep -q "{EXEC_MARKER}=$1" "$d/environ" 2>/dev/null; then kill -9 "$p" 2>/dev/null && n=$((n+1)); fi; '
+    "done; done"
+)
 
 
 def _docker() -> Any:
@@ -84,43 +94,46 @@ class DockerSession(EnvironmentSession):
     ) -> ExecResult:
         """See :meth:`EnvironmentSession.exec`; ``user`` runs it as that user (the image's by default)."""
         api = self.client.api
+        # Every process of this exec inherits the token, so a kill can find
+        # them all inside the container, setsid'd and double-forked ones too.
+        token = secrets.token_hex(16)
         created = await asyncio.to_thread(
             api.exec_create,
             self.container.id,
             argv_list(argv),
-            environment=dict(env or {}),
+            environment={**(env or {}), EXEC_MARKER: token},
             workdir=self._path(cwd) if cwd else self.workdir,
             user=user or "",
         )
         exec_id = created["Id"]
         started = time.monotonic()
-        stream = await asyncio.to_thread(api.exec_start, exec_id, stream=True, demux=True)
         buffers = {"out": bytearray(), "err": bytearray()}
         cut = {"out": False, "err": False}
-        done = threading.Event()
 
-        def pump() -> None:
-            try:
-                for out, err in stream:
-                    for key, chunk in (("out", out), ("err", err)):
-                        if chunk:
-                            room = self.output_limit - len(buffers[key])
-                            buffers[key] += chunk[: max(room, 0)]
-                            cut[key] = cut[key] or len(chunk) > room
-            finally:
-                done.set()
+        def pump(stream: Any) -> None:
+            for out, err in stream:
+                for key, chunk in (("out", out), ("err", err)):
+                    if chunk:
+                        room = self.output_limit - len(buffers[key])
+                        buffers[key] += chunk[: max(room, 0)]
+                        cut[key] = cut[key] or len(chunk) > room
 
-        reader = asyncio.ensure_future(asyncio.to_thread(pump))
+        # A task of its own, so a cancel landing while the call is in flight
+        # still learns that the exec started, and kills it.
+        starting = asyncio.ensure_future(asyncio.to_thread(api.exec_start, exec_id, stream=True, demux=True))
+        reader: asyncio.Future[None] | None = None
         timed_out = False
         try:
+            stream = await asyncio.shield(starting)
+            reader = asyncio.ensure_future(asyncio.to_thread(pump, stream))
             try:
                 await asyncio.wait_for(asyncio.shield(reader), timeout)
             except TimeoutError:
                 timed_out = True
         finally:
-            if not done.is_set():  # timed out or cancelled: kill the exec's process tree
-                await asyncio.to_thread(self._kill_exec, exec_id)
-                await asyncio.shield(reader)
+            if reader is None or not reader.done():  # timed out or cancelled: kill the exec's processes
+                # Shielded: a second cancel must not leave the processes running.
+                await asyncio.shield(asyncio.ensure_future(self._stop(exec_id, token, starting, reader, pump)))
         info = await asyncio.to_thread(api.exec_inspect, exec_id)
         code = info.get("ExitCode")
         return ExecResult(
@@ -133,13 +146,38 @@ class DockerSession(EnvironmentSession):
             duration=time.monotonic() - started,
         )
 
-    def _kill_exec(self, exec_id: str) -> None:
-        pid = self.client.api.exec_inspect(exec_id).get("Pid")
-        for victim in [*_descendants(pid), pid] if pid else []:
+    async def _stop(
+        self,
+        exec_id: str,
+        token: str,
+        starting: asyncio.Future[Any],
+        reader: asyncio.Future[None] | None,
+        pump: Callable[[Any], None],
+    ) -> None:
+        try:
+            stream = await starting
+        except Exception:
+            return  # never started
+        await asyncio.to_thread(self._kill_exec, exec_id, token)
+        # Every writer is dead: the stream ends now (read it to the end, also when nobody did yet).
+        await (reader if reader is not None else asyncio.to_thread(pump, stream))
+
+    def _kill_exec(self, exec_id: str, token: str) -> None:
+        """Kill every process carrying the exec's token, inside the container (Docker cannot kill an exec)."""
+        api = self.client.api
+        for _ in range(50):
+            # Where this process sees the container's processes (same host, enough rights), do it here;
+            # the token in their environment makes sure they are the exec's and nobody else's.
+            kill_marked(token, EXEC_MARKER)
             try:
-                os.kill(victim, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+                killer = api.exec_create(self.container.id, ["sh", "-c", _KILLER, "killer", token])
+                api.exec_start(killer["Id"])
+            except Exception as exc:  # an image without sh: the host-side kill above is all there is
+                log.debug("cannot run the in-container kill: %s", exc)
+            info = api.exec_inspect(exec_id)
+            if not info.get("Running") and (info.get("Pid") or info.get("ExitCode") is not None):
+                return
+            time.sleep(0.1)  # started but not running yet: kill it once it is
 
     async def read_bytes(self, path: str) -> bytes:
         target = self._path(path)
@@ -213,17 +251,6 @@ def _remove(container: Any) -> None:
         pass
 
 
-def _descendants(pid: int) -> list[int]:
-    children: list[int] = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as fh:
-                children += [int(c) for c in fh.read().split()]
-    except OSError:
-        return []
-    return [d for child in children for d in (*_descendants(child), child)]
-
-
 class DockerParams(ParamsModel):
     """``environment.params`` of the ``docker`` provider."""
 
@@ -290,39 +317,10 @@ class DockerEnvironment(BaseEnvironment):
                 ) from None
             await asyncio.to_thread(client.images.pull, image)
 
-    async def _image(self, client: Any, params: Mapping[str, Any]) -> str:
-        """The image to start: ``image``; else the task's prebuilt ``task_image`` if the engine
-        has it; else one built from the task's ``build`` context; else ``task_image`` pulled."""
-        if params.get("unavailable"):
-            raise SessionError(str(params["unavailable"]))
-        gpus = int(params.get("gpus") or 0)
-        if gpus > 0:
-            raise SessionError(f"the task needs {gpus} GPU(s), but the docker provider does not expose GPUs")
-        if params.get("image"):
-            return str(params["image"])
-        prebuilt = params.get("task_image")
-        if prebuilt and await asyncio.to_thread(has_image, client, prebuilt):
-            return str(prebuilt)
-        if params.get("build"):
-            builder = shared_builder(int(params.get("max_parallel_builds", 2)))
-            log_dir = self.run_dir / "images" if self.run_dir else None
-            return await builder.ensure(client, BuildSpec.from_params(params["build"]), log_dir)
-        if prebuilt and params.get("pull"):
-            await asyncio.to_thread(client.images.pull, prebuilt)
-            return str(prebuilt)
-        if prebuilt:
-            raise SessionError(
-                f"image {prebuilt!r} (the task's) is not on the engine and the task has no Dockerfile to build "
-                "instead; pull it, or set environment.params.pull: true"
-            )
-        raise SessionError(
-            "environment 'docker' needs params.image, or a benchmark that gives each task an image or a Dockerfile"
-        )
-
     async def open(self, config: SessionConfig) -> EnvironmentSession:
         params = config.params
         client = await asyncio.to_thread(self._client)
-        image = await self._image(client, params)
+        image = await choose_image(client, params, self.run_dir / "images" if self.run_dir else None)
         workdir = params.get("workdir", "/work")
         from_image = workdir is None
         if from_image:  # the image's own WORKDIR (published task verifiers rely on it): it exists

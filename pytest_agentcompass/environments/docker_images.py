@@ -30,6 +30,7 @@ from ..errors import SessionError
 __all__ = [
     "BuildSpec",
     "ImageBuilder",
+    "choose_image",
     "base_images",
     "context_digest",
     "has_image",
@@ -359,3 +360,35 @@ def has_image(client: Any, tag: str) -> bool:
     except Exception:
         return False
     return True
+
+
+async def choose_image(client: Any, params: Mapping[str, Any], log_dir: Path | None) -> str:
+    """The image a session starts from: ``image``; else the task's prebuilt ``task_image`` when
+    the engine has it; else one built from the task's ``build`` context; else ``task_image`` pulled.
+
+    :raises SessionError: for a task that cannot run here (``unavailable``, GPUs) or has no image.
+    """
+    if params.get("unavailable"):
+        raise SessionError(str(params["unavailable"]))
+    gpus = int(params.get("gpus") or 0)
+    if gpus > 0:
+        raise SessionError(f"the task needs {gpus} GPU(s), but the docker provider does not expose GPUs")
+    if params.get("image"):
+        return str(params["image"])
+    prebuilt = params.get("task_image")
+    if prebuilt and await asyncio.to_thread(has_image, client, prebuilt):
+        return str(prebuilt)
+    if params.get("build"):
+        builder = shared_builder(int(params.get("max_parallel_builds", 2)))
+        return await builder.ensure(client, BuildSpec.from_params(params["build"]), log_dir)
+    if prebuilt and params.get("pull"):
+        await asyncio.to_thread(client.images.pull, prebuilt)
+        return str(prebuilt)
+    if prebuilt:
+        raise SessionError(
+            f"image {prebuilt!r} (the task's) is not on the engine and the task has no Dockerfile to build "
+            "instead; pull it, or set environment.params.pull: true"
+        )
+    raise SessionError(
+        "environment 'docker' needs params.image, or a benchmark that gives each task an image or a Dockerfile"
+    )

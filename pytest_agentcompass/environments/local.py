@@ -10,7 +10,6 @@ import asyncio
 import os
 import secrets
 import shutil
-import signal
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -22,12 +21,9 @@ from ..config import ConfigPath, ParamsModel
 from ..errors import SessionError, WorkspacePathError
 from ..types import ExecResult
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
+from .process import DEFAULT_OUTPUT_LIMIT, MARKER, ExecControls, kill_marked, run_reaped
 
 __all__ = ["LocalEnvironment", "LocalSession", "DEFAULT_OUTPUT_LIMIT"]
-
-#: Bytes of stdout/stderr kept per stream; the rest is counted and dropped.
-DEFAULT_OUTPUT_LIMIT = 1024 * 1024
-_CHUNK = 64 * 1024
 
 
 class LocalSession(EnvironmentSession):
@@ -42,9 +38,11 @@ class LocalSession(EnvironmentSession):
 
     network_policy = "full"
 
-    def __init__(self, root: Path, output_limit: int = DEFAULT_OUTPUT_LIMIT) -> None:
+    def __init__(self, root: Path, output_limit: int = DEFAULT_OUTPUT_LIMIT, run_id: str | None = None) -> None:
         self.root = root
         self.output_limit = output_limit
+        self.run_id = run_id
+        self._controls = ExecControls()
         self._closed = False
         # Created on first use: a task that never touches its workspace costs no
         # mkdir and no removal (that is most of the per-task cost at 10k tasks).
@@ -101,53 +99,33 @@ class LocalSession(EnvironmentSession):
         workdir = self.resolve(cwd) if cwd else self.resolve(".")
         argv = [self._map_argument(arg) for arg in args]
         started = time.monotonic()
+        environ = {**os.environ, "HOME": str(self.root), **(env or {})}
+        if self.run_id:
+            environ[MARKER] = self.run_id  # lets a resumed run find what a kill -9 left
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                cwd=workdir,
-                env={**os.environ, "HOME": str(self.root), **(env or {})},
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                # Own process group: a timeout or cancel kills the whole tree.
-                start_new_session=True,
+            done = await run_reaped(
+                argv,
+                env=environ,
+                cwd=str(workdir),
+                timeout=timeout,
+                output_limit=self.output_limit,
+                controls=self._controls,
             )
         except OSError as exc:
             return ExecResult(exit_code=127, stderr=f"cannot run {argv[0]!r}: {exc.strerror}")
-        assert proc.stdout is not None and proc.stderr is not None
-        readers = [
-            asyncio.ensure_future(_read_capped(proc.stdout, self.output_limit)),
-            asyncio.ensure_future(_read_capped(proc.stderr, self.output_limit)),
-        ]
-        timed_out = False
-        try:
-            try:
-                await asyncio.wait_for(proc.wait(), timeout)
-            except TimeoutError:
-                timed_out = True
-        finally:
-            # Also on success: background children must not outlive the call
-            # (they would hold the pipes open and leak past the session).
-            _kill_group(proc.pid)
-            try:
-                await asyncio.shield(proc.wait())
-            finally:
-                if proc.returncode is None:
-                    for reader in readers:
-                        reader.cancel()
-        (out, out_cut), (err, err_cut) = await asyncio.gather(*readers)
         return ExecResult(
-            exit_code=proc.returncode if proc.returncode is not None else -9,
-            stdout=out.decode("utf-8", "replace"),
-            stderr=err.decode("utf-8", "replace"),
-            timed_out=timed_out,
-            stdout_truncated=out_cut,
-            stderr_truncated=err_cut,
+            exit_code=done.returncode,
+            stdout=done.stdout.decode("utf-8", "replace"),
+            stderr=done.stderr.decode("utf-8", "replace"),
+            timed_out=done.timed_out,
+            stdout_truncated=done.stdout_truncated,
+            stderr_truncated=done.stderr_truncated,
             duration=time.monotonic() - started,
         )
 
     async def close(self) -> None:
         self._closed = True
+        await self._controls.kill_all()  # commands still running (an abandoned exec task) die here
         if not self._created:
             return
         if self._removal is None:
@@ -191,17 +169,19 @@ class LocalEnvironment(BaseEnvironment):
         return self._workspace_parent
 
     async def sweep(self, run_id: str) -> int:
+        # Processes first: an agent still running would write into a workspace being removed.
+        killed = await asyncio.to_thread(kill_marked, run_id)
         leftovers = list(self._parent().glob(f"agentcompass-{run_id}-*"))
         for path in leftovers:
             await asyncio.to_thread(shutil.rmtree, path, True)
-        return len(leftovers)
+        return killed + len(leftovers)
 
     async def open(self, config: SessionConfig) -> EnvironmentSession:
         # The run id in the name lets a resumed run sweep what a killed one left.
         run = config.labels.get("agentcompass.run", "norun")
         root = self._parent() / f"agentcompass-{run}-{config.task_id[:40]}-{secrets.token_hex(8)}"
         limit = int(self.spec.params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
-        session = LocalSession(root, output_limit=limit)
+        session = LocalSession(root, output_limit=limit, run_id=config.labels.get("agentcompass.run"))
         template = self.spec.params.get("template")
         if template:
             template = self.rootdir / template
@@ -213,22 +193,3 @@ class LocalEnvironment(BaseEnvironment):
                 await session.close()
                 raise
         return session
-
-
-async def _read_capped(stream: asyncio.StreamReader, limit: int) -> tuple[bytes, bool]:
-    kept = bytearray()
-    cut = False
-    while chunk := await stream.read(_CHUNK):
-        room = limit - len(kept)
-        if room > 0:
-            kept += chunk[:room]
-        if len(chunk) > room:
-            cut = True
-    return bytes(kept), cut
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

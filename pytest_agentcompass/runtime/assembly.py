@@ -145,7 +145,10 @@ def _instantiate(
             return provider
         return factory(**(_fields(model) if model is not None else ref.params))
     except TypeError as exc:
-        raise ComponentError(f"cannot create {kind} {ref.id!r} ({where}) with its params: {exc}") from None
+        message = f"cannot create {kind} {ref.id!r} with these params: {exc}"
+        if loaded is not None:
+            raise loaded.error_at((*loc, "params"), message) from None
+        raise ComponentError(f"{message} ({where})") from None
 
 
 def _where(loc: tuple[Any, ...], leaf: str) -> str:

@@ -16,7 +16,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._compat import maybe_await
+from .._compat import call_user, maybe_await
 from ..benchmark import HarnessFreeBenchmark
 from ..environments.base import EnvironmentSession
 from ..types import ExecutionPlan, NetworkPolicy, PreparedTask, RunResult, RunStatus, TaskSpec
@@ -79,7 +79,7 @@ class AttemptRunner:
             env = await self._open(stack, "task", Stage.ENVIRONMENT)
             prepared = await self._stage(
                 Stage.PREPARATION,
-                lambda: ctx.benchmark.prepare_task(task, env, req, plan.benchmark_plan),
+                lambda: call_user(ctx.benchmark.prepare_task, task, env, req, plan.benchmark_plan),
                 timeouts.get("prepare"),
             )
             if not isinstance(prepared, PreparedTask):
@@ -92,7 +92,7 @@ class AttemptRunner:
                 raise StageFailure(Stage.INFERENCE_RESULT, result.error or result.status.value, payload=result)
             result = await self._stage(
                 Stage.ARTIFACTS,
-                lambda: ctx.benchmark.collect_artifacts(task, prepared, result, env, req, plan),
+                lambda: call_user(ctx.benchmark.collect_artifacts, task, prepared, result, env, req, plan),
                 timeouts.get("artifacts"),
             )
             result = self._check_result(result, Stage.ARTIFACTS)
@@ -107,14 +107,14 @@ class AttemptRunner:
         if harness is None:
             assert isinstance(ctx.benchmark, HarnessFreeBenchmark)
             await self._switch(env, plan.run_network_policy)
-            return await maybe_await(ctx.benchmark.run_task(task, prepared, env, req, plan))
-        adjusted = await maybe_await(harness.adjust_input(task, prepared, req, plan))
-        session = await maybe_await(harness.start_session(task, adjusted, env, req, plan))
+            return await call_user(ctx.benchmark.run_task, task, prepared, env, req, plan)
+        adjusted = await call_user(harness.adjust_input, task, prepared, req, plan)
+        session = await call_user(harness.start_session, task, adjusted, env, req, plan)
         try:
             await self._switch(env, plan.run_network_policy)
-            return await maybe_await(harness.run(session, task, adjusted, env, req, plan))
+            return await call_user(harness.run, session, task, adjusted, env, req, plan)
         finally:
-            await self._cleanup("closing the harness session", lambda: maybe_await(harness.close_session(session)))
+            await self._cleanup("closing the harness session", lambda: call_user(harness.close_session, session))
 
     async def _evaluate_outside(self, prepared: PreparedTask, result: RunResult) -> RunResult:
         scope = retry_scope(Stage.EVALUATION, self.mode)
@@ -147,7 +147,7 @@ class AttemptRunner:
         ctx, task, plan, req = self.ctx, self.task, self.plan, self.ctx.req
         scored = await self._stage(
             Stage.EVALUATION,
-            lambda: ctx.benchmark.evaluate(task, prepared, result, req, plan, env=env),
+            lambda: call_user(ctx.benchmark.evaluate, task, prepared, result, req, plan, env=env),
             plan.timeouts.get("evaluate"),
         )
         scored = self._check_result(scored, Stage.EVALUATION)

@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, overload
 
-from .._compat import maybe_await
+from .._compat import call_user
 from ..benchmark import BaseBenchmark
 from ..errors import AgentCompassError, PreflightError
 from ..types import RunResult, RunStatus, TaskSpec, to_jsonable
 from .context import RequestContext
 from .logs import capture_task_logs
-from .store import RunStore, copy_details, now, read_json, release_run_dir
+from .store import RunStore, copy_details, killed_runs, now, read_json, release_run_dir
 from .task import TaskOutcome, outcome_from_detail, run_task
 
 __all__ = ["RequestRuntime", "StoredResults"]
@@ -82,7 +82,7 @@ class RequestRuntime:
         try:
             await ctx.provider.preflight()
             if ctx.harness is not None and hasattr(ctx.harness, "preflight"):
-                await maybe_await(ctx.harness.preflight())
+                await call_user(ctx.harness.preflight)
             if self.tasks:
                 # A plan the provider cannot honour fails here, before anything opens.
                 ctx.planner.plan(self.tasks[0], 0)
@@ -113,9 +113,12 @@ class RequestRuntime:
         store.write_run_info(info)
         if self.resumed:
             store.remove_stale_temp_files()
-            swept = await self.ctx.provider.sweep(self.ctx.run_id)
+        # Every killed run of the request, not only the one resumed: another
+        # run may have completed since, and the killed one is never resumed.
+        for run_id in killed_runs(store.run_dir, include_current=self.resumed):
+            swept = await self.ctx.provider.sweep(run_id)
             if swept:
-                self.notes.append(f"removed {swept} environment(s) left behind by the interrupted run")
+                self.notes.append(f"removed {swept} environment(s) or process(es) left behind by run {run_id}")
         if self.reuse_dir is not None:
             self._materialize(self.reuse_dir)
         recorded = self._load_recorded()
@@ -198,7 +201,7 @@ class RequestRuntime:
         else:
             results = StoredResults(ordered)
         try:
-            metrics = await maybe_await(benchmark.aggregate_metrics(results, self.ctx.req))
+            metrics = await call_user(benchmark.aggregate_metrics, results, self.ctx.req)
         except Exception as exc:
             log.warning("request %s: aggregate_metrics failed: %s", self.name, exc)
             metrics = {"error": f"aggregate_metrics failed: {type(exc).__name__}: {exc}"}

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from .._compat import call_user
 from ..analysis import select_analyzers
 from ..types import RunResult, RunStatus, TaskSpec
 from .attempt import AttemptRecord, AttemptRunner
@@ -102,7 +103,7 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
         if execution.attempts.k > 1:
             ctx.store.save_checkpoint(task.task_id, index, fingerprint, record.result)
     result = scheduler.combine()
-    analysis, analysis_errors = _analyze(ctx, task, result)
+    analysis, analysis_errors = await _analyze(ctx, task, result)
     passed = not result.is_error and result.score is not None and result.score >= execution.pass_threshold
     outcome = TaskOutcome(
         request=ctx.req.name,
@@ -127,13 +128,13 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
     return outcome
 
 
-def _analyze(ctx: RequestContext, task: TaskSpec, result: RunResult) -> tuple[dict[str, Any], dict[str, str]]:
+async def _analyze(ctx: RequestContext, task: TaskSpec, result: RunResult) -> tuple[dict[str, Any], dict[str, str]]:
     findings: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for analyzer in select_analyzers(ctx.analyzers, task, result, ctx.req):
         name = analyzer.name or type(analyzer).__name__
         try:
-            findings[name] = analyzer.analyze(task, result, ctx.req)
+            findings[name] = await call_user(analyzer.analyze, task, result, ctx.req)
         except Exception as exc:  # recorded beside the score, never instead of it
             log.warning("task %s: analyzer %s failed: %s", task.task_id, name, exc)
             errors[name] = f"{type(exc).__name__}: {exc}"

@@ -128,3 +128,44 @@ def test_sweep_removes_what_a_killed_run_left() -> None:
 
     assert asyncio.run(scenario()) == 2
     assert containers(f"agentcompass.run={run_id}") == []
+
+
+def test_cancel_while_the_exec_is_starting_kills_it() -> None:
+    """A cancel that lands while ``exec_start`` is in flight still kills the exec once it runs."""
+    import asyncio
+
+    from pytest_agentcompass.testing import make_plan
+
+    provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE}))
+    mark = uuid.uuid4().hex
+    token = uuid.uuid4().hex
+
+    async def scenario() -> str:
+        session = await provider.open(provider.build_config(make_plan(), "task", {"agentcompass.conformance": mark}))
+        try:
+            api = session.client.api  # type: ignore[attr-defined]
+            real_start = api.exec_start
+            loop = asyncio.get_running_loop()
+            task: asyncio.Future[Any] | None = None
+
+            def start(*args: Any, **kwargs: Any) -> Any:
+                stream = real_start(*args, **kwargs)  # the real engine starts the exec
+                assert task is not None
+                loop.call_soon_threadsafe(task.cancel)  # the cancel lands while this call is in flight
+                time.sleep(0.2)
+                return stream
+
+            api.exec_start = start
+            task = asyncio.ensure_future(session.exec(["sh", "-c", f"sleep 30; echo {token}"]))
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            api.exec_start = real_start
+            # The scan's own command line holds "[t]oken", never the token itself.
+            pattern = f"[{token[0]}]{token[1:]}"
+            scan = await session.exec(["sh", "-c", f"grep -l '{pattern}' /proc/[0-9]*/cmdline || true"])
+            return scan.stdout
+        finally:
+            await session.close()
+
+    assert asyncio.run(scenario()) == ""
+    assert containers(f"agentcompass.conformance={mark}") == []

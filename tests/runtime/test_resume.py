@@ -20,7 +20,8 @@ from tracing import read_trace
 
 
 def run_dirs(pytester: pytest.Pytester, name: str = "r") -> list[Path]:
-    return sorted((pytester.path / "runs" / name).iterdir())
+    # Names starting with "." are runs still being created (renamed into place when whole).
+    return sorted(p for p in (pytester.path / "runs" / name).iterdir() if not p.name.startswith("."))
 
 
 def details(run_dir: Path) -> dict[str, dict[str, Any]]:
@@ -223,7 +224,15 @@ def test_kill_9_at_random_points_then_resume(pytester: pytest.Pytester, tmp_path
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        time.sleep(rng.uniform(1.0, 2.2))
+        # Kill at a random point after this process has started work (its first
+        # lifecycle call), however long interpreter start takes on a busy machine.
+        start_size = trace.stat().st_size if trace.exists() else 0
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            if trace.exists() and trace.stat().st_size > start_size:
+                break
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 1.2))
         if proc.poll() is not None:
             finished = True
             break

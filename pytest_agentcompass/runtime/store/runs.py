@@ -62,13 +62,31 @@ def iter_runs(request_dir: Path, *, newest_first: bool = True) -> Iterator[tuple
         return
     runs = []
     for path in request_dir.iterdir():
-        if path.is_dir():
+        if path.is_dir() and not path.name.startswith("."):  # ".<id>...tmp": a run being created
             info = _run_info(path)
             if info is not None:
                 runs.append((str(info.get("started_at") or ""), path.name, path, info))
     runs.sort(key=lambda r: (r[0], r[1]), reverse=newest_first)
     for _, _, path, info in runs:
         yield path, info
+
+
+def killed_runs(run_dir: Path, *, include_current: bool) -> list[str]:
+    """Runs of ``run_dir``'s request that never finished and whose process is gone (killed).
+
+    A run whose lock or ``run_info`` names a live process is left alone: it may be running now.
+    """
+    found = [run_dir.name] if include_current else []
+    for path, info in iter_runs(run_dir.parent, newest_first=False):
+        if path == run_dir or info.get("status") not in ("created", "running"):
+            continue
+        try:
+            holder = int((path / LOCK_FILE).read_text().strip() or 0)
+        except (OSError, ValueError):
+            holder = 0
+        if not any(isinstance(pid, int) and pid > 0 and _alive(pid) for pid in (holder, info.get("pid"))):
+            found.append(path.name)
+    return found
 
 
 def find_reusable_run(request_dir: Path, spec: str, current: Path | None = None) -> Path:
@@ -128,15 +146,20 @@ def _take_lock(run_dir: Path) -> bool:
 def claim_run_dir(run_dir: Path, request: str, fingerprint: str, *, shared: bool = False) -> None:
     """Create (or take over) ``run_dir`` for this process; ``run_info.json`` exists from the first moment.
 
+    A new run directory is assembled under a temporary name and renamed into
+    place, so a kill at any point never leaves a run without its
+    ``run_info.json``.
+
     :param shared: Several processes of one session write the run (xdist
         workers); the lock is then left to the controller.
     :raises AgentCompassError: when a live process holds the run.
     """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if not shared and not _take_lock(run_dir):
-        raise AgentCompassError(f"run directory {run_dir} is in use by another live process (see {LOCK_FILE})")
-    if not (run_dir / RUN_INFO).exists():
-        RunStore(run_dir).write_run_info(
+    if not run_dir.is_dir():
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        _remove_dead_staging(run_dir.parent)
+        staging = run_dir.parent / f".{run_dir.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp"
+        staging.mkdir()
+        RunStore(staging).write_run_info(
             {
                 "run_id": run_dir.name,
                 "request": request,
@@ -145,6 +168,23 @@ def claim_run_dir(run_dir: Path, request: str, fingerprint: str, *, shared: bool
                 "started_at": now(),
             }
         )
+        try:
+            staging.rename(run_dir)
+        except OSError:  # another process of this session made it first (xdist workers)
+            shutil.rmtree(staging, ignore_errors=True)
+    if not shared and not _take_lock(run_dir):
+        raise AgentCompassError(f"run directory {run_dir} is in use by another live process (see {LOCK_FILE})")
+
+
+def _remove_dead_staging(request_dir: Path) -> None:
+    """Remove run directories a killed process was still assembling (``.<id>.<pid>.<tag>.tmp``)."""
+    for path in request_dir.glob(".*.tmp"):
+        try:
+            pid = int(path.name.rsplit(".", 3)[-3])
+        except (ValueError, IndexError):
+            continue
+        if not _alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def release_run_dir(run_dir: Path) -> None:

@@ -1,0 +1,284 @@
+"""Host processes for providers: run a command so that nothing it starts outlives it.
+
+:func:`run_reaped` hands every command to a per-exec reaper (see
+``_reaper.py``) forked from one small server process per pytest process. The
+command returns as soon as its first process exits, with that process's exit
+code; everything else it started is killed then, on timeout, on cancel, on
+:meth:`ExecControls.kill_all` (a session's close), and when pytest dies.
+
+Every command also carries ``AGENTCOMPASS_RUN=<run id>`` in its environment:
+if pytest *and* the reapers were killed (``kill -9`` of the process group),
+:func:`kill_marked` finds what is left by that marker when the run is resumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._reaper import _HEADER, children_of
+
+__all__ = [
+    "DEFAULT_OUTPUT_LIMIT",
+    "EXEC_MARKER",
+    "MARKER",
+    "Completed",
+    "ExecControls",
+    "descendants",
+    "kill_marked",
+    "run_reaped",
+    "shutdown_reaper",
+]
+
+#: Bytes of stdout/stderr kept per stream; the rest is counted and dropped.
+DEFAULT_OUTPUT_LIMIT = 1024 * 1024
+#: The environment variable naming the run a command belongs to.
+MARKER = "AGENTCOMPASS_RUN"
+#: The environment variable naming one exec (for providers that must find its processes).
+EXEC_MARKER = "AGENTCOMPASS_EXEC"
+_CHUNK = 64 * 1024
+#: How long to wait for the reaper's report after asking it to kill (it takes milliseconds).
+_KILL_WAIT = 10.0
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``, found by parent pid in ``/proc``."""
+    return children_of(pid)
+
+
+def kill_marked(value: str, variable: str = MARKER, rounds: int = 20) -> int:
+    """SIGKILL every process we may signal whose environment holds ``<variable>=<value>``.
+
+    Repeated until a scan finds none, since a dying process tree may fork
+    meanwhile. Returns how many were killed.
+    """
+    needle = f"{variable}={value}".encode()
+    mine = {os.getpid(), os.getppid()}
+    killed: set[int] = set()
+    for _ in range(rounds):
+        found = []
+        for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+            if not entry.isdigit() or int(entry) in mine:
+                continue
+            try:
+                environ = Path(f"/proc/{entry}/environ").read_bytes()
+            except OSError:
+                continue  # gone, or another user's
+            if needle in environ.split(b"\0"):
+                found.append(int(entry))
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except OSError:
+                pass
+    return len(killed)
+
+
+class _ReaperServer:
+    """The process-wide reaper server, started on first use and again if it died or we forked."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._owner = 0
+
+    def _start(self) -> socket.socket:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        script = Path(__file__).with_name("_reaper.py")
+        with theirs:
+            # -I -S: no site, no user paths; the script needs only the standard library.
+            # Its own session: a Ctrl-C or a kill of pytest's process group leaves the reapers
+            # alive to see their control pipes close and kill what the commands started.
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(script)], stdin=theirs.fileno(), close_fds=True, start_new_session=True
+            )
+        self._sock, self._owner = ours, os.getpid()
+        return ours
+
+    def spawn(self, request: Mapping[str, object], fds: Sequence[int]) -> None:
+        payload = json.dumps(request).encode()
+        with self._lock:
+            for attempt in (1, 2):
+                sock = self._sock if self._sock is not None and self._owner == os.getpid() else None
+                if sock is None or (self._proc is not None and self._proc.poll() is not None):
+                    sock = self._start()
+                try:
+                    socket.send_fds(sock, [_HEADER.pack(len(payload))], list(fds))
+                    sock.sendall(payload)
+                    return
+                except OSError:
+                    self._sock = None  # the server died between two commands: start another
+                    if attempt == 2:
+                        raise
+
+    def shutdown(self) -> None:
+        """Stop the server and wait for it (and its reapers: call it with no command running).
+
+        The next spawn starts another. For measurements, so the server's CPU time is counted.
+        """
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+            if self._proc is not None:
+                self._proc.wait()
+                self._proc = None
+
+
+_server = _ReaperServer()
+shutdown_reaper = _server.shutdown
+
+
+class ExecControls:
+    """The control pipes of a session's running commands; closing one makes its reaper kill everything."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, asyncio.Future[dict[str, int]]] = {}
+
+    def add(self, fd: int, status: asyncio.Future[dict[str, int]]) -> None:
+        self._open[fd] = status
+
+    def kill(self, fd: int) -> None:
+        if self._open.pop(fd, None) is not None:
+            os.close(fd)
+
+    async def kill_all(self) -> None:
+        """Kill every running command of the session and wait until its reaper says it is done."""
+        statuses = list(self._open.values())
+        for fd in list(self._open):
+            self.kill(fd)
+        if statuses:
+            await asyncio.wait(statuses, timeout=_KILL_WAIT)
+
+
+class _Drain:
+    """Reads a pipe on the loop into a capped buffer until end of file."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, limit: int) -> None:
+        self.loop, self.fd, self.limit = loop, fd, limit
+        self.kept = bytearray()
+        self.cut = False
+        self.done: asyncio.Future[None] = loop.create_future()
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            chunk = os.read(self.fd, _CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if chunk:
+            room = self.limit - len(self.kept)
+            if room > 0:
+                self.kept += chunk[:room]
+            self.cut = self.cut or len(chunk) > room
+            return
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self.loop.remove_reader(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+@dataclass(frozen=True)
+class Completed:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+    timed_out: bool
+
+
+async def run_reaped(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str,
+    timeout: float | None,
+    output_limit: int,
+    controls: ExecControls,
+) -> Completed:
+    """Run ``argv`` under a reaper; see the module docstring.
+
+    :raises OSError: when the command cannot be started (its ``errno`` is kept).
+    """
+    loop = asyncio.get_running_loop()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    ctl_r, ctl_w = os.pipe()
+    st_r, st_w = os.pipe()
+    try:
+        _server.spawn({"argv": list(argv), "env": dict(env), "cwd": cwd}, [out_w, err_w, ctl_r, st_w])
+    except BaseException:
+        for fd in (out_r, ctl_w, err_r, st_r):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (out_w, err_w, ctl_r, st_w):
+            os.close(fd)
+    # From here on nothing awaits outside the try below, so a cancel always reaches the kill.
+    out, err, status = _Drain(loop, out_r, output_limit), _Drain(loop, err_r, output_limit), _Drain(loop, st_r, 4096)
+    reported: asyncio.Future[dict[str, int]] = loop.create_future()
+
+    def on_status(_: object) -> None:
+        if not reported.done():
+            reported.set_result(_parse(status.kept))
+
+    status.done.add_done_callback(on_status)
+    controls.add(ctl_w, reported)
+    timed_out = False
+    try:
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(reported)
+        except TimeoutError:
+            timed_out = True
+    finally:
+        controls.kill(ctl_w)  # kills the tree unless it is gone already
+        try:
+            if not reported.done():
+                await asyncio.wait([reported], timeout=_KILL_WAIT)
+            # Every writer is dead once the reaper reported, so these end at once.
+            await asyncio.wait([out.done, err.done], timeout=_KILL_WAIT)
+        finally:
+            for drain in (out, err, status):
+                drain.close()
+    report = reported.result() if reported.done() else {}
+    if "errno" in report:
+        raise OSError(report["errno"], os.strerror(report["errno"]))
+    return Completed(
+        returncode=int(report.get("returncode", -signal.SIGKILL)),
+        stdout=bytes(out.kept),
+        stderr=bytes(err.kept),
+        stdout_truncated=out.cut,
+        stderr_truncated=err.cut,
+        timed_out=timed_out,
+    )
+
+
+def _parse(raw: bytearray) -> dict[str, int]:
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return {}  # the reaper died before it reported
+    return {k: int(v) for k, v in parsed.items()} if isinstance(parsed, dict) else {}

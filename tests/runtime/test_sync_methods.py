@@ -1,0 +1,86 @@
+"""Sync lifecycle methods run off the event loop: they overlap, and stage timeouts end them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import write_config
+
+BENCH = """
+import dataclasses, threading
+from pytest_agentcompass import BaseAnalyzer, HarnessFreeBenchmark, RunResult, TaskSpec
+
+# Four parties: it lets them through only if all four run_task calls are in it at once.
+TOGETHER = threading.Barrier(4, timeout=30)
+NEVER = threading.Event()
+
+
+class Together(HarnessFreeBenchmark):
+    def load_tasks(self, req):
+        return [TaskSpec(f"t{i}") for i in range(4)]
+
+    def prepare_task(self, task, env, req, benchmark_plan):
+        assert threading.current_thread() is not threading.main_thread()
+        return super().prepare_task(task, env, req, benchmark_plan)
+
+    def run_task(self, task, prepared, env, req, plan):
+        TOGETHER.wait()  # blocks the loop, and so deadlocks, if sync calls run on it
+        return RunResult(task.task_id, output="ok")
+
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=1.0)
+
+    def aggregate_metrics(self, results, req):
+        return {"threaded": threading.current_thread() is not threading.main_thread()}
+
+
+class Stuck(Together):
+    def load_tasks(self, req):
+        return [TaskSpec("t0")]
+
+    def run_task(self, task, prepared, env, req, plan):
+        NEVER.wait(20)  # a blocking SDK call that hangs
+        return RunResult(task.task_id, output="late")
+
+
+class Where(BaseAnalyzer):
+    name = "where"
+
+    def analyze(self, task, result, req):
+        return {"threaded": threading.current_thread() is not threading.main_thread()}
+"""
+
+
+def run(pytester: pytest.Pytester, bench: str, **execution: object) -> tuple[pytest.RunResult, Path]:
+    pytester.makepyfile(bench=BENCH)
+    request = {
+        "name": "r",
+        "benchmark": {"id": f"bench.py:{bench}"},
+        "environment": {"id": "local", "params": {"base_dir": str(pytester.path)}},
+        "analyzers": [{"id": "bench.py:Where"}],
+        "execution": {"retry_backoff_seconds": 0, "max_retries": 0, **execution},
+    }
+    write_config(pytester, [request], task_concurrency=4, cleanup_grace_seconds=1)
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
+    (run_dir,) = (pytester.path / "runs" / "r").iterdir()
+    return result, run_dir
+
+
+def test_four_sync_run_tasks_run_at_once(pytester: pytest.Pytester) -> None:
+    result, run_dir = run(pytester, "Together")
+    result.assert_outcomes(passed=4)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["metrics"]["threaded"] is True
+    detail = json.loads(next((run_dir / "details").iterdir()).read_text())
+    assert detail["analysis"]["where"] == {"threaded": True}
+
+
+def test_a_stage_timeout_ends_a_blocked_sync_run_task(pytester: pytest.Pytester) -> None:
+    result, _ = run(pytester, "Stuck", timeouts={"run": 0.5})
+    result.assert_outcomes(errors=1)
+    output = result.stdout.str()
+    assert "inference stage timed out after 0.5s" in output
+    assert "Stuck.run_task is still running in a worker thread" in output

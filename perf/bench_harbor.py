@@ -136,6 +136,7 @@ def main() -> None:
     from pytest_agentcompass.environments.docker_images import image_tag
 
     root = Path(tempfile.mkdtemp(prefix="bench-harbor-"))
+    tag = ""
     try:
         load_time(root, 1000)
         write_tasks(root, args.n)
@@ -167,8 +168,9 @@ def main() -> None:
             f"{plugin_wall / bare_wall:.2f}x; per attempt bare {bare_wall / args.n * 1000:.0f} ms, "
             f"plugin {plugin_wall / args.n * 1000:.0f} ms; CPU bare {bare_cpu:.2f}s, plugin {plugin_cpu:.2f}s"
         )
-        subprocess.run(["docker", "rmi", tag], capture_output=True, check=False)
     finally:
+        if tag:  # the image of this run's own context: nobody else uses it
+            subprocess.run(["docker", "rmi", tag], capture_output=True, check=False)
         shutil.rmtree(root, ignore_errors=True)
 
 

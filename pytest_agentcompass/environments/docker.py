@@ -28,8 +28,8 @@ import secrets
 import tarfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import PurePosixPath
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -40,6 +40,9 @@ from .base import BaseEnvironment, EnvironmentSession, SessionConfig, SessionPur
 from .docker_files import get_tree, put_tree
 from .docker_images import choose_image
 from .process import DEFAULT_OUTPUT_LIMIT, EXEC_MARKER, kill_marked
+
+if TYPE_CHECKING:
+    from ..config import EnvironmentSpec
 
 __all__ = ["DockerEnvironment", "DockerSession"]
 
@@ -289,6 +292,11 @@ class DockerEnvironment(BaseEnvironment):
             config = dataclasses.replace(config, params={**config.params, "network_never": True})
         return config
 
+    def __init__(self, spec: EnvironmentSpec, rootdir: Path | None = None) -> None:
+        super().__init__(spec, rootdir)
+        #: WORKDIR of the images this provider started (an image does not change under its tag in a run).
+        self._workdirs: dict[str, str] = {}
+
     def _client(self) -> Any:
         if getattr(self, "_docker_client", None) is None:
             self._docker_client = _docker().from_env()
@@ -324,8 +332,10 @@ class DockerEnvironment(BaseEnvironment):
         workdir = params.get("workdir", "/work")
         from_image = workdir is None
         if from_image:  # the image's own WORKDIR (published task verifiers rely on it): it exists
-            attrs = (await asyncio.to_thread(client.images.get, image)).attrs
-            workdir = (attrs.get("Config") or {}).get("WorkingDir") or "/"
+            workdir = self._workdirs.get(image)
+            if workdir is None:
+                attrs = (await asyncio.to_thread(client.images.get, image)).attrs
+                workdir = self._workdirs[image] = (attrs.get("Config") or {}).get("WorkingDir") or "/"
         workdir = str(workdir)
         options: dict[str, Any] = {
             "command": _KEEPALIVE,

@@ -165,6 +165,8 @@ class ImageBuilder:
         #: Failed builds, per tag and run (log folder): later attempts of that run get the same error.
         #: Successes need no memo: the engine has the tag, which ``_build`` checks first.
         self._failed: dict[tuple[str, Path | None], SessionError] = {}
+        #: Images this run already has, by context and run: later attempts skip the digest and the lookups.
+        self._ready: dict[tuple[str, str, Path | None], str] = {}
         # Futures and the semaphore belong to one event loop; an xdist worker
         # runs each task in a loop of its own, so they are renewed per loop.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -176,6 +178,9 @@ class ImageBuilder:
 
         :raises SessionError: when the build fails or times out, with the log tail.
         """
+        ready = self._ready.get((spec.context, spec.dockerfile, log_dir))
+        if ready is not None:
+            return ready
         context = Path(spec.context)
         if not (context / spec.dockerfile).is_file():
             raise SessionError(f"no Dockerfile at {context / spec.dockerfile}")
@@ -194,7 +199,8 @@ class ImageBuilder:
 
     async def _build_once(self, client: Any, spec: BuildSpec, tag: str, log_dir: Path | None) -> str:
         try:
-            return await self._build(client, spec, tag, log_dir)
+            self._ready[(spec.context, spec.dockerfile, log_dir)] = await self._build(client, spec, tag, log_dir)
+            return tag
         except SessionError as exc:
             self._failed[(tag, log_dir)] = exc
             raise

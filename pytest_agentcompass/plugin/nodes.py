@@ -66,7 +66,7 @@ class RequestNode(pytest.Collector):
         self.index = index
         self.req = req
 
-    def collect(self) -> Iterable[TaskItem]:
+    def collect(self) -> Iterable[pytest.Item]:
         setup = self.config.stash[run_key].build(self.index, self.req, self)
         register_category_markers(self.config, setup.tasks)
         for task in setup.tasks:
@@ -75,6 +75,13 @@ class RequestNode(pytest.Collector):
                 if label:
                     item.add_marker(category_marker(label))
             yield item
+        if self.req.gates:
+            from .gates import GATE_NAME, GateItem
+
+            # A task may be called "gates" too: the node ids must stay distinct.
+            taken = {task.task_id for task in setup.tasks}
+            name = GATE_NAME if GATE_NAME not in taken else f"{GATE_NAME}[agentcompass]"
+            yield GateItem.from_parent(self, name=name, req=self.req)
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
         if isinstance(excinfo.value, AgentCompassError):

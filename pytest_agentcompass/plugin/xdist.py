@@ -36,6 +36,9 @@ class DistributedRun:
     def __init__(self, run: RunHandle) -> None:
         self.run = run
         self.worker_states: dict[str, RequestRuntime] = {}
+        #: Gate items the workers selected and left to the controller: node id -> file.
+        self.gates: dict[str, str] = {}
+        self.finalized = False
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -51,12 +54,40 @@ class DistributedRun:
             )
         return self.worker_states[name]
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        from .gates import WORKER_GATES
+
+        for nodeid, fspath, _ in getattr(node, "workeroutput", {}).get(WORKER_GATES, ()):
+            self.gates[nodeid] = fspath
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Any:
+        result = yield
+        if not self.run.is_worker:
+            # Finalize here, not at session end: the gate items' reports must
+            # count in the exit code, which pytest computes after this loop.
+            self._finalize_all()
+            from .gates import report_gate
+
+            # xdist counted the items the workers kept: the gates come on top.
+            session.testscollected += len(self.gates)
+            for nodeid, fspath in self.gates.items():
+                report_gate(session.config, self.run, nodeid, fspath)
+        return result
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.run.is_worker:
             for state in self.worker_states.values():
                 state.store.close()
             return
+        self._finalize_all()  # the loop was interrupted: still summarize what is on disk
+
+    def _finalize_all(self) -> None:
+        if self.finalized:
+            return
+        self.finalized = True
         self.run.runtimes = [
             state
             for state in (self._finalize(i) for i in range(len(self.run.orchestration.requests)))

@@ -8,6 +8,7 @@ Layout of ``<output_dir>/<request>/<run id>/``::
     retry_details/<task>/  discarded tries, never counted
     checkpoints/<task>/    evaluated attempts of unfinished tasks
     summary.json           aggregate metrics, written by finalization
+    report.html            the page of the run (``reports.html``), written after the summary
 
 Every JSON file is written to a temporary name and renamed, so a killed run
 never leaves half a file, and every value passes through the redactor.
@@ -290,3 +291,9 @@ class RunStore:
 
     def write_summary(self, summary: Mapping[str, Any]) -> Path:
         return self.write_json(self.run_dir / "summary.json", summary, pretty=True)
+
+    def write_page(self, name: str, text: str) -> Path:
+        """Write a page of the run (``report.html``) at its top level, redacted like every file."""
+        path = self.run_dir / name
+        self._write_text(path, self.redactor.text(text) if self.redactor else text)
+        return path

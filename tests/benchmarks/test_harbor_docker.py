@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +21,6 @@ from harbor_tasks import (
     run_dir,
     write_task,
 )
-
-from pytest_agentcompass.environments.docker_images import image_tag
 
 from conftest import write_config
 
@@ -43,17 +41,15 @@ if not engine_ready():
 
 
 @pytest.fixture
-def own_images() -> Iterator[list[Path]]:
-    """Task dirs whose (unique) images the test built; removed afterwards so nothing is left."""
+def own_images(pytester: pytest.Pytester) -> Iterator[list[Path]]:
+    """Task dirs whose (unique) images the test builds; removed afterwards so nothing is left.
+
+    The tags come from the build logs' names (the SDK stays out of this process).
+    """
     tasks: list[Path] = []
     yield tasks
-    import docker
-
-    client = docker.from_env()
-    try:
-        remove_images({image_tag(client, t / "environment") for t in tasks})
-    finally:
-        client.close()
+    logs = pytester.path.glob("runs/*/*/images/*.log")
+    remove_images({"agentcompass-task:" + log.stem.rpartition("-")[2] for log in logs})
 
 
 def outcome(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -107,7 +103,15 @@ def test_failed_build_is_a_setup_error_of_its_tasks(pytester: pytest.Pytester, o
 def test_build_timeout(pytester: pytest.Pytester, own_images: list[Path]) -> None:
     tasks = pytester.path / "tasks"
     own_images.append(
-        write_task(tasks, "slow", dockerfile=BUSYBOX_DOCKERFILE + "RUN sleep 60\n", build_timeout=2, unique=True)
+        write_task(
+            tasks,
+            "slow",
+    # Unique, so no layer cached by an earlier run can stand in for the slow step.
+    slow = BUSYBOX_DOCKERFILE + f"RUN echo {uuid.uuid4().hex} && sleep 60\n"
+    own_images.append(write_task(tasks, "slow", dockerfile=slow, build_timeout=2, unique=True))
+            build_timeout=2,
+            unique=True,
+        )
     )
     write_config(pytester, [harbor_request("slow", "tasks")])
     result = outcome(pytester)
@@ -223,73 +227,32 @@ def test_command_harness_sees_instruction_but_not_tests(pytester: pytest.Pyteste
 
 
 def test_image_tag_follows_context_and_base_image(tmp_path: Path) -> None:
-    import docker
-
-    client = docker.from_env()
-    base = f"agentcompass-test-base:{uuid.uuid4().hex[:12]}"
+    # In a child process: the SDK's HTTP session is kept out of the test worker.
+    script = f"""
+import io, sys, uuid
+from pathlib import Path
+import docker
+from pytest_agentcompass.environments.docker_images import image_tag
+client = docker.from_env()
+base = "agentcompass-test-base:" + uuid.uuid4().hex[:12]
+context = Path(sys.argv[1])
+(context / "Dockerfile").write_text(f"FROM {{base}} AS build\\nFROM build\\nFROM scratch\\n")
+try:
+    absent = image_tag(client, context)
+    client.images.get("{BUSYBOX}").tag(base)
+    on_busybox = image_tag(client, context)
+    assert on_busybox != absent and on_busybox == image_tag(client, context)
+    (context / "extra.txt").write_text("x")
+    changed = image_tag(client, context)
+    assert changed != on_busybox
+    other, _ = client.images.build(fileobj=io.BytesIO(f"FROM {BUSYBOX}\\nLABEL o={{base}}\\n".encode()), rm=True)
+    other.tag(base)  # the same name on another image: another tag
+    assert image_tag(client, context) != changed
+finally:
+    client.images.remove(base, force=True)
+print("ok")
+"""
     context = tmp_path / "env"
     context.mkdir()
-    (context / "Dockerfile").write_text(f"FROM {base} AS build\nFROM build\nFROM scratch\n")
-    try:
-        absent = image_tag(client, context)
-        client.images.get(BUSYBOX).tag(base)
-        on_busybox = image_tag(client, context)
-        assert on_busybox != absent and on_busybox == image_tag(client, context)
-        (context / "extra.txt").write_text("x")
-        changed = image_tag(client, context)
-        assert changed != on_busybox
-        # The same name on another image (a label is enough to make one): another tag.
-        other, _ = client.images.build(fileobj=io.BytesIO(f"FROM {BUSYBOX}\nLABEL o={base}\n".encode()), rm=True)
-        other.tag(base)
-        assert image_tag(client, context) != changed
-    finally:
-        client.images.remove(base, force=True)
-        client.close()
-
-
-def test_artifacts_copied_within_the_cap(pytester: pytest.Pytester) -> None:
-    write_task(pytester.path / "tasks", "t")
-    agent = [
-        "sh",
-        "-c",
-        "head -c 5000 /dev/zero > /logs/agent/big.bin && echo small > /logs/agent/small.txt"
-        " && echo kept > /logs/artifacts/note.txt",
-    ]
-    write_config(
-        pytester,
-        [
-            harbor_request(
-                "cap",
-                "tasks",
-                harness="command",
-                harness_params={"command": agent},
-                params={"artifact_limit_bytes": 1000},
-            )
-        ],
-    )
-    outcome(pytester).assert_outcomes(passed=1)
-    attempt = run_dir(pytester.path, "cap") / "details" / "t" / "attempt-0"
-    assert (attempt / "agent" / "small.txt").read_text() == "small\n"
-    assert not (attempt / "agent" / "big.bin").exists()
-    assert (attempt / "artifacts" / "note.txt").read_text() == "kept\n"
-    copied = details(pytester.path, "cap")["t"]["metadata"]["copied"]
-    assert copied["/logs/agent"]["truncated"] is True and copied["/logs/agent"]["limit_bytes"] == 1000
-
-
-def test_no_network_in_any_phase_creates_the_container_without_one(pytester: pytest.Pytester) -> None:
-    test = '#!/bin/bash\n[ "$(ls /sys/class/net)" = lo ] && echo 1 > /logs/verifier/reward.txt\n'
-    write_task(pytester.path / "tasks", "t", test=test)
-    write_config(pytester, [harbor_request("offline", "tasks", environment={"network": {"baseline": "disabled"}})])
-    outcome(pytester).assert_outcomes(passed=1)
-
-
-def test_registry_base_builds_on_the_local_image_of_that_name(
-    pytester: pytest.Pytester, own_images: list[Path]
-) -> None:
-    pinned = f"registry.example.invalid/library/{BUSYBOX}@sha256:{'0' * 64}"
-    dockerfile = BUSYBOX_DOCKERFILE.replace(f"FROM {BUSYBOX}", f"FROM {pinned}")
-    own_images.append(write_task(pytester.path / "tasks", "pinned", dockerfile=dockerfile, unique=True))
-    write_config(pytester, [harbor_request("pinned", "tasks")])
-    outcome(pytester).assert_outcomes(passed=1)
-    (log,) = (run_dir(pytester.path, "pinned") / "images").glob("*.log")
-    assert f"FROM {pinned}: not on the engine, using the local image {BUSYBOX}" in log.read_text()
+    done = subprocess.run([sys.executable, "-c", script, str(context)], capture_output=True, text=True, check=False)
+    assert done.stdout.strip() == "ok", done.stderr

@@ -102,17 +102,9 @@ def test_failed_build_is_a_setup_error_of_its_tasks(pytester: pytest.Pytester, o
 
 def test_build_timeout(pytester: pytest.Pytester, own_images: list[Path]) -> None:
     tasks = pytester.path / "tasks"
-    own_images.append(
-        write_task(
-            tasks,
-            "slow",
     # Unique, so no layer cached by an earlier run can stand in for the slow step.
     slow = BUSYBOX_DOCKERFILE + f"RUN echo {uuid.uuid4().hex} && sleep 60\n"
     own_images.append(write_task(tasks, "slow", dockerfile=slow, build_timeout=2, unique=True))
-            build_timeout=2,
-            unique=True,
-        )
-    )
     write_config(pytester, [harbor_request("slow", "tasks")])
     result = outcome(pytester)
     result.assert_outcomes(errors=1)

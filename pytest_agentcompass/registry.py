@@ -49,6 +49,21 @@ def _builtins() -> dict[str, dict[str, Any]]:
 
         return ShellAgentHarness
 
+    def harness_oracle() -> Any:
+        from .harnesses.oracle import OracleHarness
+
+        return OracleHarness
+
+    def harness_nop() -> Any:
+        from .harnesses.nop import NopHarness
+
+        return NopHarness
+
+    def benchmark_harbor() -> Any:
+        from .benchmarks.harbor import HarborBenchmark
+
+        return HarborBenchmark
+
     def environment_local() -> Any:
         from .environments.local import LocalEnvironment
 
@@ -68,11 +83,13 @@ def _builtins() -> dict[str, dict[str, Any]]:
         return load
 
     return {
-        "benchmark": {},
+        "benchmark": {"harbor": _Lazy(benchmark_harbor)},
         "harness": {
             "command": _Lazy(harness_command),
             "openai": _Lazy(harness_openai),
             "shell-agent": _Lazy(harness_shell_agent),
+            "oracle": _Lazy(harness_oracle),
+            "nop": _Lazy(harness_nop),
         },
         "environment": {"local": _Lazy(environment_local), "docker": _Lazy(environment_docker)},
         "strategy": {"avg": _Lazy(strategy("avg")), "pass": _Lazy(strategy("pass"))},

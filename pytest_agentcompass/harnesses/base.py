@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..types import ExecutionPlan, PreparedTask, TaskSpec
@@ -24,6 +25,8 @@ class BaseHarness:
     """
 
     id: ClassVar[str] = ""
+    #: The request's run directory, set before the first attempt.
+    run_dir: Path | None = None
 
     def __init__(self, **params: Any) -> None:
         self.params = params

@@ -273,6 +273,9 @@ def make_runtime(
     run_dir = resumable or request_dir / options.run_id
     claim_run_dir(run_dir, req.name, fingerprint, shared=shared)
     reuse_dir = find_reusable_run(request_dir, reuse_spec, current=run_dir) if reuse_spec else None
+    for component in (setup.benchmark, setup.harness, setup.provider):
+        if component is not None:
+            component.run_dir = run_dir  # files kept beside the details (artifacts, build logs)
     ctx = RequestContext(
         req=req,
         benchmark=setup.benchmark,

@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import threading
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["Redactor"]
+__all__ = ["MIN_RUNTIME_SECRET", "Redactor", "SecretLogFilter", "add_runtime_secret"]
 
 MASK = "***"
+#: Shorter values are placeholders (``api_key: none`` for a local server), not secrets:
+#: masking them would garble every output that happens to contain them.
+MIN_RUNTIME_SECRET = 8
+
+_lock = threading.Lock()
+_runtime: frozenset[str] = frozenset()
+
+
+def add_runtime_secret(value: str) -> None:
+    """Mask ``value`` in everything written from now on, in this process.
+
+    For secrets that do not come from a ``${VAR}`` of the config, such as an
+    API key a harness read from the process environment.
+    """
+    global _runtime
+    if len(value) < MIN_RUNTIME_SECRET or value in _runtime:
+        return
+    with _lock:
+        _runtime = _runtime | {value}
 
 
 class Redactor:
@@ -18,10 +40,34 @@ class Redactor:
     """
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self._own = frozenset(s for s in secrets if s)
+        self._seen: frozenset[str] | None = None
+        self._all: list[str] = []
+
+    @property
+    def _secrets(self) -> list[str]:
+        runtime = _runtime
+        if runtime is not self._seen:  # runtime secrets were added: merge once
+            self._seen = runtime
+            self._all = sorted(self._own | runtime, key=len, reverse=True)
+        return self._all
 
     def __bool__(self) -> bool:
-        return bool(self._secrets)
+        return bool(self._own or _runtime)
+
+    def may_occur_in(self, value: Any) -> bool:
+        """Whether a secret may occur anywhere in ``value`` (a cheap test before a deep :meth:`apply`).
+
+        One JSON dump at C speed; conservative (True) for a secret that JSON
+        would escape, which a search of the dump could miss.
+        """
+        secrets = self._secrets
+        if not secrets:
+            return False
+        if any(not secret.isprintable() or '"' in secret or "\\" in secret for secret in secrets):
+            return True
+        blob = json.dumps(value, ensure_ascii=False, default=str)
+        return any(secret in blob for secret in secrets)
 
     def text(self, value: str) -> str:
         for secret in self._secrets:
@@ -45,3 +91,15 @@ class Redactor:
             converted = to_jsonable(value)
             return converted if converted is value else self.apply(converted)
         return value
+
+
+class SecretLogFilter(logging.Filter):
+    """Masks runtime secrets in the records of the logger it is attached to (HTTP client loggers)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _runtime:
+            message = record.getMessage()
+            masked = Redactor().text(message)
+            if masked != message:
+                record.msg, record.args = masked, None
+        return True

@@ -14,6 +14,8 @@ import yaml
 from pytest_agentcompass.runtime.store import RunStore
 
 SUITES = Path(__file__).parent / "suites"
+# Suite files are material for the tests (task dirs carry their own test_*.py), not tests.
+collect_ignore = ["suites"]
 TRACING = f"{SUITES / 'tracing.py'}"
 sys.path.insert(0, str(SUITES))
 

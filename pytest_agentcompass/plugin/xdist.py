@@ -32,6 +32,7 @@ from ..runtime.threads import run_with_pool, workers_for
 
 if TYPE_CHECKING:
     from ..permit_service import PermitService
+    from ..types import TaskSpec
     from .keys import RunHandle
     from .nodes import TaskItem
 
@@ -247,6 +248,15 @@ class DistributedRun:
         self.states.clear()
 
 
+async def _run_and_close(state: RequestRuntime, task: TaskSpec) -> TaskOutcome:
+    # Each task gets its own event loop here: what the harness holds on this
+    # loop (a model client) must be closed before the loop is.
+    try:
+        return await state.run(task)
+    finally:
+        await state.aclose()
+
+
 def run_single_task(run: RunHandle, item: TaskItem) -> TaskOutcome:
     """Run one task to its terminal outcome under the standard protocol.
 
@@ -256,7 +266,7 @@ def run_single_task(run: RunHandle, item: TaskItem) -> TaskOutcome:
     state = run.runtime(item.setup_info, {item.task.task_id}, resume=False)
     try:
         grace = run.orchestration.cleanup_grace_seconds
-        outcome = run_with_pool(state.run(item.task), max_workers=workers_for(1), grace=grace)
+        outcome = run_with_pool(_run_and_close(state, item.task), max_workers=workers_for(1), grace=grace)
     except (KeyboardInterrupt, asyncio.CancelledError):
         outcome = state.cancelled_outcome(item.task, "cancelled: interrupted")
     state.store.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..models.usage import format_usage
+
 if TYPE_CHECKING:
     from ..runtime.orchestrator import OrchestrationResult
     from ..runtime.request import RequestRuntime
@@ -45,6 +47,8 @@ def write_terminal_summary(
         if state.metrics:
             shown = ", ".join(f"{k}={format_value(v)}" for k, v in state.metrics.items())
             tr.write_line(f"  metrics: {shown}")
+        if state.usage:
+            tr.write_line(f"  usage: {format_usage(state.usage)}")
         for line in extra(state) if extra else ():
             bad = "MISSED" in line or (line.startswith("  regressions: ") and not line.endswith(": 0"))
             tr.write_line(line, red=bad)

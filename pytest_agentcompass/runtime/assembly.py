@@ -278,6 +278,9 @@ def make_runtime(
     reuse_dir = None
     if reuse_spec and not shared:
         reuse_dir = find_reusable_run(request_dir, reuse_spec, current=run_dir)
+    for component in (setup.benchmark, setup.harness, setup.provider):
+        if component is not None:
+            component.run_dir = run_dir  # files kept beside the details (artifacts, build logs)
     ctx = RequestContext(
         req=req,
         benchmark=setup.benchmark,

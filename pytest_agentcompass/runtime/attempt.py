@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._compat import call_user, maybe_await
+from ..artifacts import artifact_sink
 from ..benchmark import HarnessFreeBenchmark
 from ..environments.base import EnvironmentSession
 from ..types import ExecutionPlan, NetworkPolicy, PreparedTask, RunResult, RunStatus, TaskSpec
@@ -38,6 +39,8 @@ class AttemptRecord:
     cleanup_errors: list[str] = field(default_factory=list)
     kept_environments: list[str] = field(default_factory=list)
     trace: str | None = None
+    #: Token usage of tries a runtime retry replaced (their tokens were spent all the same).
+    discarded_usage: list[dict[str, Any]] = field(default_factory=list)
 
 
 class AttemptRunner:
@@ -108,13 +111,14 @@ class AttemptRunner:
             assert isinstance(ctx.benchmark, HarnessFreeBenchmark)
             await self._switch(env, plan.run_network_policy)
             return await call_user(ctx.benchmark.run_task, task, prepared, env, req, plan)
-        adjusted = await call_user(harness.adjust_input, task, prepared, req, plan)
-        session = await call_user(harness.start_session, task, adjusted, env, req, plan)
-        try:
-            await self._switch(env, plan.run_network_policy)
-            return await call_user(harness.run, session, task, adjusted, env, req, plan)
-        finally:
-            await self._cleanup("closing the harness session", lambda: call_user(harness.close_session, session))
+        with artifact_sink(_AttemptArtifacts(self)):
+            adjusted = await call_user(harness.adjust_input, task, prepared, req, plan)
+            session = await call_user(harness.start_session, task, adjusted, env, req, plan)
+            try:
+                await self._switch(env, plan.run_network_policy)
+                return await call_user(harness.run, session, task, adjusted, env, req, plan)
+            finally:
+                await self._cleanup("closing the harness session", lambda: call_user(harness.close_session, session))
 
     async def _evaluate_outside(self, prepared: PreparedTask, result: RunResult) -> RunResult:
         scope = retry_scope(Stage.EVALUATION, self.mode)
@@ -203,9 +207,15 @@ class AttemptRunner:
         return value
 
     async def _may_retry(self, failure: StageFailure, scope: RetryScope) -> bool:
-        pattern = self.budget.take(failure.error)
+        # A result that says it cannot succeed on a retry (a rejected API key)
+        # retries only when a retry_pattern_list entry names it.
+        payload = failure.payload
+        permanent = isinstance(payload, RunResult) and payload.metadata.get("retryable") is False
+        pattern = self.budget.take(failure.error, permanent=permanent)
         if pattern is None:
             return False
+        if isinstance(payload, RunResult) and isinstance(payload.metadata.get("usage"), dict):
+            self.record.discarded_usage.append(payload.metadata["usage"])
         self.record.retries += 1
         payload = failure.payload.to_dict() if isinstance(failure.payload, RunResult) else failure.payload
         self.ctx.store.save_retry_detail(
@@ -241,6 +251,18 @@ class AttemptRunner:
             score=None,
             metadata={**base.metadata, "failure_stage": failure.stage.value},
         )
+
+
+class _AttemptArtifacts:
+    """The artifact sink of one try: files land under the task's attempt (and retry) folder."""
+
+    def __init__(self, runner: AttemptRunner) -> None:
+        self.runner = runner
+        self.retry = runner.record.retries
+
+    def save(self, name: str, data: Any) -> str:
+        runner = self.runner
+        return runner.ctx.store.save_artifact(runner.task.task_id, runner.plan.attempt_index, self.retry, name, data)
 
 
 async def _uncancellable(awaitable: Awaitable[None]) -> None:

@@ -79,22 +79,26 @@ class RetryBudget:
     backoff_seconds: float = 0.0
     used: int = 0
 
-    def match(self, error: str) -> str | None:
-        """The pattern that makes ``error`` retryable (``"*"`` for the match-all default), or None."""
+    def match(self, error: str, *, permanent: bool = False) -> str | None:
+        """The pattern that makes ``error`` retryable (``"*"`` for the match-all default), or None.
+
+        A ``permanent`` error (one its source says no retry can fix) is not
+        matched by the default; an explicit pattern may still name it.
+        """
         if not error:
             return None
         if self.patterns is None:
-            return "*"
+            return None if permanent else "*"
         for pattern in self.patterns:
             if re.search(pattern, error):
                 return pattern
         return None
 
-    def take(self, error: str) -> str | None:
+    def take(self, error: str, *, permanent: bool = False) -> str | None:
         """Spend one retry on ``error`` if it is retryable and budget is left."""
         if self.used >= self.max_retries:
             return None
-        pattern = self.match(error)
+        pattern = self.match(error, permanent=permanent)
         if pattern is not None:
             self.used += 1
         return pattern

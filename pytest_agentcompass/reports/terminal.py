@@ -27,6 +27,8 @@ def write_terminal_summary(tr: Any, runtimes: Sequence[RequestRuntime], result: 
             f"{state.name}: {counts['tasks']} tasks, {counts['passed']} passed, {counts['failed']} failed, "
             f"{counts['errors']} errors"
         )
+        if counts.get("environment_errors"):
+            line += f" ({counts['environment_errors']} environment)"
         if counts["reused"]:
             line += f", {counts['reused']} reused"
         if counts["retries"]:

@@ -237,6 +237,7 @@ class RequestRuntime:
             "passed": sum(1 for o in outcomes if o.passed),
             "failed": sum(1 for o in outcomes if not o.passed and not o.result.is_error),
             "errors": sum(1 for o in outcomes if o.result.is_error),
+            "environment_errors": sum(1 for o in outcomes if o.result.status is RunStatus.ENVIRONMENT_ERROR),
             "reused": sum(1 for o in outcomes if o.reused),
             "retries": sum(o.retries for o in outcomes),
         }

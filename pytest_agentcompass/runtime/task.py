@@ -91,7 +91,11 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
             plan = ctx.planner.plan(task, index)
         except Exception as exc:  # a plan that cannot be built fails the attempt, not the run
             record = AttemptRecord(
-                result=RunResult(task.task_id, status=RunStatus.INFERENCE_ERROR, error=f"planning: {exc}"),
+                result=RunResult(
+                    task.task_id,
+                    status=RunStatus.INFERENCE_ERROR,
+                    error=f"planning attempt {index} failed: {type(exc).__name__}: {exc}",
+                ),
                 trace=format_trace(exc),
             )
         else:
@@ -103,6 +107,16 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
         if execution.attempts.k > 1:
             ctx.store.save_checkpoint(task.task_id, index, fingerprint, record.result)
     result = scheduler.combine()
+    try:
+        # bytes (a binary artifact) become files of the run; the detail records their paths.
+        result = ctx.store.externalize_bytes(task.task_id, result)
+        done = {
+            i: ctx.store.externalize_bytes(task.task_id, r, f"attempt-{i}" if execution.attempts.k > 1 else "")
+            for i, r in scheduler.done.items()
+        }
+    except OSError as exc:
+        log.warning("task %s: binary artifacts could not be written: %s", task.task_id, exc)
+        done = dict(scheduler.done)
     analysis, analysis_errors = await _analyze(ctx, task, result)
     passed = not result.is_error and result.score is not None and result.score >= execution.pass_threshold
     outcome = TaskOutcome(
@@ -119,7 +133,7 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
         trace=next((r.trace for r in reversed(records.values()) if r.trace), None),
         duration=time.monotonic() - started,
     )
-    detail = _detail(ctx, outcome, fingerprint, scheduler.done, analysis, analysis_errors)
+    detail = _detail(ctx, outcome, fingerprint, done, analysis, analysis_errors)
     try:
         outcome.detail_path = ctx.store.save_partial_result(task.task_id, detail)
     except OSError as exc:

@@ -28,7 +28,7 @@ def test_pass_fail_error_outcomes_and_exit_code(pytester: pytest.Pytester, trace
     result.stdout.fnmatch_lines(
         [
             "*ERROR at setup of mix::t2*",
-            "inference_error in the inference stage: RuntimeError: injected run failure",
+            "inference_error in the inference stage: ConnectionError: injected run failure",
             "*tracing.py*in run_task*",
         ],
         consecutive=False,

@@ -234,7 +234,8 @@ def _unserialisable(value: Any, path: str) -> str | None:
         return _unserialisable({f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, path)
     if hasattr(value, "model_dump"):
         return None
-    return f"{path} holds a {type(value).__name__}, which cannot be stored as JSON (use str, numbers, lists, dicts or bytes)"
+    kind = type(value).__name__
+    return f"{path} holds a {kind}, which cannot be stored as JSON (use str, numbers, lists, dicts or bytes)"
 
 
 def to_jsonable(value: Any) -> Any:

@@ -208,7 +208,8 @@ class AttemptRunner:
             )
         problem = unserialisable(value)
         if problem is not None:
-            raise StageFailure(stage, f"{stage.value} stage returned a RunResult whose {problem}", kind=ErrorKind.PROGRAMMING)
+            message = f"{stage.value} stage returned a RunResult whose {problem}"
+            raise StageFailure(stage, message, kind=ErrorKind.PROGRAMMING)
         return value
 
     async def _retrying(self, level: RetryScope, body: Callable[[], Awaitable[RunResult]]) -> RunResult:

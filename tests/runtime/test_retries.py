@@ -181,11 +181,10 @@ class RateLimitError(Exception):
         (RuntimeError("boom"), "", ErrorKind.OTHER),
     ],
 )
-def test_default_policy_retries_transient_kinds_only(
-    cause: BaseException | None, text: str, kind: ErrorKind
-) -> None:
+def test_default_policy_retries_transient_kinds_only(cause: BaseException | None, text: str, kind: ErrorKind) -> None:
     assert classify(cause, text) is kind
-    decision = should_retry(RetryPolicy.of(1, None), StageFailure(Stage.INFERENCE, text or f"{type(cause).__name__}: {cause}", cause=cause), 0)
+    stage_failure = StageFailure(Stage.INFERENCE, text or f"{type(cause).__name__}: {cause}", cause=cause)
+    decision = should_retry(RetryPolicy.of(1, None), stage_failure, 0)
     assert (decision is not None) is (kind in TRANSIENT_KINDS)
 
 

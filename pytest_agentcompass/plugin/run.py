@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -24,10 +25,12 @@ from ..runtime.logs import TaskLogHandler, route_task_output
 from ..runtime.orchestrator import OrchestrationResult, Orchestrator
 from ..runtime.request import RequestRuntime
 from .nodes import ConfigFile, TaskItem
-from .outcomes import emit_reports
+from .outcomes import emit_reports, redact_report
 from .progress import Progress
 
 if TYPE_CHECKING:
+    from _pytest.reports import TestReport
+
     from ..runtime.task import TaskOutcome
     from .xdist import DistributedRun
 
@@ -53,6 +56,9 @@ class AgentCompassRun:
         self.run_id = self._make_run_id()
         self.distributed: DistributedRun | None = None
         self._registered = False
+        from ..redact import Redactor
+
+        self.redactor = Redactor(loaded.secrets)
 
     def _make_run_id(self) -> str:
         hook = self.config.hook
@@ -104,11 +110,9 @@ class AgentCompassRun:
         return hasattr(self.config, "workerinput")
 
     def options(self) -> RunOptions:
-        from ..redact import Redactor
-
         return RunOptions(
             run_id=self.run_id,
-            redactor=Redactor(self.loaded.secrets),
+            redactor=self.redactor,
             config_dump=self.loaded.redacted_dump(),
             reuse=self.config.getoption("agentcompass_reuse"),
             new_run=self.config.getoption("agentcompass_new_run"),
@@ -297,6 +301,14 @@ class AgentCompassRun:
         if terminal is None or self.config.get_verbosity() < 0:
             mode = "off"
         return Progress(terminal, mode, self.config.getoption("agentcompass_progress_interval"))
+
+    # -- reports ---------------------------------------------------------------------
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+        # Every report of the session, tasks or not: a secret a task logged can surface anywhere.
+        report: TestReport = yield
+        redact_report(report, item, self.redactor)
+        return report
 
     # -- summary -------------------------------------------------------------------------
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -180,7 +180,8 @@ def _detail(
         "kept_environments": outcome.kept_environments,
         "analysis": analysis,
         "analysis_errors": analysis_errors,
-        "judge": req.judge.model_dump(mode="json") if req.judge else None,
+        # The judge's params may hold ${VAR} values: mask short ones whole, too.
+        "judge": ctx.store.redactor.apply(req.judge.model_dump(mode="json"), whole_values=True) if req.judge else None,
         "notes": outcome.notes,
         "duration": round(outcome.duration, 4),
     }

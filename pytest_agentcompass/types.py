@@ -235,7 +235,7 @@ def _unserialisable(value: Any, path: str) -> str | None:
     if hasattr(value, "model_dump"):
         return None
     kind = type(value).__name__
-    return f"{path} holds a {kind}, which cannot be stored as JSON (use str, numbers, lists, dicts or bytes)"
+    return f"{path} holds a value of type {kind}, not storable as JSON (use str, numbers, lists, dicts, bytes)"
 
 
 def to_jsonable(value: Any) -> Any:

@@ -128,7 +128,7 @@ class Orchestrator:
             if self._stopping:
                 return
             if state.failed is not None:
-                self._fail_request(state)
+                self._fail_request(state, "failed its preflight")
             else:
                 self.on_event("prepare", state)
                 try:
@@ -138,17 +138,19 @@ class Orchestrator:
                     state.failed = f"request {state.name!r}: preparation failed: {type(exc).__name__}: {exc}"
                     state.prepared = True
                     state.pending.clear()
-                    self._fail_request(state)
+                    self._fail_request(state, "could not be prepared")
                     taken = []
                 for outcome in taken:
                     self._notify(outcome)
             self._dispatchable.set()
             self._changed.set()
 
-    def _fail_request(self, state: RequestRuntime) -> None:
+    def _fail_request(self, state: RequestRuntime, what: str) -> None:
+        # The reason is printed once, in the summary (``state.failed``); each task points there.
+        message = f"not run: request {state.name!r} {what} (the reason is in the agentcompass summary)"
         for task in state.tasks:
             if task.task_id in state.wanted and task.task_id not in state.outcomes:
-                outcome = state.error_outcome(task, state.failed or "request failed")
+                outcome = state.error_outcome(task, message, state.failed_status)
                 state.outcomes[task.task_id] = outcome
                 self._notify(outcome)
 
@@ -202,6 +204,7 @@ class Orchestrator:
                 if any(s.pending or not s.prepared for s in self.requests[:index]) and not self._stopping:
                     continue
                 if state.failed is not None:
+                    state.stop("failed", state.failed)  # record why and give the run back
                     state.finalized = True
                     continue
                 self.on_event("finalize", state)
@@ -215,6 +218,10 @@ class Orchestrator:
                     if not state.finalized:
                         if state.prepared and state.failed is None:
                             await state.finalize("stopped")
+                        elif state.failed is not None:
+                            state.stop("failed", state.failed)
+                        else:  # never prepared: its run directory still says so, and is resumable
+                            state.stop("stopped", self.result.reason or "stopped")
                         state.finalized = True
                 return
             await self._wait(self._changed)

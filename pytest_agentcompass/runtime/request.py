@@ -15,6 +15,7 @@ from ..errors import AgentCompassError, PreflightError
 from ..types import RunResult, RunStatus, TaskSpec, to_jsonable
 from .context import RequestContext
 from .logs import capture_task_logs
+from .planner import BenchmarkPlanError
 from .store import RunStore, copy_details, killed_runs, now, read_json, release_run_dir
 from .task import TaskOutcome, outcome_from_detail, run_task
 
@@ -59,6 +60,7 @@ class RequestRuntime:
         self.prepared = False
         self.finalized = False
         self.failed: str | None = None  # preflight/preparation failure message
+        self.failed_status = RunStatus.INFERENCE_ERROR  # the status of the tasks of a failed request
         self.metrics: dict[str, Any] | None = None
         #: ``summary.json`` as written by :meth:`finalize`.
         self.summary: dict[str, Any] | None = None
@@ -81,13 +83,19 @@ class RequestRuntime:
         ctx = self.ctx
         try:
             await ctx.provider.preflight()
+        except Exception as exc:  # an SDK's own error (a failed pull, a refused connection) included
+            self.failed_status = RunStatus.ENVIRONMENT_ERROR
+            raise PreflightError(f"request {self.name!r}: {_reason(exc)}") from None
+        try:
             if ctx.harness is not None and hasattr(ctx.harness, "preflight"):
                 await call_user(ctx.harness.preflight)
             if self.tasks:
                 # A plan the provider cannot honour fails here, before anything opens.
                 ctx.planner.plan(self.tasks[0], 0)
-        except AgentCompassError as exc:
-            raise PreflightError(f"request {self.name!r}: {exc}") from None
+        except BenchmarkPlanError:
+            pass  # the benchmark's own fault: every task it hits reports it
+        except Exception as exc:
+            raise PreflightError(f"request {self.name!r}: {_reason(exc)}") from None
 
     # -- preparation -----------------------------------------------------
     async def prepare(self) -> list[TaskOutcome]:
@@ -186,8 +194,8 @@ class RequestRuntime:
         result = RunResult(task.task_id, status=RunStatus.CANCELLED, error=reason)
         return TaskOutcome(request=self.name, task=task, result=result, passed=False)
 
-    def error_outcome(self, task: TaskSpec, message: str) -> TaskOutcome:
-        result = RunResult(task.task_id, status=RunStatus.INFERENCE_ERROR, error=message)
+    def error_outcome(self, task: TaskSpec, message: str, status: RunStatus = RunStatus.INFERENCE_ERROR) -> TaskOutcome:
+        result = RunResult(task.task_id, status=status, error=message)
         return TaskOutcome(request=self.name, task=task, result=result, passed=False)
 
     # -- finalization ------------------------------------------------------
@@ -250,16 +258,24 @@ class RequestRuntime:
     def _close_info(self, status: str, **extra: Any) -> None:
         kept = [e for o in self.outcomes.values() if not o.reused for e in o.kept_environments]
         self.store.close()
-        self.store.update_run_info(
-            status=status,
-            finished_at=now(),
-            counts=self.counts(),
-            notes=self.notes,
-            kept_environments=kept,
-            with_plans=True,
-            **extra,
-        )
-        release_run_dir(self.store.run_dir)
+        try:
+            self.store.update_run_info(
+                status=status,
+                finished_at=now(),
+                counts=self.counts(),
+                notes=self.notes,
+                kept_environments=kept,
+                with_plans=True,
+                **extra,
+            )
+        except (OSError, ValueError) as exc:  # a full disk must not also keep the lock
+            log.warning("request %s: could not record its end in run_info.json: %s", self.name, exc)
+        finally:
+            release_run_dir(self.store.run_dir)
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, AgentCompassError) else f"{type(exc).__name__}: {exc}"
 
 
 class StoredResults(Sequence[RunResult]):

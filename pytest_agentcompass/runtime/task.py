@@ -15,6 +15,7 @@ from ..analysis import select_analyzers
 from ..types import RunResult, RunStatus, TaskSpec
 from .attempt import AttemptRecord, AttemptRunner
 from .context import RequestContext
+from .planner import BenchmarkPlanError
 from .strategies import AttemptScheduler
 from .traces import format_trace
 
@@ -94,7 +95,8 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
                 result=RunResult(
                     task.task_id,
                     status=RunStatus.INFERENCE_ERROR,
-                    error=f"planning attempt {index} failed: {type(exc).__name__}: {exc}",
+                    error=f"planning attempt {index} failed: "
+                    + (str(exc) if isinstance(exc, BenchmarkPlanError) else f"{type(exc).__name__}: {exc}"),
                 ),
                 trace=format_trace(exc),
             )

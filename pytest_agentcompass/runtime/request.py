@@ -85,7 +85,8 @@ class RequestRuntime:
             await ctx.provider.preflight()
         except Exception as exc:  # an SDK's own error (a failed pull, a refused connection) included
             self.failed_status = RunStatus.ENVIRONMENT_ERROR
-            raise PreflightError(f"request {self.name!r}: {_reason(exc)}") from None
+            where = "" if isinstance(exc, AgentCompassError) else f"environment {ctx.req.environment.id!r} preflight: "
+            raise PreflightError(f"request {self.name!r}: {where}{_reason(exc)}") from None
         try:
             if ctx.harness is not None and hasattr(ctx.harness, "preflight"):
                 await call_user(ctx.harness.preflight)

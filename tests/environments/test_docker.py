@@ -96,6 +96,17 @@ def test_missing_image_is_a_preflight_error(pytester: pytest.Pytester, trace: Pa
     result.stdout.fnmatch_lines(["*docker image 'agentcompass-no-such-image:1' is not on the engine*"])
 
 
+def test_a_failed_pull_is_a_preflight_error(pytester: pytest.Pytester, trace: Path) -> None:
+    request = docker_request("d", trace, n=2)
+    request["environment"]["params"] |= {"image": "agentcompass-no-such-image:1", "pull": True}
+    write_config(pytester, [request])
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED and "INTERNALERROR" not in result.stdout.str()
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["  request 'd': environment 'docker' preflight: APIError: *no-such-image*"])
+    assert len([line for line in result.outlines if "no-such-image" in line]) == 1  # once, not per task
+
+
 def test_interrupt_removes_every_container(pytester: pytest.Pytester, trace: Path) -> None:
     write_config(pytester, [docker_request("d", trace, n=4, sleep={"run": 60})], task_concurrency=4)
     proc = start_pytest(pytester)

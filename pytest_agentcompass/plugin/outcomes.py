@@ -94,6 +94,8 @@ def _footer(outcome: TaskOutcome) -> list[str]:
     lines = [f"note: {note}" for note in outcome.notes]
     if outcome.reused:
         lines.append("reused from an earlier run")
+    elif outcome.resumed:
+        lines.append("kept from the interrupted run this one resumes")
     if outcome.detail_path:
         lines.append(f"detail: {outcome.detail_path}")
     return lines

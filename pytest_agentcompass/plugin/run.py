@@ -235,6 +235,10 @@ class AgentCompassRun:
         def on_event(event: str, state: RequestRuntime) -> None:
             if event == "finalized":
                 self.request_finalized(state)
+            elif event == "prepared" and state.resumed:
+                progress.clear()
+                done = f"{state.resumed_done} of {len(state.wanted)} tasks done"
+                self._say(f"agentcompass: {state.name}: resuming {state.store.run_dir} ({done})")
 
         progress = self._progress()
         for state in self.runtimes:
@@ -294,6 +298,13 @@ class AgentCompassRun:
             self.runtime(setup, set(wanted[setup.req.name]), resume=True, order=wanted[setup.req.name])
             for setup in setups
         ]
+
+    def _say(self, line: str) -> None:
+        """A line on the terminal while tasks run, even under ``-q``."""
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            terminal.ensure_newline()
+            terminal.write_line(line)
 
     def _progress(self) -> Progress:
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")

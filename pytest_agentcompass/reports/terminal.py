@@ -31,6 +31,8 @@ def write_terminal_summary(tr: Any, runtimes: Sequence[RequestRuntime], result: 
             line += f" ({counts['environment_errors']} environment)"
         if counts["reused"]:
             line += f", {counts['reused']} reused"
+        if counts.get("resumed"):
+            line += f", {counts['resumed']} resumed"
         if counts["retries"]:
             line += f", {counts['retries']} retries"
         tr.write_line(line)
@@ -46,7 +48,7 @@ def write_terminal_summary(tr: Any, runtimes: Sequence[RequestRuntime], result: 
         (state.name, outcome.task.task_id, env)
         for state in runtimes
         for outcome in state.outcomes.values()
-        if not outcome.reused
+        if not (outcome.reused or outcome.resumed)
         for env in outcome.kept_environments
     ]
     if kept:

@@ -140,6 +140,8 @@ class Orchestrator:
                     state.pending.clear()
                     self._fail_request(state, "could not be prepared")
                     taken = []
+                if state.prepared and state.failed is None:
+                    self.on_event("prepared", state)
                 for outcome in taken:
                     self._notify(outcome)
             self._dispatchable.set()
@@ -253,6 +255,7 @@ class Orchestrator:
                 unfinished = [t for t in state.tasks if t.task_id in state.wanted]
             for task in unfinished:
                 outcome = state.cancelled_outcome(task, f"{status}: {reason}")
+                state.outcomes[task.task_id] = outcome  # counted: a cancelled task is an error, not nothing
                 self.result.unfinished.append(outcome)
             if not state.finalized and state.prepared and state.failed is None:
                 state.stop(status, reason)

@@ -65,6 +65,8 @@ class RequestRuntime:
         #: ``summary.json`` as written by :meth:`finalize`.
         self.summary: dict[str, Any] | None = None
         self.notes: list[str] = []
+        #: Wanted tasks the resumed run had already finished (set by :meth:`prepare`).
+        self.resumed_done = 0
 
     @property
     def store(self) -> RunStore:
@@ -128,9 +130,11 @@ class RequestRuntime:
             swept = await self.ctx.provider.sweep(run_id)
             if swept:
                 self.notes.append(f"removed {swept} environment(s) or process(es) left behind by run {run_id}")
+        # What the interrupted run already finished, told apart from what ``reuse`` copies in.
+        own = {p.stem for p in store.details_dir.glob("*.json")} if self.resumed else set()
         if self.reuse_dir is not None:
             self._materialize(self.reuse_dir)
-        recorded = self._load_recorded()
+        recorded = self._load_recorded(own)
         taken: list[TaskOutcome] = []
         for task in self.tasks:
             outcome = recorded.get(task.task_id)
@@ -140,6 +144,7 @@ class RequestRuntime:
                     taken.append(outcome)
             elif task.task_id in self.wanted:
                 self.pending.append(task)
+        self.resumed_done = sum(1 for o in taken if o.resumed)
         if self.order:
             # pytest's item order wins (``--ff``, ``-p randomly``, reordering plugins).
             self.pending = deque(sorted(self.pending, key=lambda t: self.order.get(t.task_id, 0)))
@@ -164,7 +169,7 @@ class RequestRuntime:
         if skipped:
             self.notes.append(f"{skipped} detail(s) in {source} not reused (errors or a changed config/task)")
 
-    def _load_recorded(self) -> dict[str, TaskOutcome]:
+    def _load_recorded(self, own: set[str]) -> dict[str, TaskOutcome]:
         out: dict[str, TaskOutcome] = {}
         by_id = {t.task_id: t for t in self.tasks}
         ignored = 0
@@ -175,7 +180,8 @@ class RequestRuntime:
             if detail.get("fingerprint") != self.ctx.task_fingerprint(task):
                 ignored += 1
                 continue
-            out[task.task_id] = outcome_from_detail(self.name, task, detail, self.store.detail_path(task.task_id))
+            path = self.store.detail_path(task.task_id)
+            out[task.task_id] = outcome_from_detail(self.name, task, detail, path, resumed=task.task_id in own)
         if ignored:
             self.notes.append(f"ignored {ignored} recorded detail(s) made with a different config")
         return out
@@ -228,6 +234,7 @@ class RequestRuntime:
                     "score": o.result.score,
                     "passed": o.passed,
                     "reused": o.reused,
+                    "resumed": o.resumed,
                 }
                 for o in ordered
             ],
@@ -248,16 +255,22 @@ class RequestRuntime:
             "errors": sum(1 for o in outcomes if o.result.is_error),
             "environment_errors": sum(1 for o in outcomes if o.result.status is RunStatus.ENVIRONMENT_ERROR),
             "reused": sum(1 for o in outcomes if o.reused),
+            "resumed": sum(1 for o in outcomes if o.resumed),
             "retries": sum(o.retries for o in outcomes),
         }
 
     def stop(self, status: str, reason: str) -> None:
         """Persist the terminal state of a request that did not finish."""
-        unfinished = [t.task_id for t in self.tasks if t.task_id in self.wanted and t.task_id not in self.outcomes]
+        unfinished = [
+            t.task_id
+            for t in self.tasks
+            if t.task_id in self.wanted
+            and (t.task_id not in self.outcomes or self.outcomes[t.task_id].result.status is RunStatus.CANCELLED)
+        ]
         self._close_info(status, stop_reason=reason, unfinished_tasks=unfinished)
 
     def _close_info(self, status: str, **extra: Any) -> None:
-        kept = [e for o in self.outcomes.values() if not o.reused for e in o.kept_environments]
+        kept = [e for o in self.outcomes.values() if not (o.reused or o.resumed) for e in o.kept_environments]
         self.store.close()
         try:
             self.store.update_run_info(

@@ -43,7 +43,9 @@ class TaskOutcome:
     duration: float = 0.0
     #: The task's detail file (a ``str``: ten thousand ``Path`` objects are megabytes).
     detail_path: str | None = None
+    #: Taken from an earlier run's record (``reuse``), or from the interrupted run this one resumes.
     reused: bool = False
+    resumed: bool = False
     logs: list[str] = field(default_factory=list)
     #: What the task printed (stdout and stderr), shown with its report.
     output: str = ""
@@ -189,7 +191,9 @@ def _detail(
     }
 
 
-def outcome_from_detail(request: str, task: TaskSpec, detail: dict[str, Any], path: str | Path) -> TaskOutcome:
+def outcome_from_detail(
+    request: str, task: TaskSpec, detail: dict[str, Any], path: str | Path, *, resumed: bool = False
+) -> TaskOutcome:
     """Rebuild a :class:`TaskOutcome` from a recorded detail (reuse and resume)."""
     result = RunResult.from_dict(detail)
     return TaskOutcome(
@@ -206,5 +210,6 @@ def outcome_from_detail(request: str, task: TaskSpec, detail: dict[str, Any], pa
         trace=detail.get("trace"),
         duration=float(detail.get("duration", 0.0)),
         detail_path=str(path),
-        reused=True,
+        reused=not resumed,
+        resumed=resumed,
     )

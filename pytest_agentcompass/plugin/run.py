@@ -285,7 +285,7 @@ class AgentCompassRun:
             progress.clear()
             for state in self.runtimes:
                 state.store.close()
-        if self.result.status == "cancelled":
+        if self.result.status == "interrupted":
             raise KeyboardInterrupt
 
     def _build_runtimes(self, items: list[TaskItem]) -> list[RequestRuntime]:

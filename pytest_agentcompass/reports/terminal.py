@@ -55,7 +55,7 @@ def write_terminal_summary(tr: Any, runtimes: Sequence[RequestRuntime], result: 
         tr.write_line("kept environments (keep_environment: true); remove them when done:")
         for name, task_id, env in kept:
             tr.write_line(f"  {name}::{task_id}: {env}")
-    if result and result.status in ("timeout", "cancelled"):
+    if result and result.status in ("timeout", "interrupted"):
         tr.write_line(f"orchestration {result.status}: {result.reason}", red=True)
     if result and result.abandoned_calls:
         calls = result.abandoned_calls

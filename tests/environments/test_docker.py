@@ -120,7 +120,7 @@ def test_interrupt_removes_every_container(pytester: pytest.Pytester, trace: Pat
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     assert containers(f"agentcompass.run={run_dir.name}") == []
-    assert json.loads((run_dir / "run_info.json").read_text())["status"] == "cancelled"
+    assert json.loads((run_dir / "run_info.json").read_text())["status"] == "interrupted"
 
 
 def test_sweep_removes_what_a_killed_run_left() -> None:

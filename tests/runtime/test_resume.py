@@ -21,7 +21,10 @@ from tracing import read_trace
 
 def run_dirs(pytester: pytest.Pytester, name: str = "r") -> list[Path]:
     # Names starting with "." are runs still being created (renamed into place when whole).
-    return sorted(p for p in (pytester.path / "runs" / name).iterdir() if not p.name.startswith("."))
+    folder = pytester.path / "runs" / name
+    if not folder.is_dir():  # a process killed before it made its first run directory
+        return []
+    return sorted(p for p in folder.iterdir() if not p.name.startswith("."))
 
 
 def details(run_dir: Path) -> dict[str, dict[str, Any]]:

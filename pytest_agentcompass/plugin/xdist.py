@@ -52,18 +52,20 @@ class DistributedRun:
         return self.worker_states[name]
 
     @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.run.is_worker:
             for state in self.worker_states.values():
                 state.store.close()
             return
+        # Ctrl-C: what the workers finished is kept, and the run stays resumable.
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         self.run.runtimes = [
             state
-            for state in (self._finalize(i) for i in range(len(self.run.orchestration.requests)))
+            for state in (self._finalize(i, interrupted) for i in range(len(self.run.orchestration.requests)))
             if state is not None
         ]
 
-    def _finalize(self, index: int) -> RequestRuntime | None:
+    def _finalize(self, index: int, interrupted: bool = False) -> RequestRuntime | None:
         """Aggregate one request from the details the workers wrote."""
         run = self.run
         req = run.orchestration.requests[index]
@@ -80,6 +82,11 @@ class DistributedRun:
                 state.outcomes[task.task_id] = outcome
                 state.wanted.add(task.task_id)
         state.prepared = True
+        if interrupted:
+            # The controller does not know which items were selected: every task without a record is unfinished.
+            state.wanted = {t.task_id for t in setup.tasks}
+            state.stop("interrupted", "interrupted by the user")
+            return state
         asyncio.run(state.finalize())
         run.request_finalized(state)
         return state

@@ -289,14 +289,10 @@ def test_aggregate_sees_full_results_read_back_from_details(pytester: pytest.Pyt
     assert metrics == {"outputs": ["t0", "t1", "t2", "t3", "t4"], "artifacts": ["t1", "t2"]}
 
 
-def test_two_runs_in_one_second_are_told_apart_by_their_recorded_start(
-    pytester: pytest.Pytester, trace: Path
-) -> None:
+def test_two_runs_in_one_second_are_told_apart_by_their_recorded_start(pytester: pytest.Pytester, trace: Path) -> None:
     # Ids of one second whose random parts sort the other way round than the runs were made.
     pytester.makeconftest(
-        "import os\n"
-        "def pytest_agentcompass_make_run_id(config):\n"
-        "    return os.environ.get('RUN_ID')\n"
+        "import os\ndef pytest_agentcompass_make_run_id(config):\n    return os.environ.get('RUN_ID')\n"
     )
     write_config(pytester, [tracing_request("r", trace, n=2, wrong=["t1"])])
     for run_id in ("20260101T000000-ffff", "20260101T000000-0000"):

@@ -123,6 +123,57 @@ def test_interrupt_removes_every_container(pytester: pytest.Pytester, trace: Pat
     assert json.loads((run_dir / "run_info.json").read_text())["status"] == "interrupted"
 
 
+STUBBORN = """
+import asyncio, dataclasses
+from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+from pytest_agentcompass.environments.docker import DockerEnvironment, DockerSession
+
+class Sleepy(HarnessFreeBenchmark):
+    def load_tasks(self, req):
+        return [TaskSpec(f"t{i}") for i in range(3)]
+    async def run_task(self, task, prepared, env, req, plan):
+        await env.exec(["sleep", "60"], timeout=120)
+        return RunResult(task.task_id, output="late")
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=1.0)
+
+class StubbornSession(DockerSession):
+    async def close(self):
+        await asyncio.sleep(60)  # a cleanup that never ends on its own
+        await super().close()
+
+class StubbornDocker(DockerEnvironment):
+    async def open(self, config):
+        session = await super().open(config)
+        session.__class__ = StubbornSession
+        return session
+"""
+
+
+def test_second_interrupt_still_removes_this_runs_containers(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(stubborn=STUBBORN)
+    environment = {"id": "stubborn.py:StubbornDocker", "params": {"image": IMAGE}}
+    request = {"name": "d", "benchmark": {"id": "stubborn.py:Sleepy"}, "environment": environment}
+    write_config(pytester, [request], task_concurrency=3, cleanup_grace_seconds=120)
+    proc = start_pytest(pytester)
+    deadline = time.monotonic() + 60
+    run_dir = pytester.path / "runs/d"
+    while not run_dir.is_dir() or len(containers(f"agentcompass.run={next(run_dir.iterdir()).name}")) < 3:
+        assert time.monotonic() < deadline and proc.poll() is None, "containers never started"
+        time.sleep(0.1)
+    (run_dir,) = run_dir.iterdir()
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    assert proc.poll() is None  # waiting on the stubborn cleanups, within the grace
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert containers(f"agentcompass.run={run_dir.name}") == [], out
+    assert "Task was destroyed" not in out and "Event loop is closed" not in out, out
+    assert json.loads((run_dir / "run_info.json").read_text())["status"] == "interrupted"
+    assert not (run_dir / "run.lock").exists()
+
+
 def test_sweep_removes_what_a_killed_run_left() -> None:
     import asyncio
 

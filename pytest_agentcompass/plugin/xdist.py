@@ -103,7 +103,7 @@ def run_single_task(run: RunHandle, item: TaskItem) -> TaskOutcome:
         grace = run.orchestration.cleanup_grace_seconds
         outcome = run_with_pool(state.run(item.task), max_workers=workers_for(1), grace=grace)
     except (KeyboardInterrupt, asyncio.CancelledError):
-        outcome = state.cancelled_outcome(item.task, "cancelled: interrupted")
+        outcome = state.cancelled_outcome(item.task, "interrupted by the user")
     if not isinstance(distributed, DistributedRun):
         state.store.close()
     return outcome

@@ -267,6 +267,7 @@ def test_retries_stay_out_of_details(pytester: pytest.Pytester, trace: Path) -> 
         "errors": 0,
         "environment_errors": 0,
         "reused": 0,
+        "resumed": 0,
         "retries": 3,
     }
     assert 'name="agentcompass.retries" value="2"' in (pytester.path / "j.xml").read_text()

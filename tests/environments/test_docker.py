@@ -156,22 +156,26 @@ def test_second_interrupt_still_removes_this_runs_containers(pytester: pytest.Py
     request = {"name": "d", "benchmark": {"id": "stubborn.py:Sleepy"}, "environment": environment}
     write_config(pytester, [request], task_concurrency=3, cleanup_grace_seconds=120)
     proc = start_pytest(pytester)
-    deadline = time.monotonic() + 60
-    run_dir = pytester.path / "runs/d"
-    while not run_dir.is_dir() or len(containers(f"agentcompass.run={next(run_dir.iterdir()).name}")) < 3:
+    deadline = time.monotonic() + 120
+
+    def run_dirs() -> list[Path]:  # a run still being assembled has a "." name
+        folder = pytester.path / "runs/d"
+        return [p for p in folder.iterdir() if not p.name.startswith(".")] if folder.is_dir() else []
+
+    while not run_dirs() or len(containers(f"agentcompass.run={run_dirs()[0].name}")) < 3:
         assert time.monotonic() < deadline and proc.poll() is None, "containers never started"
         time.sleep(0.1)
-    (run_dir,) = run_dir.iterdir()
+    (run_dir,) = run_dirs()
     proc.send_signal(signal.SIGINT)
     time.sleep(1.0)
-    assert proc.poll() is None  # waiting on the stubborn cleanups, within the grace
+    assert proc.poll() is None, proc.communicate()[0]  # waiting on the stubborn cleanups, within the grace
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=120)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     assert containers(f"agentcompass.run={run_dir.name}") == [], out
     assert "Task was destroyed" not in out and "Event loop is closed" not in out, out
-    assert json.loads((run_dir / "run_info.json").read_text())["status"] == "interrupted"
-    assert not (run_dir / "run.lock").exists()
+    assert json.loads((run_dir / "run_info.json").read_text())["status"] == "interrupted", out
+    assert not (run_dir / "run.lock").exists(), out
 
 
 def test_sweep_removes_what_a_killed_run_left() -> None:

@@ -132,6 +132,7 @@ class Sleepy(HarnessFreeBenchmark):
     def load_tasks(self, req):
         return [TaskSpec(f"t{i}") for i in range(3)]
     async def run_task(self, task, prepared, env, req, plan):
+        open("started-" + task.task_id, "w").close()  # the session is open: its close will hang
         await env.exec(["sleep", "60"], timeout=120)
         return RunResult(task.task_id, output="late")
     def evaluate(self, task, prepared, result, req, plan, env=None):
@@ -162,8 +163,9 @@ def test_second_interrupt_still_removes_this_runs_containers(pytester: pytest.Py
         folder = pytester.path / "runs/d"
         return [p for p in folder.iterdir() if not p.name.startswith(".")] if folder.is_dir() else []
 
-    while not run_dirs() or len(containers(f"agentcompass.run={run_dirs()[0].name}")) < 3:
-        assert time.monotonic() < deadline and proc.poll() is None, "containers never started"
+    # Every task is past open (a container alone may still be starting, and its cleanup is quick).
+    while len(list(pytester.path.glob("started-*"))) < 3:
+        assert time.monotonic() < deadline and proc.poll() is None, "tasks never started"
         time.sleep(0.1)
     (run_dir,) = run_dirs()
     proc.send_signal(signal.SIGINT)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .analysis import BaseAnalyzer
+    from .artifacts import save_artifact
     from .benchmark import BaseBenchmark, HarnessFreeBenchmark
     from .config import (
         AttemptsSpec,
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
     from .evidence import apply_verifier_result, read_artifact, verifier_evidence
     from .harnesses.base import BaseHarness
     from .harnesses.command import CommandHarness
+    from .harnesses.openai_chat import OpenAIChatHarness
+    from .harnesses.shell_agent import ShellAgentHarness
+    from .models import ModelSettings, Trajectory
     from .registry import Registry
     from .runtime.planner import Recipe
     from .runtime.strategies import AttemptScheduler, AttemptStrategy
@@ -68,6 +72,11 @@ _EXPORTS = {
     "BaseEnvironment": ".environments.base",
     "BaseHarness": ".harnesses.base",
     "CommandHarness": ".harnesses.command",
+    "ModelSettings": ".models",
+    "OpenAIChatHarness": ".harnesses.openai_chat",
+    "ShellAgentHarness": ".harnesses.shell_agent",
+    "Trajectory": ".models",
+    "save_artifact": ".artifacts",
     "ComponentError": ".errors",
     "ComponentRef": ".config",
     "ConfigPath": ".config",
@@ -130,9 +139,11 @@ __all__ = [
     "HarnessFreeBenchmark",
     "LocalEnvironment",
     "LocalSession",
+    "ModelSettings",
     "ModelSpec",
     "NetworkPolicy",
     "NetworkSpec",
+    "OpenAIChatHarness",
     "Orchestration",
     "ParamsModel",
     "PolicyError",
@@ -144,14 +155,17 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "SessionConfig",
+    "ShellAgentHarness",
     "TaskIdError",
     "TaskOutcome",
     "TaskSpec",
     "TimeoutsSpec",
+    "Trajectory",
     "WorkspacePathError",
     "apply_verifier_result",
     "load_config",
     "read_artifact",
+    "save_artifact",
     "verifier_evidence",
 ]
 

@@ -29,7 +29,7 @@ def _inline() -> frozenset[Any]:
 
     names = {
         BaseBenchmark: ("prepare_task", "collect_artifacts"),
-        BaseHarness: ("adjust_input", "start_session", "close_session"),
+        BaseHarness: ("preflight", "adjust_input", "start_session", "close_session", "aclose"),
     }
     return frozenset(getattr(base, name) for base, names_ in names.items() for name in names_)
 

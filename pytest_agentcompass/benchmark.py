@@ -7,6 +7,7 @@ awaits whatever it gets back.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
@@ -28,6 +29,8 @@ class BaseBenchmark:
 
     #: Default evaluation mode; a task's own mode and the request's override it.
     evaluation_environment_mode: ClassVar[EvaluationMode] = "none"
+    #: The request's run directory, set before the first attempt (files kept next to the details go there).
+    run_dir: Path | None = None
 
     def __init__(self, **params: Any) -> None:
         self.params = params
@@ -48,6 +51,11 @@ class BaseBenchmark:
     def make_benchmark_plan(self, task: TaskSpec, req: RunRequest) -> Any:
         """Benchmark-specific plan data, stored as ``ExecutionPlan.benchmark_plan``."""
         return None
+
+    def adjust_plan(self, plan: ExecutionPlan, task: TaskSpec, req: RunRequest) -> ExecutionPlan:
+        """Fit a new plan to ``task`` (its own timeouts, network needs, ``environment``
+        params) before recipes run. Leave what the request set explicitly alone."""
+        return plan
 
     # -- attempt scope -------------------------------------------------
     def prepare_task(self, task: TaskSpec, env: EnvironmentSession, req: RunRequest, benchmark_plan: Any) -> Any:

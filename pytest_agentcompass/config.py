@@ -160,6 +160,10 @@ class RunRequest(_Model):
     analyzers: list[ComponentRef] = Field(default_factory=list)
     recipes: list[ComponentRef] = Field(default_factory=list)
     reuse: str | None = None
+    #: Minimum values of aggregate metrics (``{"pass@1": 0.7}``). With gates the
+    #: request is judged by them: one extra pytest item checks them after
+    #: finalization, and tasks below the pass threshold are expected failures.
+    gates: dict[str, float] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod

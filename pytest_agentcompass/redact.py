@@ -1,27 +1,45 @@
 """Secret redaction for everything the run store and the reports write.
 
-Every ``${VAR}`` expansion of the config is a secret. A value of at least
-:data:`MIN_SECRET_LENGTH` characters is masked wherever it appears, inside
-any text. A shorter one (``1``, ``true``, a port) would also match run ids,
-task ids, ``pass@1`` and ordinary words, so it is masked only as a whole
-value: in the config fields it was expanded into, and wherever a recorded
-value equals it exactly (``whole_values=True``).
+Every ``${VAR}`` expansion of the config is a secret, and so is a value a
+harness learns at run time (:func:`add_runtime_secret`, e.g. an API key read
+from the process environment). A value of at least :data:`MIN_SECRET_LENGTH`
+characters is masked wherever it appears, inside any text. A shorter one
+(``1``, ``true``, a port) would also match run ids, task ids, ``pass@1`` and
+ordinary words, so it is masked only as a whole value: in the config fields it
+was expanded into, and wherever a recorded value equals it exactly
+(``whole_values=True``). Short runtime values are placeholders
+(``api_key: none`` for a local server) and are not masked at all.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import threading
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["Redactor"]
+__all__ = ["MIN_SECRET_LENGTH", "Redactor", "SecretLogFilter", "add_runtime_secret"]
 
 MASK = "***"
 #: Secrets shorter than this are masked as whole values only, never inside other text.
 MIN_SECRET_LENGTH = 8
 
+_lock = threading.Lock()
+_runtime: frozenset[str] = frozenset()
+
+
+def add_runtime_secret(value: str) -> None:
+    """Mask ``value`` in everything written from now on, in this process."""
+    global _runtime
+    if len(value) < MIN_SECRET_LENGTH or value in _runtime:
+        return
+    with _lock:
+        _runtime = _runtime | {value}
+
 
 class Redactor:
-    """Replaces known secret values (``${VAR}`` expansions) wherever they appear.
+    """Replaces known secret values wherever they appear.
 
     Longer secrets are replaced first so one secret that contains another is
     masked whole.
@@ -30,10 +48,34 @@ class Redactor:
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         values = {s for s in secrets if s}
         self._whole = frozenset(values)
-        self._secrets = sorted((s for s in values if len(s) >= MIN_SECRET_LENGTH), key=len, reverse=True)
+        self._own = frozenset(s for s in values if len(s) >= MIN_SECRET_LENGTH)
+        self._seen: frozenset[str] | None = None
+        self._all: list[str] = []
+
+    @property
+    def _secrets(self) -> list[str]:
+        runtime = _runtime
+        if runtime is not self._seen:  # runtime secrets were added: merge once
+            self._seen = runtime
+            self._all = sorted(self._own | runtime, key=len, reverse=True)
+        return self._all
 
     def __bool__(self) -> bool:
-        return bool(self._whole)
+        return bool(self._whole or _runtime)
+
+    def may_occur_in(self, value: Any) -> bool:
+        """Whether a secret may occur anywhere in ``value`` (a cheap test before a deep :meth:`apply`).
+
+        One JSON dump at C speed; conservative (True) for a secret that JSON
+        would escape, which a search of the dump could miss.
+        """
+        secrets = self._secrets
+        if not secrets:
+            return False
+        if any(not secret.isprintable() or '"' in secret or "\\" in secret for secret in secrets):
+            return True
+        blob = json.dumps(value, ensure_ascii=False, default=str)
+        return any(secret in blob for secret in secrets)
 
     def text(self, value: str) -> str:
         for secret in self._secrets:
@@ -58,3 +100,15 @@ class Redactor:
             converted = to_jsonable(value)
             return converted if converted is value else self.apply(converted, whole_values=whole_values)
         return value
+
+
+class SecretLogFilter(logging.Filter):
+    """Masks runtime secrets in the records of the logger it is attached to (HTTP client loggers)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _runtime:
+            message = record.getMessage()
+            masked = Redactor().text(message)
+            if masked != message:
+                record.msg, record.args = masked, None
+        return True

@@ -39,6 +39,31 @@ def _builtins() -> dict[str, dict[str, Any]]:
 
         return CommandHarness
 
+    def harness_openai() -> Any:
+        from .harnesses.openai_chat import OpenAIChatHarness
+
+        return OpenAIChatHarness
+
+    def harness_shell_agent() -> Any:
+        from .harnesses.shell_agent import ShellAgentHarness
+
+        return ShellAgentHarness
+
+    def harness_oracle() -> Any:
+        from .harnesses.oracle import OracleHarness
+
+        return OracleHarness
+
+    def harness_nop() -> Any:
+        from .harnesses.nop import NopHarness
+
+        return NopHarness
+
+    def benchmark_harbor() -> Any:
+        from .benchmarks.harbor import HarborBenchmark
+
+        return HarborBenchmark
+
     def environment_local() -> Any:
         from .environments.local import LocalEnvironment
 
@@ -58,8 +83,14 @@ def _builtins() -> dict[str, dict[str, Any]]:
         return load
 
     return {
-        "benchmark": {},
-        "harness": {"command": _Lazy(harness_command)},
+        "benchmark": {"harbor": _Lazy(benchmark_harbor)},
+        "harness": {
+            "command": _Lazy(harness_command),
+            "openai": _Lazy(harness_openai),
+            "shell-agent": _Lazy(harness_shell_agent),
+            "oracle": _Lazy(harness_oracle),
+            "nop": _Lazy(harness_nop),
+        },
         "environment": {"local": _Lazy(environment_local), "docker": _Lazy(environment_docker)},
         "strategy": {"avg": _Lazy(strategy("avg")), "pass": _Lazy(strategy("pass"))},
         "analyzer": {},

@@ -64,6 +64,7 @@ class TaskSpec:
 
     :param task_id: Unique within the request; used as a file name and in the
         pytest node id, so it is restricted to ``[A-Za-z0-9._-]``.
+    :param tags: Extra selection labels; each becomes a keyword and a marker.
     :param evaluation_environment_mode: Per-task override of the benchmark's
         default evaluation mode; the request's own setting still wins.
     """
@@ -74,6 +75,8 @@ class TaskSpec:
     ground_truth: Any = None
     evaluation_environment_mode: EvaluationMode | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    #: Labels that, like ``category``, become pytest keywords and markers (``-k``/``-m``).
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +182,9 @@ class ExecutionPlan:
     benchmark_plan: Any = None
     components: Mapping[str, str] = field(default_factory=dict)
     recipes: tuple[str, ...] = ()
+    #: Per-task provider params the benchmark asks for (an image, a build
+    #: context, resource limits); the request's own ``environment.params`` win.
+    environment: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -192,6 +198,7 @@ class ExecutionPlan:
             "benchmark_plan": to_jsonable(self.benchmark_plan),
             "components": dict(self.components),
             "recipes": list(self.recipes),
+            "environment": to_jsonable(self.environment),
         }
 
 

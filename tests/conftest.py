@@ -11,7 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
+from pytest_agentcompass.runtime.store import RunStore
+
 SUITES = Path(__file__).parent / "suites"
+# Suite files are material for the tests (task dirs carry their own test_*.py), not tests.
+collect_ignore = ["suites"]
 TRACING = f"{SUITES / 'tracing.py'}"
 sys.path.insert(0, str(SUITES))
 
@@ -71,4 +75,50 @@ def start_pytest(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[str]
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+
+
+def write_run(run_dir: Path, tasks: dict[str, dict[str, Any]], request: str = "r") -> None:
+    """A run directory as the store writes it (``state``: passed, failed or error)."""
+    store = RunStore(run_dir)
+    rows = []
+    for task_id, spec in tasks.items():
+        state = spec.get("state", "passed")
+        status = "inference_error" if state == "error" else "scored"
+        score = None if state == "error" else (1.0 if state == "passed" else 0.0)
+        detail = {
+            "task_id": task_id,
+            "request": request,
+            "passed": state == "passed",
+            "status": status,
+            "score": score,
+            "output": spec.get("output", f"out {task_id}"),
+            "error": "RuntimeError: boom\nsecond line" if state == "error" else None,
+            "trace": "Traceback: boom" if state == "error" else None,
+            "artifacts": spec.get("artifacts", {}),
+            "metadata": spec.get("metadata", {}),
+            "attempts": 1,
+            "attempt_results": {"0": {"status": status, "score": score}},
+            "retries": spec.get("retries", 0),
+            "duration": 1.5,
+        }
+        store.save_partial_result(task_id, detail)
+        for number in range(1, spec.get("retries", 0) + 1):
+            store.save_retry_detail(
+                task_id,
+                0,
+                number,
+                {"attempt_index": 0, "retry_number": number, "stage": "inference", "error": f"flaky {number}"},
+            )
+        rows.append({"task_id": task_id, "status": status, "score": score, "passed": state == "passed"})
+    store.write_summary(
+        {"request": request, "run_id": run_dir.name, "status": "completed", "metrics": {"pass@1": 0.5}, "tasks": rows}
+    )
+    store.write_run_info(
+        {
+            "run_id": run_dir.name,
+            "request": request,
+            "status": "completed",
+            "config": {"requests": [{"name": request, "gates": {"pass@1": 0.9}}]},
+        }
     )

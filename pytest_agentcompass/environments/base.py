@@ -122,6 +122,9 @@ class BaseEnvironment(abc.ABC):
     #: The provider's params model (a :class:`~pytest_agentcompass.config.ParamsModel`), if it declares one.
     params_model: ClassVar[type[Any] | None] = None
 
+    #: The run directory of the request, once known (build logs and the like go there).
+    run_dir: Path | None = None
+
     def __init__(self, spec: EnvironmentSpec, rootdir: Path | None = None) -> None:
         self.spec = spec
         #: Relative paths in ``spec.params`` are relative to this (the config file's folder).
@@ -177,14 +180,23 @@ class BaseEnvironment(abc.ABC):
     def build_config(
         self, plan: ExecutionPlan, purpose: SessionPurpose, labels: Mapping[str, str] | None = None
     ) -> SessionConfig:
-        """Validate ``plan`` and derive the config for one session."""
+        """Validate ``plan`` and derive the config for one session.
+
+        ``params`` are the provider's, with the plan's per-task ``environment``
+        params filling every key the config did not set itself.
+        """
         self.validate_plan(plan)
+        params = dict(self.spec.params)
+        if plan.environment:
+            fields_set = getattr(self.params, "model_fields_set", None)
+            given = set(self.spec.params) if fields_set is None else set(fields_set)
+            params.update((k, v) for k, v in plan.environment.items() if k not in given)
         return SessionConfig(
             purpose=purpose,
             task_id=plan.task_id,
             attempt_index=plan.attempt_index,
             network_policy=plan.baseline_network_policy,
-            params=dict(self.spec.params),
+            params=params,
             labels=dict(labels or {}),
         )
 

@@ -5,9 +5,12 @@ blocking, so every call runs in a worker thread; every container carries the
 labels of its run, request, task and attempt, and ``agentcompass=1``, so a
 leak can always be found with ``docker ps -a --filter label=agentcompass``.
 
-Params: ``image`` (required), ``workdir`` (default ``/work``), ``mem_limit``,
-``nano_cpus``, ``output_limit`` (bytes kept per stream), ``pull`` (pull a
-missing image instead of failing preflight).
+Params: ``image``, ``workdir`` (default ``/work``; ``null`` for the image's
+WORKDIR), ``mem_limit``, ``nano_cpus``, ``output_limit`` (bytes kept per
+stream), ``pull`` (pull a missing image instead of failing preflight),
+``max_parallel_builds``. A benchmark may give each task its own image, or a
+build context (built by :mod:`.docker_images`), and limits (``cpus``,
+``memory_mb``) through ``ExecutionPlan.environment``; what the config sets wins.
 
 Network policies ``full`` (the default bridge network) and ``disabled`` (no
 network) are supported and switched live by disconnecting and reconnecting
@@ -17,6 +20,7 @@ the bridge.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import logging
 import os
@@ -24,16 +28,21 @@ import secrets
 import tarfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import PurePosixPath
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
 from ..config import ParamsModel
 from ..errors import PreflightError, SessionError
-from ..types import ExecResult, NetworkPolicy
-from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
+from ..types import ExecResult, ExecutionPlan, NetworkPolicy
+from .base import BaseEnvironment, EnvironmentSession, SessionConfig, SessionPurpose, argv_list
+from .docker_files import get_tree, put_tree
+from .docker_images import choose_image
 from .process import DEFAULT_OUTPUT_LIMIT, EXEC_MARKER, kill_marked
+
+if TYPE_CHECKING:
+    from ..config import EnvironmentSpec
 
 __all__ = ["DockerEnvironment", "DockerSession"]
 
@@ -84,7 +93,9 @@ class DockerSession(EnvironmentSession):
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        user: str | None = None,
     ) -> ExecResult:
+        """See :meth:`EnvironmentSession.exec`; ``user`` runs it as that user (the image's by default)."""
         api = self.client.api
         # Every process of this exec inherits the token, so a kill can find
         # them all inside the container, setsid'd and double-forked ones too.
@@ -95,6 +106,7 @@ class DockerSession(EnvironmentSession):
             argv_list(argv),
             environment={**(env or {}), EXEC_MARKER: token},
             workdir=self._path(cwd) if cwd else self.workdir,
+            user=user or "",
         )
         exec_id = created["Id"]
         started = time.monotonic()
@@ -204,6 +216,15 @@ class DockerSession(EnvironmentSession):
 
         await asyncio.to_thread(put)
 
+    async def put_tree(self, source: str | os.PathLike[str], target: str) -> None:
+        """Copy the local folder ``source`` to ``target`` in one archive, modes kept, owned by root."""
+        await asyncio.to_thread(put_tree, self.container, source, self._path(target))
+
+    async def get_tree(self, source: str, limit: int) -> tuple[dict[str, bytes], bool]:
+        """The regular files under ``source`` (relative names), at most ``limit`` bytes in all,
+        and whether some were left out for the limit. A missing ``source`` gives no files."""
+        return await asyncio.to_thread(get_tree, self.container, self._path(source), limit)
+
     async def set_network_policy(self, policy: NetworkPolicy) -> None:
         if policy == self.network_policy:
             return
@@ -238,8 +259,8 @@ class DockerParams(ParamsModel):
 
     #: The image every session starts from.
     image: str | None = None
-    #: The working directory inside the container (created by Docker).
-    workdir: str = "/work"
+    #: The working directory inside the container (created by Docker); ``null``: the image's WORKDIR.
+    workdir: str | None = "/work"
     #: Container memory limit (``"512m"`` or bytes).
     mem_limit: int | str | None = None
     #: CPU quota in billionths of a CPU.
@@ -248,6 +269,8 @@ class DockerParams(ParamsModel):
     output_limit: int = Field(default=DEFAULT_OUTPUT_LIMIT, gt=0)
     #: Pull the image when the engine does not have it.
     pull: bool = False
+    #: Task images (a benchmark's per-task build contexts) built at once, per process.
+    max_parallel_builds: int = Field(default=2, ge=1)
 
 
 class DockerEnvironment(BaseEnvironment):
@@ -258,6 +281,22 @@ class DockerEnvironment(BaseEnvironment):
     supported_network_policies = frozenset({"full", "disabled"})
     dynamic_network_policy = True
 
+    def build_config(
+        self, plan: ExecutionPlan, purpose: SessionPurpose, labels: Mapping[str, str] | None = None
+    ) -> SessionConfig:
+        config = super().build_config(plan, purpose, labels)
+        policies = {plan.baseline_network_policy, plan.run_network_policy}
+        if plan.evaluation_environment_mode != "none":
+            policies.add(plan.evaluation_network_policy)
+        if policies == {"disabled"}:
+            config = dataclasses.replace(config, params={**config.params, "network_never": True})
+        return config
+
+    def __init__(self, spec: EnvironmentSpec, rootdir: Path | None = None) -> None:
+        super().__init__(spec, rootdir)
+        #: WORKDIR of the images this provider started (an image does not change under its tag in a run).
+        self._workdirs: dict[str, str] = {}
+
     def _client(self) -> Any:
         if getattr(self, "_docker_client", None) is None:
             self._docker_client = _docker().from_env()
@@ -266,8 +305,6 @@ class DockerEnvironment(BaseEnvironment):
     async def preflight(self) -> None:
         docker = _docker()
         image = self.spec.params.get("image")
-        if not image:
-            raise PreflightError("environment 'docker' needs params.image")
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         try:
             client = await asyncio.to_thread(self._client)
@@ -277,6 +314,8 @@ class DockerEnvironment(BaseEnvironment):
                 f"the Docker engine at {host} is not reachable ({type(exc).__name__}); "
                 "start it (scripts/start-docker.sh does) or set DOCKER_HOST"
             ) from None
+        if not image:
+            return  # each task brings its own image (or build context); checked when it opens
         try:
             await asyncio.to_thread(client.images.get, image)
         except docker.errors.ImageNotFound:
@@ -289,28 +328,45 @@ class DockerEnvironment(BaseEnvironment):
     async def open(self, config: SessionConfig) -> EnvironmentSession:
         params = config.params
         client = await asyncio.to_thread(self._client)
-        workdir = str(params.get("workdir", "/work"))
+        image = await choose_image(client, params, self.run_dir / "images" if self.run_dir else None)
+        workdir = params.get("workdir", "/work")
+        from_image = workdir is None
+        if from_image:  # the image's own WORKDIR (published task verifiers rely on it): it exists
+            workdir = self._workdirs.get(image)
+            if workdir is None:
+                attrs = (await asyncio.to_thread(client.images.get, image)).attrs
+                workdir = self._workdirs[image] = (attrs.get("Config") or {}).get("WorkingDir") or "/"
+        workdir = str(workdir)
         options: dict[str, Any] = {
             "command": _KEEPALIVE,
+            "entrypoint": [],  # an image's ENTRYPOINT would wrap the keepalive
             "detach": True,
             "init": True,  # reap the orphans an agent leaves behind
             "working_dir": workdir,
             "labels": {"agentcompass": "1", **config.labels},
-            # Always on the bridge, then disconnected if need be: a container
-            # created with network_mode "none" can never be connected later.
-            "network_mode": BRIDGE,
+            # On the bridge, then disconnected if need be: a container created
+            # with network_mode "none" can never be connected later, so that
+            # is used only when no phase of the attempt needs the network.
+            "network_mode": "none" if params.get("network_never") else BRIDGE,
         }
         for key in ("mem_limit", "nano_cpus"):
             if params.get(key) is not None:
                 options[key] = params[key]
-        container = await asyncio.to_thread(client.containers.create, params["image"], **options)
+        if params.get("nano_cpus") is None and params.get("cpus"):
+            options["nano_cpus"] = int(float(params["cpus"]) * 1e9)
+        if params.get("mem_limit") is None and params.get("memory_mb"):
+            options["mem_limit"] = f"{int(params['memory_mb'])}m"
+        container = await asyncio.to_thread(client.containers.create, image, **options)
         try:
             await asyncio.to_thread(container.start)
+            policy: NetworkPolicy = "disabled" if params.get("network_never") else "full"
             session = DockerSession(
-                client, container, workdir, "full", int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
+                client, container, workdir, policy, int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
             )
-            await session.set_network_policy(config.network_policy)
-            await session.exec(["mkdir", "-p", workdir])
+            if not params.get("network_never"):
+                await session.set_network_policy(config.network_policy)
+            if not from_image:
+                await session.exec(["mkdir", "-p", workdir])
         except BaseException:
             # Created but not handed over: remove it before re-raising (even on cancel).
             await asyncio.shield(asyncio.to_thread(_remove, container))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..types import ExecutionPlan, PreparedTask, TaskSpec
@@ -24,9 +25,16 @@ class BaseHarness:
     """
 
     id: ClassVar[str] = ""
+    #: The request's run directory, set before the first attempt.
+    run_dir: Path | None = None
 
     def __init__(self, **params: Any) -> None:
         self.params = params
+
+    def preflight(self, req: RunRequest) -> Any:
+        """Check, once per request and before any task runs, that the harness can work
+        (a package, a model key). Raise an ``AgentCompassError`` with a plain message."""
+        return None
 
     def adjust_input(self, task: TaskSpec, prepared: PreparedTask, req: RunRequest, plan: ExecutionPlan) -> Any:
         """Rewrite the prepared input for this harness (prompt templates, tool lists)."""
@@ -57,4 +65,13 @@ class BaseHarness:
 
     def close_session(self, session: Any) -> Any:
         """Release what :meth:`start_session` acquired. Must be idempotent."""
+        return None
+
+    def aclose(self) -> Any:
+        """Release what the harness shares between its tasks (a model client).
+
+        Called on the event loop that ran the tasks, when the request ends,
+        also after Ctrl-C or the deadline (within the cleanup grace).
+        Must be idempotent.
+        """
         return None

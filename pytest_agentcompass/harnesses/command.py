@@ -1,35 +1,138 @@
-"""The ``command`` harness: runs an agent command line inside the task Environment."""
+"""The ``command`` harness: runs an agent command line (an agent CLI) inside the task Environment."""
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
-from typing import TYPE_CHECKING, Any
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any
 
-from ..types import ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from ..artifacts import save_artifact
+from ..models.client import guard_secrets
+from ..redact import Redactor
+from ..types import ExecResult, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
+from ._params import validate_params
 from .base import BaseHarness
 
 if TYPE_CHECKING:
     from ..config import RunRequest
     from ..environments.base import EnvironmentSession
 
-__all__ = ["CommandHarness"]
+__all__ = ["CommandHarness", "CommandParams"]
+
+Seconds = Annotated[float, Field(strict=True, gt=0)]
+#: Where an agent CLI may leave its own logs; collected as artifacts (the Harbor convention).
+LOGS_DIR = "/logs/agent"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _problem(message: str) -> PydanticCustomError:
+    # A custom error type: the message reaches the user without pydantic's "Value error, " prefix.
+    return PydanticCustomError("agentcompass_command", message)
+
+
+def _argv(value: str | list[str], what: str) -> list[str]:
+    if isinstance(value, list):
+        if not value:
+            raise _problem(f"{what} is an empty list")
+        return value
+    try:
+        argv = shlex.split(value)
+    except ValueError as exc:
+        raise _problem(f"cannot split {what} {value!r} like a shell would: {exc}") from None
+    if not argv:
+        raise _problem(f"{what} is empty")
+    return argv
+
+
+class CommandParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The agent's command line: a list, or a string split like a shell would. ``{instruction}`` is the prompt.
+    command: str | list[str]
+    timeout: Seconds | None = None  # seconds for the agent command
+    #: Extra environment variables; ``${VAR}`` values are expanded at load and masked as secrets.
+    env: dict[str, str] = Field(default_factory=dict)
+    #: Commands run before the agent, under the baseline network policy (strings run with ``sh -c``).
+    setup: list[str | list[str]] = Field(default_factory=list)
+    setup_timeout: Seconds = 600.0  # seconds per setup command
+    #: Files under /logs/agent kept as artifacts, at most this many and this many bytes each.
+    max_log_files: int = Field(default=50, ge=0)
+    max_log_bytes: int = Field(default=1024 * 1024, ge=0)
+
+    @field_validator("command")
+    @classmethod
+    def _splits(cls, value: str | list[str]) -> str | list[str]:
+        _argv(value, "the command")
+        return value
+
+    @field_validator("setup")
+    @classmethod
+    def _setup_commands(cls, value: list[str | list[str]]) -> list[str | list[str]]:
+        for index, command in enumerate(value):
+            if isinstance(command, list) and not command:
+                raise _problem(f"setup[{index}] is an empty list")
+            if isinstance(command, str) and not command.strip():
+                raise _problem(f"setup[{index}] is empty")
+        return value
+
+
+@dataclass
+class _Session:
+    setup: list[dict[str, Any]] = field(default_factory=list)
+    failed: str | None = None
 
 
 class CommandHarness(BaseHarness):
-    """Runs ``params.command`` (a list, or a string split like a shell would).
+    """Runs ``params.command`` in the task Environment.
 
-    The prompt reaches the command as ``$AGENTCOMPASS_PROMPT`` and in the
-    file ``.agentcompass/prompt.txt``; its stdout becomes ``RunResult.output``.
-    A non-zero exit or a timeout (``params.timeout``) is an inference error.
+    The prompt reaches the command as ``{instruction}`` in its arguments, as
+    ``$AGENTCOMPASS_PROMPT`` and in the file ``.agentcompass/prompt.txt``; the
+    request's model (if any) as ``$OPENAI_BASE_URL``, ``$OPENAI_API_KEY`` and
+    ``$AGENTCOMPASS_MODEL``. Its stdout becomes ``RunResult.output``; stdout,
+    stderr and the files it leaves under ``/logs/agent`` are saved as artifacts.
+    A non-zero exit, a timeout or a failed setup command is an inference error.
     """
 
     id = "command"
+    params_model = CommandParams
 
-    def __init__(self, command: str | list[str], timeout: float | None = None, **params: Any) -> None:
-        super().__init__(command=command, timeout=timeout, **params)
-        self.argv = shlex.split(command) if isinstance(command, str) else list(command)
-        self.timeout = timeout
+    def __init__(self, **params: Any) -> None:
+        options = validate_params(CommandParams, params, self.id)
+        super().__init__(**options.model_dump())
+        self.options = options
+        self.argv = _argv(options.command, "the command")
+        self.timeout = options.timeout
 
+    # -- setup ------------------------------------------------------------------
+    async def start_session(
+        self, task: TaskSpec, prepared: PreparedTask, env: EnvironmentSession, req: RunRequest, plan: ExecutionPlan
+    ) -> _Session:
+        """Run the setup commands (before the run network policy applies: installs may need the network)."""
+        session = _Session()
+        for index, command in enumerate(self.options.setup):
+            argv = ["sh", "-c", command] if isinstance(command, str) else command
+            started = time.monotonic()
+            done = await env.exec(argv, timeout=self.options.setup_timeout, cwd=prepared.workdir)
+            session.setup.append(
+                {
+                    "command": command,
+                    **_facts(done),
+                    "duration_seconds": round(time.monotonic() - started, 4),
+                }
+            )
+            if not done.ok:
+                reason = "timed out" if done.timed_out else f"exited with {done.exit_code}"
+                session.failed = f"setup command {index} {reason}: {done.stderr.strip()[-500:]}"
+                break
+        return session
+
+    # -- the agent -----------------------------------------------------------------
     async def run(
         self,
         session: Any,
@@ -39,25 +142,111 @@ class CommandHarness(BaseHarness):
         req: RunRequest,
         plan: ExecutionPlan,
     ) -> RunResult:
+        setup = session.setup if isinstance(session, _Session) else []
+        variables, redactor = _model_env(req)
+        metadata: dict[str, Any] = {"setup": setup} if setup else {}
+        if isinstance(session, _Session) and session.failed:
+            return _redacted(
+                redactor,
+                RunResult(task.task_id, status=RunStatus.INFERENCE_ERROR, error=session.failed, metadata=metadata),
+            )
         await env.write_text(".agentcompass/prompt.txt", prepared.prompt)
-        outcome = await env.exec(
-            self.argv,
-            timeout=self.timeout,
-            env={"AGENTCOMPASS_PROMPT": prepared.prompt, "AGENTCOMPASS_TASK_ID": task.task_id},
-            cwd=prepared.workdir,
+        logs_dir = await _make_logs_dir(env)
+        variables.update(
+            AGENTCOMPASS_PROMPT=prepared.prompt,
+            AGENTCOMPASS_TASK_ID=task.task_id,
+            AGENTCOMPASS_LOGS_DIR=logs_dir,
+            **self.options.env,
         )
-        evidence = {
-            "exit_code": outcome.exit_code,
-            "timed_out": outcome.timed_out,
-            "stderr": outcome.stderr[-2000:],
+        argv = [arg.replace("{instruction}", prepared.prompt) for arg in self.argv]
+        outcome = await env.exec(argv, timeout=self.timeout, env=variables, cwd=prepared.workdir)
+        artifacts = {
+            "stdout": save_artifact("agent/stdout.txt", redactor.text(outcome.stdout)),
+            "stderr": save_artifact("agent/stderr.txt", redactor.text(outcome.stderr)),
+            "logs": await self._collect_logs(env, redactor),
         }
+        metadata["agent"] = _facts(outcome)
+        kept = {k: v for k, v in artifacts.items() if v}
         if not outcome.ok:
             reason = "timed out" if outcome.timed_out else f"exited with {outcome.exit_code}"
-            return RunResult(
+            result = RunResult(
                 task_id=task.task_id,
                 output=outcome.stdout,
                 status=RunStatus.INFERENCE_ERROR,
                 error=f"agent command {reason}: {outcome.stderr.strip()[-500:]}",
-                metadata={"agent": evidence},
+                artifacts=kept,
+                metadata=metadata,
             )
-        return RunResult(task_id=task.task_id, output=outcome.stdout.strip(), metadata={"agent": evidence})
+        else:
+            result = RunResult(task.task_id, output=outcome.stdout.strip(), artifacts=kept, metadata=metadata)
+        return _redacted(redactor, result)
+
+    async def _collect_logs(self, env: EnvironmentSession, redactor: Redactor) -> list[str]:
+        """Save the files the agent left under /logs/agent; paths relative to the run directory."""
+        if not self.options.max_log_files:
+            return []
+        # cwd "/" and a relative path: the local provider maps both into its workspace.
+        listing = await env.exec(["sh", "-c", "cd logs/agent 2>/dev/null && find . -type f"], timeout=60, cwd="/")
+        saved: list[str] = []
+        for name in sorted(line[2:] for line in listing.stdout.splitlines() if line.startswith("./")):
+            if len(saved) >= self.options.max_log_files:
+                break
+            data = await env.read_bytes(f"{LOGS_DIR}/{name}")
+            if len(data) > self.options.max_log_bytes:
+                data = data[: self.options.max_log_bytes]
+            if redactor:
+                try:
+                    data = redactor.text(data.decode("utf-8")).encode("utf-8")
+                except UnicodeDecodeError:
+                    pass  # binary: saved as it is
+            safe = "/".join(_UNSAFE.sub("_", part).lstrip(".-_") or "_" for part in name.split("/"))
+            path = save_artifact(f"agent/logs/{safe}", data)
+            if path:
+                saved.append(path)
+        return saved
+
+
+async def _make_logs_dir(env: EnvironmentSession) -> str:
+    """Create /logs/agent and return its real path (inside the workspace for ``local``)."""
+    made = await env.exec(["sh", "-c", "mkdir -p logs/agent && cd logs/agent && pwd"], timeout=60, cwd="/")
+    return made.stdout.strip() or LOGS_DIR
+
+
+def _model_env(req: RunRequest) -> tuple[dict[str, str], Redactor]:
+    """The request's model as the variables agent CLIs read, and a redactor for its key."""
+    model = req.model
+    if model is None:
+        return {}, Redactor()
+    params = model.params
+    variables = {"AGENTCOMPASS_MODEL": model.id}
+    base_url = params.get("base_url") or os.environ.get("OPENAI_BASE_URL")
+    api_key = params.get("api_key") or os.environ.get("OPENAI_API_KEY")
+    if isinstance(base_url, str):
+        variables["OPENAI_BASE_URL"] = base_url
+    if isinstance(api_key, str):
+        variables["OPENAI_API_KEY"] = api_key
+        guard_secrets(api_key)
+    return variables, Redactor()
+
+
+def _facts(done: ExecResult) -> dict[str, Any]:
+    return {
+        "exit_code": done.exit_code,
+        "timed_out": done.timed_out,
+        "stdout_tail": done.stdout[-2000:],
+        "stderr_tail": done.stderr[-2000:],
+    }
+
+
+def _redacted(redactor: Redactor, result: RunResult) -> RunResult:
+    """A key taken from the process environment is no ``${VAR}``: mask it here."""
+    if not redactor:
+        return result
+    return RunResult(
+        task_id=result.task_id,
+        output=redactor.apply(result.output),
+        status=result.status,
+        error=redactor.apply(result.error),
+        artifacts=redactor.apply(dict(result.artifacts)),
+        metadata=redactor.apply(dict(result.metadata)),
+    )

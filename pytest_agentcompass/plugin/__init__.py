@@ -13,6 +13,8 @@ The folder's modules, each with one job:
 - ``xdist``: what changes under pytest-xdist (``-n``).
 - ``fixtures``: session fixtures as component factories, and ``agentcompass_results``.
 - ``progress``: the live status line.
+- ``ci``: baselines and gates applied to the reports pytest makes.
+- ``gates``: the per-request gate item.
 """
 
 from __future__ import annotations
@@ -71,6 +73,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="SECONDS",
         help="seconds between progress lines when not on a TTY (default: 30)",
+    )
+    group.addoption(
+        "--agentcompass-baseline",
+        dest="agentcompass_baseline",
+        metavar="FILE|RUN_DIR",
+        default=None,
+        help="compare with a baseline: known failures xfail, regressions fail, improvements XPASS",
+    )
+    group.addoption(
+        "--agentcompass-save-baseline",
+        dest="agentcompass_save_baseline",
+        metavar="FILE",
+        default=None,
+        help="after the run, write every task's outcome and score per request to FILE (to commit)",
+    )
+    group.addoption(
+        "--agentcompass-html",
+        dest="agentcompass_html",
+        metavar="PATH",
+        default=None,
+        help="write one self-contained HTML report of the session to PATH",
     )
     parser.addini("agentcompass_config", "agentcompass YAML config to run when --agentcompass is not given")
 

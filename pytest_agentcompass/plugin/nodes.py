@@ -35,10 +35,12 @@ def category_marker(category: str) -> str:
 
 
 def register_category_markers(config: pytest.Config, tasks: Sequence[TaskSpec]) -> None:
-    """Declare each task category as a marker (``--strict-markers``, ``--markers``)."""
+    """Declare each task category and tag as a marker (``--strict-markers``, ``--markers``)."""
     known = set(config.getini("markers"))
-    for category in dict.fromkeys(t.category for t in tasks if t.category):
-        line = f"{category_marker(category)}: agentcompass task category {category!r}"
+    labels = [(t.category, "category") for t in tasks if t.category]
+    labels += [(tag, "tag") for t in tasks for tag in t.tags]
+    for label, kind in dict.fromkeys(labels):
+        line = f"{category_marker(label)}: agentcompass task {kind} {label!r}"
         if line not in known:
             config.addinivalue_line("markers", line)
             known.add(line)
@@ -64,7 +66,7 @@ class RequestNode(pytest.Collector):
         self.index = index
         self.req = req
 
-    def collect(self) -> Iterable[TaskItem]:
+    def collect(self) -> Iterable[pytest.Item]:
         setup = self.config.stash[run_key].build(self.index, self.req, self)
         if not setup.tasks:  # nothing to run must not pass for success in silence
             why = "load_tasks returned no tasks" if not setup.loaded else f"select_tasks kept none of {setup.loaded}"
@@ -72,9 +74,17 @@ class RequestNode(pytest.Collector):
         register_category_markers(self.config, setup.tasks)
         for task in setup.tasks:
             item = TaskItem.from_parent(self, name=task.task_id, task=task, setup=setup)
-            if task.category:
-                item.add_marker(category_marker(task.category))
+            for label in (task.category, *task.tags):
+                if label:
+                    item.add_marker(category_marker(label))
             yield item
+        if self.req.gates:
+            from .gates import GATE_NAME, GateItem
+
+            # A task may be called "gates" too: the node ids must stay distinct.
+            taken = {task.task_id for task in setup.tasks}
+            name = GATE_NAME if GATE_NAME not in taken else f"{GATE_NAME}[agentcompass]"
+            yield GateItem.from_parent(self, name=name, req=self.req)
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
         if isinstance(excinfo.value, AgentCompassError):
@@ -93,6 +103,7 @@ class TaskItem(pytest.Item):
         self.outcome: TaskOutcome | None = None
         if task.category:
             self.extra_keyword_matches.add(task.category)
+        self.extra_keyword_matches.update(task.tags)
 
     @property
     def request_name(self) -> str:

@@ -124,6 +124,10 @@ def emit_reports(item: pytest.Item, outcome: TaskOutcome, pass_threshold: float)
         item.add_report_section("call", "stdout", outcome.output)
     if outcome.logs:
         item.add_report_section("call", "log", "\n".join(outcome.logs))
+    last_turns = outcome.result.metadata.get("last_turns")
+    if isinstance(last_turns, str) and last_turns:
+        # A model-calling harness's last turns: shown with a failed report, like captured output.
+        item.add_report_section("call", "agent turns", last_turns)
     problems = phase_problems(outcome, pass_threshold)
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     # An errored task spent its time "in setup": that is where --durations shows it.

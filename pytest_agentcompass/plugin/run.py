@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -18,12 +18,14 @@ import pytest
 from ..config import LoadedConfig, RunRequest
 from ..errors import AgentCompassError
 from ..registry import Registry
+from ..reports.gates import check_gate_names
 from ..reports.terminal import write_terminal_summary
 from ..runtime.assembly import RequestSetup, RunOptions, build_request, make_runtime
 from ..runtime.driver import drive
 from ..runtime.logs import TaskLogHandler, route_task_output
 from ..runtime.orchestrator import OrchestrationResult, Orchestrator
 from ..runtime.request import RequestRuntime
+from .gates import GateItem
 from .nodes import ConfigFile, TaskItem
 from .outcomes import emit_reports, redact_report
 from .progress import Progress
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from _pytest.reports import TestReport
 
     from ..runtime.task import TaskOutcome
+    from .ci import CiRun
     from .xdist import DistributedRun
 
 __all__ = ["AgentCompassRun"]
@@ -55,6 +58,7 @@ class AgentCompassRun:
         self.result: OrchestrationResult | None = None
         self.run_id = self._make_run_id()
         self.distributed: DistributedRun | None = None
+        self.ci: CiRun | None = None
         self._registered = False
         from ..redact import Redactor
 
@@ -71,10 +75,14 @@ class AgentCompassRun:
     def register(self) -> None:
         """Register this run's hooks (and the xdist glue when ``-n`` is in use)."""
         from . import fixtures
+        from .ci import CiRun
 
         manager = self.config.pluginmanager
         manager.register(self, "agentcompass-run")
         manager.register(fixtures, "agentcompass-fixtures")
+        # Before the xdist glue: its (trylast) sessionfinish then finalizes first.
+        self.ci = CiRun(self)
+        manager.register(self.ci, "agentcompass-ci")
         if manager.has_plugin("xdist") and (
             hasattr(self.config, "workerinput") or self.config.getoption("numprocesses", None)
         ):
@@ -96,7 +104,7 @@ class AgentCompassRun:
         self.runtimes = []
         self.items = []
         manager = self.config.pluginmanager
-        for name in ("agentcompass-distributed", "agentcompass-fixtures", "agentcompass-run"):
+        for name in ("agentcompass-distributed", "agentcompass-ci", "agentcompass-fixtures", "agentcompass-run"):
             plugin = manager.get_plugin(name)
             if plugin is not None:
                 manager.unregister(plugin, name)
@@ -133,6 +141,7 @@ class AgentCompassRun:
 
             resolver = fixture_resolver(node)
         setup = build_request(index, req, self.registry, recipes, loaded=self.loaded, fixtures=resolver)
+        check_gate_names(self.loaded, index, req, setup.benchmark)
         self.setups[req.name] = setup
         return setup
 
@@ -145,6 +154,12 @@ class AgentCompassRun:
         item.ihook.pytest_agentcompass_task_finished(item=item, outcome=outcome)
 
     def request_finalized(self, state: RequestRuntime) -> None:
+        from ..reports.html import write_run_report
+
+        try:
+            write_run_report(state.store, self.ci.baseline if self.ci else None)
+        except Exception as exc:  # the report is a view: never worth a result
+            state.notes.append(f"report.html was not written: {type(exc).__name__}: {exc}")
         self.config.hook.pytest_agentcompass_request_finalized(request=state.name, summary=state.summary or {})
 
     def run_single(self, item: TaskItem) -> TaskOutcome:
@@ -191,21 +206,24 @@ class AgentCompassRun:
         if session.config.option.collectonly:
             return True
         tasks = [i for i in session.items if isinstance(i, TaskItem)]
-        others = [i for i in session.items if not isinstance(i, TaskItem)]
+        # Gate items judge finalized requests: they run after every task.
+        gates = [i for i in session.items if isinstance(i, GateItem)]
+        others = [i for i in session.items if not isinstance(i, TaskItem | GateItem)]
         before = [i for i in others if RESULTS_FIXTURE not in getattr(i, "fixturenames", ())]
         after = [i for i in others if RESULTS_FIXTURE in getattr(i, "fixturenames", ())]
         # Session fixtures stay up across the tasks (components may come from them).
-        self._run_items(session, before, tasks[0] if tasks else (after[0] if after else None))
+        self._run_items(session, before, next(iter(tasks or gates or after), None))
         if tasks:
             self._run_tasks(session, tasks)
             _check_stop(session)
+        self._run_items(session, gates, after[0] if after else None)
         self._run_items(session, after, None)
         if not after:
             session._setupstate.teardown_exact(None)
         return True
 
     @staticmethod
-    def _run_items(session: pytest.Session, items: list[pytest.Item], last_next: pytest.Item | None) -> None:
+    def _run_items(session: pytest.Session, items: Sequence[pytest.Item], last_next: pytest.Item | None) -> None:
         for index, item in enumerate(items):
             nextitem = items[index + 1] if index + 1 < len(items) else last_next
             item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
@@ -323,7 +341,7 @@ class AgentCompassRun:
 
     # -- summary -------------------------------------------------------------------------
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        write_terminal_summary(terminalreporter, self.runtimes, self.result)
+        write_terminal_summary(terminalreporter, self.runtimes, self.result, self.ci.summary_lines if self.ci else None)
 
 
 def _check_stop(session: pytest.Session) -> None:

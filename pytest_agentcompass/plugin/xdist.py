@@ -24,6 +24,7 @@ from ..runtime.task import TaskOutcome, outcome_from_detail
 from ..runtime.threads import run_with_pool, workers_for
 
 if TYPE_CHECKING:
+    from ..types import TaskSpec
     from .keys import RunHandle
     from .nodes import TaskItem
 
@@ -36,6 +37,9 @@ class DistributedRun:
     def __init__(self, run: RunHandle) -> None:
         self.run = run
         self.worker_states: dict[str, RequestRuntime] = {}
+        #: Gate items the workers selected and left to the controller: node id -> file.
+        self.gates: dict[str, str] = {}
+        self.finalized = False
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -51,6 +55,28 @@ class DistributedRun:
             )
         return self.worker_states[name]
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        from .gates import WORKER_GATES
+
+        for nodeid, fspath, _ in getattr(node, "workeroutput", {}).get(WORKER_GATES, ()):
+            self.gates[nodeid] = fspath
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Any:
+        result = yield
+        if not self.run.is_worker:
+            # Finalize here, not at session end: the gate items' reports must
+            # count in the exit code, which pytest computes after this loop.
+            self._finalize_all()
+            from .gates import report_gate
+
+            # xdist counted the items the workers kept: the gates come on top.
+            session.testscollected += len(self.gates)
+            for nodeid, fspath in self.gates.items():
+                report_gate(session.config, self.run, nodeid, fspath)
+        return result
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.run.is_worker:
@@ -58,7 +84,12 @@ class DistributedRun:
                 state.store.close()
             return
         # Ctrl-C: what the workers finished is kept, and the run stays resumable.
-        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+        self._finalize_all(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+
+    def _finalize_all(self, interrupted: bool = False) -> None:
+        if self.finalized:
+            return
+        self.finalized = True
         self.run.runtimes = [
             state
             for state in (self._finalize(i, interrupted) for i in range(len(self.run.orchestration.requests)))
@@ -92,6 +123,15 @@ class DistributedRun:
         return state
 
 
+async def _run_and_close(state: RequestRuntime, task: TaskSpec) -> TaskOutcome:
+    # Each task gets its own event loop here: what the harness holds on this
+    # loop (a model client) must be closed before the loop is.
+    try:
+        return await state.run(task)
+    finally:
+        await state.aclose()
+
+
 def run_single_task(run: RunHandle, item: TaskItem) -> TaskOutcome:
     """Run one task to its terminal outcome, in this process (an xdist worker)."""
     distributed = run.distributed
@@ -101,7 +141,7 @@ def run_single_task(run: RunHandle, item: TaskItem) -> TaskOutcome:
         state = run.runtime(item.setup_info, {item.task.task_id}, resume=False)
     try:
         grace = run.orchestration.cleanup_grace_seconds
-        outcome = run_with_pool(state.run(item.task), max_workers=workers_for(1), grace=grace)
+        outcome = run_with_pool(_run_and_close(state, item.task), max_workers=workers_for(1), grace=grace)
     except (KeyboardInterrupt, asyncio.CancelledError):
         outcome = state.cancelled_outcome(item.task, "interrupted by the user")
     if not isinstance(distributed, DistributedRun):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+from ..models.usage import format_usage
 
 if TYPE_CHECKING:
     from ..runtime.orchestrator import OrchestrationResult
@@ -16,8 +18,16 @@ def format_value(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def write_terminal_summary(tr: Any, runtimes: Sequence[RequestRuntime], result: OrchestrationResult | None) -> None:
-    """Write counts, metrics, notes and the run directory of each request to ``tr``."""
+def write_terminal_summary(
+    tr: Any,
+    runtimes: Sequence[RequestRuntime],
+    result: OrchestrationResult | None,
+    extra: Callable[[RequestRuntime], list[str]] | None = None,
+) -> None:
+    """Write counts, metrics, notes and the run directory of each request to ``tr``.
+
+    :param extra: More lines per request (baseline changes, gates).
+    """
     if not runtimes:
         return
     tr.section("agentcompass")
@@ -41,6 +51,11 @@ def write_terminal_summary(tr: Any, runtimes: Sequence[RequestRuntime], result: 
         if state.metrics:
             shown = ", ".join(f"{k}={format_value(v)}" for k, v in state.metrics.items())
             tr.write_line(f"  metrics: {shown}")
+        if state.usage:
+            tr.write_line(f"  usage: {format_usage(state.usage)}")
+        for line in extra(state) if extra else ():
+            bad = "MISSED" in line or (line.startswith("  regressions: ") and not line.endswith(": 0"))
+            tr.write_line(line, red=bad)
         for note in state.notes:
             tr.write_line(f"  note: {note}")
         tr.write_line(f"  run directory: {state.store.run_dir}")

@@ -297,6 +297,9 @@ def make_runtime(
             f"cannot write the run directory {run_dir}: {exc.strerror or exc} (check output_dir in the config)"
         ) from None
     reuse_dir = find_reusable_run(request_dir, reuse_spec, current=run_dir) if reuse_spec else None
+    for component in (setup.benchmark, setup.harness, setup.provider):
+        if component is not None:
+            component.run_dir = run_dir  # files kept beside the details (artifacts, build logs)
     ctx = RequestContext(
         req=req,
         benchmark=setup.benchmark,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._compat import call_user, maybe_await
+from ..artifacts import artifact_sink
 from ..benchmark import HarnessFreeBenchmark
 from ..environments.base import EnvironmentSession
 from ..types import ExecutionPlan, NetworkPolicy, PreparedTask, RunResult, RunStatus, TaskSpec, unserialisable
@@ -39,6 +40,8 @@ class AttemptRecord:
     cleanup_errors: list[str] = field(default_factory=list)
     kept_environments: list[str] = field(default_factory=list)
     trace: str | None = None
+    #: Token usage of tries a runtime retry replaced (their tokens were spent all the same).
+    discarded_usage: list[dict[str, Any]] = field(default_factory=list)
 
 
 class AttemptRunner:
@@ -114,13 +117,14 @@ class AttemptRunner:
             assert isinstance(ctx.benchmark, HarnessFreeBenchmark)
             await self._switch(env, plan.run_network_policy)
             return await call_user(ctx.benchmark.run_task, task, prepared, env, req, plan)
-        adjusted = await call_user(harness.adjust_input, task, prepared, req, plan)
-        session = await call_user(harness.start_session, task, adjusted, env, req, plan)
-        try:
-            await self._switch(env, plan.run_network_policy)
-            return await call_user(harness.run, session, task, adjusted, env, req, plan)
-        finally:
-            await self._cleanup("closing the harness session", lambda: call_user(harness.close_session, session))
+        with artifact_sink(_AttemptArtifacts(self)):
+            adjusted = await call_user(harness.adjust_input, task, prepared, req, plan)
+            session = await call_user(harness.start_session, task, adjusted, env, req, plan)
+            try:
+                await self._switch(env, plan.run_network_policy)
+                return await call_user(harness.run, session, task, adjusted, env, req, plan)
+            finally:
+                await self._cleanup("closing the harness session", lambda: call_user(harness.close_session, session))
 
     async def _evaluate_fresh(self, prepared: PreparedTask, result: RunResult) -> RunResult:
         async with AsyncExitStack() as stack:
@@ -228,9 +232,16 @@ class AttemptRunner:
                     return self._give_up(failure)
 
     async def _may_retry(self, failure: StageFailure, scope: RetryScope) -> bool:
+        payload = failure.payload
+        if isinstance(payload, RunResult) and payload.metadata.get("retryable") is False:
+            # The result says no retry can fix it (a rejected API key): only an
+            # explicit retry_pattern_list entry that names it retries it.
+            failure.kind = ErrorKind.PERMANENT
         reason = self.budget.take(failure)
         if reason is None:
             return False
+        if isinstance(payload, RunResult) and isinstance(payload.metadata.get("usage"), dict):
+            self.record.discarded_usage.append(payload.metadata["usage"])
         self.record.retries += 1
         payload = failure.payload.to_dict() if isinstance(failure.payload, RunResult) else failure.payload
         self.ctx.store.save_retry_detail(
@@ -283,6 +294,18 @@ def _score_problem(score: Any) -> str | None:
     if not math.isfinite(score):
         return f"evaluate returned a score of {score!r}, not a finite number"
     return None
+
+
+class _AttemptArtifacts:
+    """The artifact sink of one try: files land under the task's attempt (and retry) folder."""
+
+    def __init__(self, runner: AttemptRunner) -> None:
+        self.runner = runner
+        self.retry = runner.record.retries
+
+    def save(self, name: str, data: Any) -> str:
+        runner = self.runner
+        return runner.ctx.store.save_artifact(runner.task.task_id, runner.plan.attempt_index, self.retry, name, data)
 
 
 async def _uncancellable(awaitable: Awaitable[None]) -> None:

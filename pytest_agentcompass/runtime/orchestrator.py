@@ -108,21 +108,36 @@ class Orchestrator:
         tasks.append(asyncio.ensure_future(self._finalize_ready()))
         ticker = asyncio.ensure_future(self._tick()) if self.on_tick else None
         try:
-            done, _ = await asyncio.wait(tasks, timeout=self.timeout_seconds)
-        except asyncio.CancelledError:
-            await self._cancel_remaining(tasks, "interrupted", "interrupted by the user")
-            raise
+            try:
+                done, _ = await asyncio.wait(tasks, timeout=self.timeout_seconds)
+            except asyncio.CancelledError:
+                await self._cancel_remaining(tasks, "interrupted", "interrupted by the user")
+                raise
+            finally:
+                if ticker is not None:
+                    ticker.cancel()
+            if len(done) < len(tasks):
+                reason = f"orchestration timeout of {self.timeout_seconds}s reached"
+                await self._cancel_remaining(tasks, "timeout", reason)
+            else:
+                for task in done:
+                    task.result()  # surface a bug in the orchestrator itself
         finally:
-            if ticker is not None:
-                ticker.cancel()
-        if len(done) < len(tasks):
-            await self._cancel_remaining(tasks, "timeout", f"orchestration timeout of {self.timeout_seconds}s reached")
-        else:
-            for task in done:
-                task.result()  # surface a bug in the orchestrator itself
+            await self._close_requests()
         if self.observer_error is not None:
             raise self.observer_error
         return self.result
+
+    async def _close_requests(self) -> None:
+        """Close what each request's harness shares (model clients), within what is left of the grace."""
+        grace = self.cleanup_grace_seconds
+        if self.result.cleanup_started is not None:
+            grace = max(0.1, grace - (time.monotonic() - self.result.cleanup_started))
+        closing = asyncio.gather(*(state.aclose() for state in self.requests))
+        try:
+            await asyncio.wait_for(closing, timeout=grace or None)
+        except TimeoutError:
+            log.warning("closing the harnesses took longer than the cleanup grace; abandoned")
 
     async def _tick(self) -> None:
         assert self.on_tick is not None

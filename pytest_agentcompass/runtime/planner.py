@@ -99,6 +99,7 @@ class Planner:
                 **({"model": req.model.id} if req.model else {}),
             },
         )
+        plan = self.benchmark.adjust_plan(plan, task, req)
         for recipe in self.recipes:
             if recipe.matches(req, task):
                 plan = self._apply(recipe, plan, task)

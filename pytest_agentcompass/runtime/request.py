@@ -12,6 +12,7 @@ from typing import Any, overload
 from .._compat import call_user
 from ..benchmark import BaseBenchmark
 from ..errors import AgentCompassError, PreflightError
+from ..models.usage import sum_usage
 from ..types import RunResult, RunStatus, TaskSpec, to_jsonable
 from .context import RequestContext
 from .logs import capture_task_logs
@@ -62,6 +63,8 @@ class RequestRuntime:
         self.failed: str | None = None  # preflight/preparation failure message
         self.failed_status = RunStatus.INFERENCE_ERROR  # the status of the tasks of a failed request
         self.metrics: dict[str, Any] | None = None
+        #: Token totals over the tasks' ``usage`` records (model-calling harnesses), set by :meth:`finalize`.
+        self.usage: dict[str, Any] | None = None
         #: ``summary.json`` as written by :meth:`finalize`.
         self.summary: dict[str, Any] | None = None
         self.notes: list[str] = []
@@ -90,8 +93,8 @@ class RequestRuntime:
             where = "" if isinstance(exc, AgentCompassError) else f"environment {ctx.req.environment.id!r} preflight: "
             raise PreflightError(f"request {self.name!r}: {where}{_reason(exc)}") from None
         try:
-            if ctx.harness is not None and hasattr(ctx.harness, "preflight"):
-                await call_user(ctx.harness.preflight)
+            if ctx.harness is not None:
+                await call_user(ctx.harness.preflight, ctx.req)
             if self.tasks:
                 # A plan the provider cannot honour fails here, before anything opens.
                 ctx.planner.plan(self.tasks[0], 0)
@@ -190,8 +193,13 @@ class RequestRuntime:
     async def run(self, task: TaskSpec) -> TaskOutcome:
         with capture_task_logs() as capture:
             outcome = await run_task(self.ctx, task)
-        outcome.logs = capture.logs
-        outcome.output = "".join(capture.output)
+        redactor = self.store.redactor
+        if redactor:  # a key read at run time is no ${VAR}: mask it in what the report shows
+            outcome.logs = [redactor.text(line) for line in capture.logs]
+            outcome.output = redactor.text("".join(capture.output))
+        else:
+            outcome.logs = capture.logs
+            outcome.output = "".join(capture.output)
         self.outcomes[task.task_id] = outcome
         # Notes about ignored state must be visible in the summary, not only in one detail.
         self.notes.extend(f"task {task.task_id}: {note}" for note in outcome.notes if note.startswith("ignored"))
@@ -204,6 +212,16 @@ class RequestRuntime:
     def error_outcome(self, task: TaskSpec, message: str, status: RunStatus = RunStatus.INFERENCE_ERROR) -> TaskOutcome:
         result = RunResult(task.task_id, status=status, error=message)
         return TaskOutcome(request=self.name, task=task, result=result, passed=False)
+
+    async def aclose(self) -> None:
+        """Release what the harness shares between tasks; a failure is a warning."""
+        harness = self.ctx.harness
+        if harness is None:
+            return
+        try:
+            await call_user(harness.aclose)
+        except Exception as exc:
+            log.warning("request %s: closing the harness failed: %s: %s", self.name, type(exc).__name__, exc)
 
     # -- finalization ------------------------------------------------------
     async def finalize(self, status: str = "completed") -> dict[str, Any]:
@@ -221,12 +239,14 @@ class RequestRuntime:
             log.warning("request %s: aggregate_metrics failed: %s", self.name, exc)
             metrics = {"error": f"aggregate_metrics failed: {type(exc).__name__}: {exc}"}
         self.metrics = dict(metrics)
+        self.usage = sum_usage(o.result.metadata.get("usage") for o in ordered)
         summary = {
             "request": self.name,
             "run_id": self.ctx.run_id,
             "status": status,
             "metrics": to_jsonable(self.metrics),
             "counts": self.counts(),
+            "usage": self.usage,
             "tasks": [
                 {
                     "task_id": o.task.task_id,

@@ -83,6 +83,7 @@ class ErrorKind(enum.StrEnum):
     RATE_LIMIT = "rate_limit"  # 429, "rate limited", "overloaded"
     PROGRAMMING = "programming"  # TypeError and friends: a retry repeats the bug
     MISSING_REWARD = "missing_reward"  # evaluate gave no score, or one that is not a finite number
+    PERMANENT = "permanent"  # its source says no retry can fix it (e.g. a rejected API key)
     OTHER = "other"
 
 

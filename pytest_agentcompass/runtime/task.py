@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -12,6 +13,7 @@ from typing import Any
 
 from .._compat import call_user
 from ..analysis import select_analyzers
+from ..models.usage import sum_usage
 from ..types import RunResult, RunStatus, TaskSpec
 from .attempt import AttemptRecord, AttemptRunner
 from .context import RequestContext
@@ -58,8 +60,9 @@ class TaskOutcome:
         if self.detail_path is None:
             return  # no detail to read the result back from: keep it whole
         result = self.result
-        # attempt_scores stays: the default aggregation needs nothing else.
-        kept = {k: result.metadata[k] for k in ("attempt_scores",) if k in result.metadata}
+        # attempt_scores stays: the default aggregation needs nothing else;
+        # usage (a few counts) feeds the request's token totals.
+        kept = {k: result.metadata[k] for k in ("attempt_scores", "usage") if k in result.metadata}
         self.result = RunResult(
             result.task_id,
             score=result.score,
@@ -110,7 +113,7 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
         scheduler.record(index, record.result)
         if execution.attempts.k > 1:
             ctx.store.save_checkpoint(task.task_id, index, fingerprint, record.result)
-    result = scheduler.combine()
+    result = _task_usage(scheduler.combine(), scheduler.done, records)
     try:
         # bytes (a binary artifact) become files of the run; the detail records their paths.
         result = ctx.store.externalize_bytes(task.task_id, result)
@@ -144,6 +147,22 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
         # The score is known: report and summarize it, and say that a resume will run the task again.
         outcome.storage_error = f"its detail record could not be written, so a resume runs it again: {exc}"
     return outcome
+
+
+def _task_usage(result: RunResult, done: Mapping[int, RunResult], records: Mapping[int, AttemptRecord]) -> RunResult:
+    """Token usage for the whole task: every attempt, and every try a retry replaced.
+
+    A strategy keeps one attempt's metadata; the tokens of the others were spent too.
+    """
+    parts = [r.metadata.get("usage") for r in done.values()]
+    parts += [usage for record in records.values() for usage in record.discarded_usage]
+    total = sum_usage(parts)
+    if total is None:
+        return result
+    del total["tasks"]
+    if total == result.metadata.get("usage"):
+        return result
+    return dataclasses.replace(result, metadata={**result.metadata, "usage": total})
 
 
 async def _analyze(ctx: RequestContext, task: TaskSpec, result: RunResult) -> tuple[dict[str, Any], dict[str, str]]:

@@ -8,6 +8,7 @@ Layout of ``<output_dir>/<request>/<run id>/``::
     retry_details/<task>/  discarded tries, never counted
     checkpoints/<task>/    evaluated attempts of unfinished tasks
     summary.json           aggregate metrics, written by finalization
+    report.html            the page of the run (``reports.html``), written after the summary
 
 Every JSON file is written to a temporary name and renamed, so a killed run
 never leaves half a file, and every value passes through the redactor.
@@ -272,6 +273,29 @@ class RunStore:
             except (OSError, json.JSONDecodeError):
                 continue
 
+    def save_artifact(self, task_id: str, attempt_index: int, retry_number: int, name: str, data: Any) -> str:
+        """Write a harness artifact under ``artifacts/<task>/attempt-<i>[-retry-<r>]/<name>``, redacted.
+
+        Text (and bytes that decode as UTF-8) is written exactly, with secrets
+        masked; other bytes as they are; any other value as indented JSON.
+        Returns the path relative to the run directory.
+        """
+        folder = f"attempt-{attempt_index}" + (f"-retry-{retry_number}" if retry_number else "")
+        relative = f"artifacts/{task_id}/{folder}/{name}"
+        if isinstance(data, bytes):
+            try:
+                data = data.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+        if isinstance(data, str):
+            data = (self.redactor.text(data) if self.redactor else data).encode("utf-8")
+        elif not isinstance(data, bytes):
+            value = self.redactor.apply(data) if self.redactor else data
+            data = json.dumps(value, indent=1, default=_fallback).encode("utf-8")  # read by people
+        with self._replacing(f"{self.run_dir}/{relative}") as tmp, open(tmp, "wb") as fh:
+            fh.write(data)
+        return relative
+
     def save_retry_detail(self, task_id: str, attempt_index: int, retry_number: int, payload: Any) -> Path:
         path = self.retry_dir / task_id / f"attempt-{attempt_index}-retry-{retry_number}.json"
         self._write_text(path, self._encode(payload, False))
@@ -325,3 +349,9 @@ class RunStore:
 
     def write_summary(self, summary: Mapping[str, Any]) -> Path:
         return self.write_json(self.run_dir / "summary.json", summary, pretty=True)
+
+    def write_page(self, name: str, text: str) -> Path:
+        """Write a page of the run (``report.html``) at its top level, redacted like every file."""
+        path = self.run_dir / name
+        self._write_text(path, self.redactor.text(text) if self.redactor else text)
+        return path

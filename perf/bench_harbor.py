@@ -1,0 +1,178 @@
+"""Harbor tasks on Docker: the plugin against the bare Docker SDK doing the same container work.
+
+Both sides run ``--n`` copies of a small Harbor task (busybox image, built
+once before the rounds, so every round is a cached run), one attempt at a
+time, and per attempt do the same container work: create and start a
+container from the task image, create ``/logs/*``, copy ``solution/`` in and
+run ``solve.sh``, copy ``tests/`` to ``/tests`` and run ``test.sh`` as root in
+the WORKDIR, read the reward, copy the log folders out, remove the
+container. The plugin side is ``pytest --agentcompass`` with the ``oracle``
+harness; the bare side is a plain Python script on the SDK. Rounds alternate,
+so a noisy neighbour hurts both sides alike; medians of wall and CPU time
+(CPU of the child process: the engine's own work is not in it).
+
+    python perf/bench_harbor.py --n 20 --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import Measurement, measure, pytest_cmd
+
+TASK_TOML = """version = "1.0"
+[metadata]
+category = "bench"
+[verifier]
+timeout_sec = 60.0
+[agent]
+timeout_sec = 60.0
+"""
+DOCKERFILE = """FROM agentcompass-busybox:test
+RUN printf '#!/bin/sh\\nexec /bin/sh "$@"\\n' > /bin/bash && chmod 755 /bin/bash
+WORKDIR /app
+"""
+SOLVE = "#!/bin/bash\necho 'Hello, world!' > hello.txt\n"
+TEST = """#!/bin/bash
+if [ "$(cat /app/hello.txt)" = "Hello, world!" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
+"""
+
+BARE = r"""
+import io, sys, tarfile
+from pathlib import Path
+import docker
+
+tag, root = sys.argv[1], Path(sys.argv[2])
+client = docker.from_env()
+
+def put(container, source, target):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(str(source), arcname=target.strip("/"))
+    container.put_archive("/", buf.getvalue())
+
+def run(container, argv, **kw):
+    code, out = container.exec_run(argv, user="0", demux=True, **kw)
+    return code, out
+
+passed = 0
+for task in sorted(p for p in root.iterdir() if (p / "task.toml").is_file()):
+    c = client.containers.create(tag, command=["sleep", "2147483647"], entrypoint=[], detach=True, init=True,
+                                 working_dir="/app", labels={"agentcompass-bench": "bare"}, network_mode="bridge")
+    try:
+        c.start()
+        run(c, ["sh", "-c", "mkdir -p /logs/verifier /logs/agent /logs/artifacts && chmod 777 /logs/*"])
+        put(c, task / "solution", "/solution")
+        run(c, ["bash", "/solution/solve.sh"])
+        run(c, ["sh", "-c", "rm -rf /logs/verifier && mkdir -p /logs/verifier && rm -rf /tests"])
+        put(c, task / "tests", "/tests")
+        run(c, ["bash", "/tests/test.sh"])
+        chunks, _ = c.get_archive("/logs/verifier/reward.txt")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+            passed += float(tar.extractfile(tar.next()).read()) == 1.0
+        for folder in ("/logs/agent", "/logs/artifacts", "/logs/verifier"):
+            b"".join(c.get_archive(folder)[0])
+    finally:
+        c.remove(force=True, v=True)
+print(f"{passed} passed")
+sys.exit(0 if passed == len([p for p in root.iterdir() if (p / "task.toml").is_file()]) else 1)
+"""
+
+
+def write_tasks(root: Path, n: int) -> None:
+    marker = uuid.uuid4().hex
+    for i in range(n):
+        task = root / "tasks" / f"task-{i:03d}"
+        for sub in ("environment", "tests", "solution"):
+            (task / sub).mkdir(parents=True)
+        (task / "task.toml").write_text(TASK_TOML)
+        (task / "instruction.md").write_text("Write hello.txt.\n")
+        (task / "environment" / "Dockerfile").write_text(DOCKERFILE)
+        # A context of its own: the first run really builds, and removing the image disturbs nobody.
+        (task / "environment" / "bench.txt").write_text(marker)
+        (task / "tests" / "test.sh").write_text(TEST)
+        (task / "solution" / "solve.sh").write_text(SOLVE)
+    (root / "bare.py").write_text(BARE)
+    (root / "agentcompass.yaml").write_text(
+        "output_dir: runs\ntask_concurrency: 1\nrequests:\n"
+        "  - name: bench\n    benchmark: {id: harbor, params: {path: tasks}}\n"
+        "    harness: {id: oracle}\n    environment: {id: docker}\n"
+    )
+
+
+def load_time(root: Path, n: int) -> None:
+    """Reading ``n`` task directories (what collection does): nothing is built or hashed."""
+    import time
+
+    from pytest_agentcompass.benchmarks.harbor import HarborBenchmark
+
+    many = root / "many"
+    for i in range(n):
+        task = many / f"task-{i:04d}"
+        (task / "environment").mkdir(parents=True)
+        (task / "task.toml").write_text(TASK_TOML)
+        (task / "instruction.md").write_text("Write hello.txt.\n")
+    wall, cpu = time.perf_counter(), time.process_time()
+    tasks = HarborBenchmark(path=str(many)).load_tasks(None)  # type: ignore[arg-type]
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    print(f"load_tasks of {len(tasks)} task dirs: {wall * 1000:.0f} ms wall, {cpu * 1000:.0f} ms CPU")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=20, help="tasks per run")
+    parser.add_argument("--repeat", type=int, default=5, help="alternating rounds")
+    args = parser.parse_args()
+    import docker
+
+    from pytest_agentcompass.environments.docker_images import image_tag
+
+    root = Path(tempfile.mkdtemp(prefix="bench-harbor-"))
+    tag = ""
+    try:
+        load_time(root, 1000)
+        write_tasks(root, args.n)
+        tag = image_tag(docker.from_env(), root / "tasks" / "task-000" / "environment")
+        plugin_cmd = pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off")
+        first = measure(plugin_cmd, root)  # builds the image: the cold run
+        if first.returncode != 0:
+            raise SystemExit(f"first plugin run failed: {first.tail}")
+        print(f"first run (one image build, {args.n} tasks): {first.seconds:.2f}s, CPU {first.cpu_seconds:.2f}s")
+        pairs: list[tuple[Measurement, Measurement]] = []
+        for _ in range(args.repeat):
+            bare = measure([sys.executable, "bare.py", tag, "tasks"], root)
+            plugin = measure(plugin_cmd, root)
+            for name, run in (("bare SDK", bare), ("agentcompass", plugin)):
+                if run.returncode != 0:
+                    raise SystemExit(f"{name} run failed (exit {run.returncode}): {run.tail}")
+            pairs.append((bare, plugin))
+        builds = list((root / "runs" / "bench").glob("*/images/*.log"))
+        print(f"build logs over all runs: {len(builds)} (1 expected: the cached runs build nothing)")
+        ratios = [p.seconds / b.seconds for b, p in pairs]
+        bare_wall = statistics.median(b.seconds for b, _ in pairs)
+        plugin_wall = statistics.median(p.seconds for _, p in pairs)
+        bare_cpu = statistics.median(b.cpu_seconds for b, _ in pairs)
+        plugin_cpu = statistics.median(p.cpu_seconds for _, p in pairs)
+        print(f"pairwise ratios: {', '.join(f'{r:.2f}' for r in ratios)}")
+        print(f"median ratio over {len(ratios)} round(s): {statistics.median(ratios):.2f}x")
+        print(
+            f"medians: bare {bare_wall:.2f}s, plugin (cached run) {plugin_wall:.2f}s -> "
+            f"{plugin_wall / bare_wall:.2f}x; per attempt bare {bare_wall / args.n * 1000:.0f} ms, "
+            f"plugin {plugin_wall / args.n * 1000:.0f} ms; CPU bare {bare_cpu:.2f}s, plugin {plugin_cpu:.2f}s"
+        )
+    finally:
+        if tag:  # the image of this run's own context: nobody else uses it
+            subprocess.run(["docker", "rmi", tag], capture_output=True, check=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""Reading one Harbor / Terminal-Bench 2 task directory.
+
+A task directory holds ``instruction.md``, ``task.toml``, ``environment/``
+(a Dockerfile and what it copies), ``tests/test.sh`` and optionally
+``solution/solve.sh``. Only ``task.toml`` and ``instruction.md`` are read at
+load time: nothing is built or hashed until an attempt needs it.
+
+A task whose files are broken still loads, as a :class:`HarborTask` with
+``error`` set: its attempts fail with that message (naming the file and
+line) while the other tasks run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+__all__ = ["HarborTask", "files_digest", "find_task_dirs", "parse_memory_mb", "read_task"]
+
+TASK_FILE = "task.toml"
+INSTRUCTION_FILE = "instruction.md"
+COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+
+_TOML_LINE = re.compile(r"\(at line (\d+), column \d+\)")
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_MEMORY_FACTOR_MB = {"": 1 / 1024 / 1024, "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024}
+
+
+#: Seconds for the agent, the verifier and the image build when ``task.toml`` names none
+#: (a bound is better than a hang; Harbor's own defaults are of this order).
+DEFAULT_TIMEOUT_SEC = 600.0
+
+
+class TaskFileError(ValueError):
+    """A value of ``task.toml`` that cannot be used; the message names file, line and key."""
+
+
+@dataclass(frozen=True)
+class HarborTask:
+    """What a task directory says, in the units the runtime uses (seconds, MB, flags)."""
+
+    name: str
+    path: Path
+    instruction: str = ""
+    agent_timeout: float | None = None
+    verifier_timeout: float | None = None
+    verifier_env: Mapping[str, str] = field(default_factory=dict)
+    solution_env: Mapping[str, str] = field(default_factory=dict)
+    build_timeout: float | None = None
+    docker_image: str | None = None
+    #: ``[environment] workdir``: where the agent, solution and verifier run (default: the image's WORKDIR).
+    workdir: str | None = None
+    cpus: float | None = None
+    memory_mb: int | None = None
+    storage_mb: int | None = None
+    gpus: int = 0
+    allow_internet: bool = True
+    category: str | None = None
+    tags: tuple[str, ...] = ()
+    #: Everything else ``task.toml`` holds (``[metadata]``, unknown tables), kept as written.
+    config: Mapping[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def environment_dir(self) -> Path:
+        return self.path / "environment"
+
+    @property
+    def compose_file(self) -> Path | None:
+        return next((self.environment_dir / n for n in COMPOSE_FILES if (self.environment_dir / n).is_file()), None)
+
+
+def files_digest(path: Path) -> str:
+    """A digest of the names, sizes and modification times of the task's files.
+
+    Part of the task's fingerprint, so a reused or resumed result does not
+    outlive an edit of the task. ``stat`` only, and ``environment/`` only to
+    its first level (a build context can hold a whole repository; its content
+    decides the image tag at build time anyway), so loading stays cheap.
+    """
+    digest = hashlib.sha256()
+
+    def add(file: str) -> None:
+        try:
+            info = os.stat(file)
+        except OSError:
+            return
+        digest.update(f"{os.path.relpath(file, path)}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+
+    for name in (TASK_FILE, INSTRUCTION_FILE):
+        add(os.path.join(path, name))
+    for folder in ("tests", "solution"):
+        for root, dirs, files in os.walk(path / folder):
+            dirs.sort()
+            for name in sorted(files):
+                add(os.path.join(root, name))
+    try:
+        for name in sorted(os.listdir(path / "environment")):
+            add(os.path.join(path, "environment", name))
+    except OSError:
+        pass
+    return digest.hexdigest()[:16]
+
+
+def find_task_dirs(root: Path) -> Iterator[Path]:
+    """Task directories under ``root`` (``root`` itself if it is one), sorted, nested folders allowed."""
+    if (root / TASK_FILE).is_file():
+        yield root
+        return
+    for child in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        yield from find_task_dirs(child)
+
+
+def read_task(path: Path) -> HarborTask:
+    """Parse ``path``; a broken task comes back with ``error`` set, never an exception."""
+    toml_path = path / TASK_FILE
+    try:
+        text = toml_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return HarborTask(name=path.name, path=path, error=f"{toml_path}: cannot read: {exc}")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        found = _TOML_LINE.search(str(exc))
+        line = f":{found.group(1)}" if found else ""
+        reason = _TOML_LINE.sub("", str(exc)).strip()
+        return HarborTask(name=path.name, path=path, error=f"{toml_path}{line}: invalid TOML: {reason}")
+    try:
+        task = _from_config(path, data, _Where(toml_path, text))
+    except TaskFileError as exc:
+        return HarborTask(name=path.name, path=path, config=data, error=str(exc))
+    instruction = path / INSTRUCTION_FILE
+    try:
+        return replace(task, instruction=instruction.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        return HarborTask(name=path.name, path=path, config=data, error=f"{instruction}: cannot read: {exc}")
+
+
+class _Where:
+    """Turns a key into ``file:line`` for messages (tomllib keeps no positions)."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+
+    def __call__(self, table: str, key: str) -> str:
+        section = f"[{table}]"
+        inside = not table
+        for number, line in enumerate(self.lines, 1):
+            stripped = line.strip()
+            if stripped.startswith("["):
+                inside = stripped.split("#")[0].strip() == section
+            elif inside and re.match(rf"{re.escape(key)}\s*=", stripped):
+                return f"{self.path}:{number}"
+        return str(self.path)
+
+
+def _table(data: Mapping[str, Any], name: str, where: _Where) -> Mapping[str, Any]:
+    value = data.get(name) or {}
+    if not isinstance(value, Mapping):
+        raise TaskFileError(f"{where('', name)}: {name} must be a table, not {type(value).__name__}")
+    return value
+
+
+def _number(table: Mapping[str, Any], name: str, key: str, where: _Where, *, integer: bool = False) -> Any:
+    value = table.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise TaskFileError(f"{where(name, key)}: [{name}] {key} must be a non-negative number, not {value!r}")
+    return int(value) if integer else float(value)
+
+
+def _env(table: Mapping[str, Any], name: str, where: _Where) -> dict[str, str]:
+    value = table.get("env") or {}
+    if not isinstance(value, Mapping):
+        raise TaskFileError(f"{where(name, 'env')}: [{name}] env must be a table of strings")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def parse_memory_mb(value: Any) -> int | None:
+    """``"4G"``, ``"512M"``, ``"2048Mi"`` -> megabytes; ``None`` if it is not a size."""
+    found = _MEMORY.match(str(value))
+    if not found:
+        return None
+    return max(1, round(float(found.group(1)) * _MEMORY_FACTOR_MB[found.group(2).lower()]))
+
+
+def _from_config(path: Path, data: Mapping[str, Any], where: _Where) -> HarborTask:
+    metadata = _table(data, "metadata", where)
+    agent = _table(data, "agent", where)
+    verifier = _table(data, "verifier", where)
+    solution = _table(data, "solution", where)
+    environment = _table(data, "environment", where)
+    task_table = _table(data, "task", where)  # schema 1.1: name, description, keywords
+
+    memory_mb = _number(environment, "environment", "memory_mb", where, integer=True)
+    if memory_mb is None and environment.get("memory") is not None:  # the deprecated "4G" form
+        memory_mb = parse_memory_mb(environment["memory"])
+        if memory_mb is None:
+            raise TaskFileError(
+                f'{where("environment", "memory")}: [environment] memory must be a size like "4G", '
+                f"not {environment['memory']!r}"
+            )
+    allow_internet = environment.get("allow_internet")
+    if allow_internet is None and "network_mode" in environment:  # older tasks
+        allow_internet = environment["network_mode"] != "none"
+    if allow_internet is not None and not isinstance(allow_internet, bool):
+        raise TaskFileError(
+            f"{where('environment', 'allow_internet')}: [environment] allow_internet must be true or false"
+        )
+    image = environment.get("docker_image")
+    if image is not None and not isinstance(image, str):
+        raise TaskFileError(f"{where('environment', 'docker_image')}: [environment] docker_image must be a string")
+    workdir = environment.get("workdir")
+    if workdir is not None and not (isinstance(workdir, str) and workdir.startswith("/")):
+        raise TaskFileError(f"{where('environment', 'workdir')}: [environment] workdir must be an absolute path")
+    category = metadata.get("category")
+    tags = [*_strings(metadata.get("tags")), *_strings(task_table.get("keywords"))]
+    return HarborTask(
+        name=path.name,
+        path=path,
+        agent_timeout=_number(agent, "agent", "timeout_sec", where) or DEFAULT_TIMEOUT_SEC,
+        verifier_timeout=_number(verifier, "verifier", "timeout_sec", where) or DEFAULT_TIMEOUT_SEC,
+        verifier_env=_env(verifier, "verifier", where),
+        solution_env=_env(solution, "solution", where),
+        build_timeout=_number(environment, "environment", "build_timeout_sec", where) or DEFAULT_TIMEOUT_SEC,
+        docker_image=image or None,
+        workdir=workdir,
+        cpus=_number(environment, "environment", "cpus", where),
+        memory_mb=memory_mb,
+        storage_mb=_number(environment, "environment", "storage_mb", where, integer=True),
+        gpus=_number(environment, "environment", "gpus", where, integer=True) or 0,
+        allow_internet=True if allow_internet is None else allow_internet,
+        category=str(category) if category else None,
+        tags=tuple(dict.fromkeys(tags)),
+        config=data,
+    )
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [str(v) for v in value if isinstance(v, str | int | float) and str(v)]
+    return []

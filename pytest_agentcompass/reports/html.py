@@ -1,0 +1,371 @@
+"""One self-contained HTML page per run directory or session: metrics, counts, a chart, the task table.
+
+Everything is read from what the store wrote (``summary.json``,
+``run_info.json``, ``details/``, ``retry_details/``); nothing live. The page
+inlines its CSS and JS (``assets/``) and the data as one JSON block; the
+score chart is SVG drawn here. Per-task texts are clipped, more tightly the
+more tasks there are, and once the page's data reaches :data:`PAGE_BUDGET`
+the remaining tasks keep their table row but point to their detail file for
+the rest, so ten thousand tasks stay well under 10 MB.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import html
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .baseline import Baseline, compare, read_run_tasks, state_of
+from .gates import check_gates
+
+__all__ = ["PAGE_BUDGET", "render_page", "write_run_report", "write_session_report"]
+
+#: Characters of per-task detail text a page holds before it only links to detail files.
+PAGE_BUDGET = 6_000_000
+#: A trajectory file larger than this is linked, not inlined.
+TRAJECTORY_MAX_BYTES = 2_000_000
+REPORT_FILE = "report.html"
+
+
+def write_run_report(store: Any, baseline: Baseline | None = None) -> Path:
+    """``report.html`` in the run directory of ``store`` (a ``RunStore``), written through it."""
+    run_dir: Path = store.run_dir
+    page = render_page([run_dir], baseline, link_base=run_dir, title=f"{run_dir.parent.name} / {run_dir.name}")
+    path: Path = store.write_page(REPORT_FILE, page)
+    return path
+
+
+def write_session_report(path: Path, run_dirs: Sequence[Path], baseline: Baseline | None = None) -> Path:
+    """The page of a whole session (``--agentcompass-html``), written atomically to ``path``."""
+    page = render_page(run_dirs, baseline, link_base=path.parent, title="agentcompass session")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+    return path
+
+
+def _asset(name: str) -> str:
+    return resources.files(__package__).joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def render_page(run_dirs: Sequence[Path], baseline: Baseline | None, *, link_base: Path, title: str) -> str:
+    """The page for ``run_dirs`` (one or more requests); links are relative to ``link_base``."""
+    page = _Page(link_base, baseline, sum(_count_details(d) for d in run_dirs))
+    blocks = [page.add_run(Path(d), index) for index, d in enumerate(run_dirs)]
+    columns = ["request", "task", "category", "state", "score", "attempts", "retries", "duration", "tokens", "error"]
+    if baseline is not None:
+        columns.append("change")
+    data = {"columns": columns, "rows": page.rows, "details": page.details, "requests": page.requests}
+    # "</" must not end the script element early; "<!--" must not open a comment.
+    payload = json.dumps(data, separators=(",", ":"), default=str).replace("<", "\\u003c")
+    requests = "\n".join(blocks)
+    options = "".join(f'<option value="{i}">{_e(r["name"])}</option>' for i, r in enumerate(page.requests))
+    change_filter = (
+        '<select id="f-change" aria-label="change"><option value="">any change</option>'
+        + "".join(f"<option>{c}</option>" for c in ("regression", "improvement", "still failing", "new", "unchanged"))
+        + "</select>"
+        if baseline is not None
+        else ""
+    )
+    heads = "".join(f'<th data-col="{c}">{c}</th>' for c in columns)
+    generated = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    source = f" · baseline: {_e(baseline.source)}" if baseline is not None else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<title>{_e(title)}</title><style>{_asset("report.css")}</style></head>
+<body>
+<h1>{_e(title)}</h1><div class="meta">generated {generated} · {len(page.rows)} tasks{source}</div>
+<div class="requests">{requests}</div>
+<div class="controls">
+<input id="f-q" type="search" placeholder="filter: task id, category, error" aria-label="search">
+<select id="f-state" aria-label="state"><option value="">any state</option><option>passed</option>
+<option>failed</option><option>error</option></select>
+<select id="f-request" aria-label="request"><option value="">any request</option>{options}</select>
+{change_filter}<span id="shown" class="meta"></span></div>
+<table id="tasks"><thead><tr>{heads}</tr></thead><tbody></tbody></table><div id="more" class="meta"></div>
+<script id="agentcompass-data" type="application/json">{payload}</script>
+<script>{_asset("report.js")}</script>
+</body></html>
+"""
+
+
+def _count_details(run_dir: Path) -> int:
+    with contextlib.suppress(OSError):
+        return sum(1 for _ in os.scandir(run_dir / "details"))
+    return 0
+
+
+class _Page:
+    """Collects rows, details and request blocks, holding the page to its budget."""
+
+    def __init__(self, link_base: Path, baseline: Baseline | None, total_tasks: int) -> None:
+        self.link_base = link_base
+        self.baseline = baseline
+        # Per-text clip: generous for a few tasks, tight for thousands.
+        self.clip = max(160, min(8000, PAGE_BUDGET // max(1, total_tasks * 6)))
+        self.spent = 0
+        self.rows: list[list[Any]] = []
+        self.details: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []
+
+    def add_run(self, run_dir: Path, index: int) -> str:
+        summary = _read(run_dir / "summary.json")
+        info = _read(run_dir / "run_info.json")
+        name = str(summary.get("request") or info.get("request") or run_dir.parent.name)
+        order = {str(t.get("task_id")): n for n, t in enumerate(summary.get("tasks", []))}
+        details = sorted(
+            _iter_details(run_dir), key=lambda d: (order.get(str(d.get("task_id")), len(order)), str(d.get("task_id")))
+        )
+        changes: dict[str, str] = {}
+        if self.baseline is not None:
+            old = self.baseline.request(name) or {}
+            changes = compare(old, read_run_tasks(run_dir)[1]).change_of() if old else {}
+        default_change = "unchanged" if self.baseline is not None and self.baseline.request(name) else "new"
+        scores: list[float] = []
+        states = {"passed": 0, "failed": 0, "error": 0}
+        for detail in details:
+            state = state_of(str(detail.get("status", "")), bool(detail.get("passed")))
+            states[state] += 1
+            if state != "error" and isinstance(detail.get("score"), int | float):
+                scores.append(float(detail["score"]))
+            self._add_task(
+                run_dir, len(self.requests), detail, state, changes.get(str(detail.get("task_id")), default_change)
+            )
+        metrics = summary.get("metrics") or {}
+        gates = _gates_of(info, name)
+        self.requests.append({"name": name, "run_id": run_dir.name})
+        return _request_block(name, run_dir, info, summary, metrics, states, gates, scores)
+
+    def _add_task(self, run_dir: Path, request: int, detail: Mapping[str, Any], state: str, change: str) -> None:
+        task_id = str(detail.get("task_id"))
+        error = str(detail.get("error") or "")
+        metadata = detail.get("metadata") or {}
+        usage = metadata.get("usage") if isinstance(metadata, dict) else None
+        tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
+        row = [
+            request,
+            task_id,
+            detail.get("category"),
+            state,
+            detail.get("score"),
+            detail.get("attempts"),
+            detail.get("retries"),
+            detail.get("duration"),
+            tokens,
+            error.strip().splitlines()[0][:200] if error.strip() else "",
+        ]
+        if self.baseline is not None:
+            row.append(change)
+        self.rows.append(row)
+        self.details.append(self._detail(run_dir, task_id, detail))
+
+    def _detail(self, run_dir: Path, task_id: str, detail: Mapping[str, Any]) -> dict[str, Any]:
+        link = self._link(run_dir / "details" / f"{task_id}.json")
+        if self.spent >= PAGE_BUDGET:
+            return {"detail": link, "omitted": "details omitted to keep the page small: open the detail record"}
+        clip = self.clip
+        out: dict[str, Any] = {
+            "detail": link,
+            "output": _clip(detail.get("output"), clip),
+            "error": _clip(detail.get("error"), clip),
+            "trace": _clip(detail.get("trace"), clip * 2),
+            "notes": [_clip(n, clip) for n in detail.get("notes") or []],
+            "attempts": [
+                f"attempt {i}: {a.get('status')} score={a.get('score')}"
+                + (f" error={_clip(a.get('error'), clip)}" if a.get("error") else "")
+                for i, a in (detail.get("attempt_results") or {}).items()
+                if isinstance(a, dict)
+            ],
+        }
+        if detail.get("retries"):
+            out["retries"] = [
+                f"attempt {r.get('attempt_index')} retry {r.get('retry_number')} ({r.get('stage')}): "
+                + _clip(r.get("error"), clip)
+                for r in _iter_json(sorted((run_dir / "retry_details" / task_id).glob("*.json")))
+            ]
+        artifacts, conversation = self._artifacts(run_dir, detail)
+        out["artifacts"] = artifacts
+        out["conversation"] = conversation
+        self.spent += len(json.dumps(out, default=str))
+        return out
+
+    def _artifacts(self, run_dir: Path, detail: Mapping[str, Any]) -> tuple[list[list[Any]], list[list[str]]]:
+        artifacts = detail.get("artifacts") or {}
+        metadata = detail.get("metadata") or {}
+        rows: list[list[Any]] = []
+        conversation: list[list[str]] = []
+        for name, value in artifacts.items() if isinstance(artifacts, dict) else ():
+            path = _existing_file(run_dir, value)
+            rows.append([str(name), self._link(path) if path else None, "" if path else _clip(value, 200)])
+        for source in (
+            artifacts.get("trajectory") if isinstance(artifacts, dict) else None,
+            metadata.get("trajectory") if isinstance(metadata, dict) else None,
+            detail.get("trajectory"),
+        ):
+            conversation = _conversation(run_dir, source, self.clip)
+            if conversation:
+                break
+        return rows, conversation
+
+    def _link(self, path: Path) -> str:
+        try:
+            return Path(os.path.relpath(path, self.link_base)).as_posix()
+        except ValueError:  # another drive
+            return path.resolve().as_uri()
+
+
+def _request_block(
+    name: str,
+    run_dir: Path,
+    info: Mapping[str, Any],
+    summary: Mapping[str, Any],
+    metrics: Mapping[str, Any],
+    states: Mapping[str, int],
+    gates: Mapping[str, float],
+    scores: Sequence[float],
+) -> str:
+    status = summary.get("status") or info.get("status") or "unknown"
+    counts = "".join(f'<span class="{k}">{k}: <b>{v}</b></span>' for k, v in states.items())
+    rows = "".join(f"<tr><td>{_e(k)}</td><td>{_e(_fmt(v))}</td></tr>" for k, v in metrics.items())
+    gate_html = ""
+    if gates:
+        check = check_gates(name, gates, metrics)
+        lines = [f'<tr><td class="missed">missed</td><td>{_e(m)}</td></tr>' for m in check.missed]
+        lines += [f"<tr><td>met</td><td>{_e(m)}</td></tr>" for m in check.met]
+        gate_html = (
+            f'<h4>gates: {"met" if check.passed else "MISSED"}</h4><table class="gates">{"".join(lines)}</table>'
+        )
+    return (
+        f'<section class="request" data-request="{_e(name)}"><h2>{_e(name)}</h2>'
+        f'<div class="meta">run {_e(run_dir.name)} · {_e(status)}</div>'
+        f'<div class="counts">{counts}</div><table class="metrics">{rows}</table>{gate_html}'
+        f"{_chart(scores, states.get('error', 0))}</section>"
+    )
+
+
+def _chart(scores: Sequence[float], errors: int) -> str:
+    """An SVG histogram of scores in ten bins over [0, 1], plus a bar for errors."""
+    bins = [0] * 10
+    for score in scores:
+        bins[min(9, max(0, int(score * 10)))] += 1
+    bars = [*bins, errors]
+    top = max(bars) or 1
+    width, height, bar = 330, 120, 26
+    parts = [
+        f'<svg class="chart" role="img" aria-label="score distribution" width="{width}" height="{height + 30}" '
+        f'viewBox="0 0 {width} {height + 30}" xmlns="http://www.w3.org/2000/svg">'
+    ]
+    for i, count in enumerate(bars):
+        h = round(count / top * height)
+        x = 4 + i * (bar + 3)
+        color = "#cf222e" if i == 10 else "#0969da"
+        label = "errors" if i == 10 else f"score {i / 10:.1f}-{(i + 1) / 10:.1f}"
+        tick = "err" if i == 10 else f"{i / 10:.1f}"
+        parts.append(
+            f'<rect x="{x}" y="{height - h}" width="{bar}" height="{h}" fill="{color}">'
+            f"<title>{label}: {count}</title></rect>"
+            f'<text x="{x + bar / 2}" y="{height + 12}" font-size="9" text-anchor="middle">{tick}</text>'
+        )
+    parts.append(f'<text x="4" y="{height + 27}" font-size="10">score distribution ({len(scores)} scored)</text></svg>')
+    return "".join(parts)
+
+
+def _gates_of(info: Mapping[str, Any], name: str) -> dict[str, float]:
+    for req in (info.get("config") or {}).get("requests") or []:
+        if isinstance(req, dict) and req.get("name") == name:
+            return dict(req.get("gates") or {})
+    return {}
+
+
+def _conversation(run_dir: Path, source: Any, clip: int) -> list[list[str]]:
+    """``[role, text]`` pairs from a trajectory: a file path, an events record or a message list."""
+    path = _existing_file(run_dir, source)
+    if path is not None:
+        if path.stat().st_size > TRAJECTORY_MAX_BYTES:
+            return [["note", f"trajectory of {path.stat().st_size} bytes: open {path.name}"]]
+        source = _read(path)
+    messages: list[Any] = []
+    if isinstance(source, dict):
+        if isinstance(source.get("events"), list):
+            for event in source["events"]:
+                if isinstance(event, dict) and "message" in event:
+                    messages.append(event["message"])
+                elif isinstance(event, dict) and event.get("type") == "error":
+                    messages.append({"role": "error", "content": event.get("error")})
+        elif isinstance(source.get("messages"), list):
+            messages = source["messages"]
+    elif isinstance(source, list):
+        messages = source
+    out: list[list[str]] = []
+    for message in messages[-60:] if len(messages) > 60 else messages:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if isinstance(content, list):  # content parts
+            content = "\n".join(str(p.get("text", p)) if isinstance(p, dict) else str(p) for p in content)
+        text = "" if content is None else str(content)
+        for call in message.get("tool_calls") or ():
+            function = call.get("function", {}) if isinstance(call, dict) else {}
+            text += f"\n-> {function.get('name')}({function.get('arguments')})"
+        out.append([str(message.get("role", "?")), _clip(text, clip * 2)])
+    if len(messages) > 60:
+        out.insert(0, ["note", f"{len(messages) - 60} earlier message(s) not shown"])
+    return out
+
+
+def _existing_file(run_dir: Path, value: Any) -> Path | None:
+    if not isinstance(value, str) or not value or len(value) > 4096 or "\n" in value:
+        return None
+    path = Path(value)
+    path = path if path.is_absolute() else run_dir / path
+    with contextlib.suppress(OSError):
+        if path.is_file():
+            return path
+    return None
+
+
+def _iter_details(run_dir: Path) -> Iterable[dict[str, Any]]:
+    folder = run_dir / "details"
+    return _iter_json(sorted(folder.glob("*.json")) if folder.is_dir() else [])
+
+
+def _iter_json(paths: Iterable[Path]) -> Iterable[dict[str, Any]]:
+    for path in paths:
+        data = _read(path)
+        if data:
+            yield data
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _clip(value: Any, limit: int) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more characters]"
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)

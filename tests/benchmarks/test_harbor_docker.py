@@ -1,0 +1,250 @@
+"""The ``harbor`` benchmark with ``oracle``, ``nop`` and ``command`` on the real Docker engine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harbor_tasks import (
+    BUSYBOX,
+    BUSYBOX_DOCKERFILE,
+    containers_of,
+    details,
+    harbor_request,
+    remove_images,
+    run_dir,
+    write_task,
+)
+
+from conftest import write_config
+
+#: Run as the agent: gives an image without bash the small shim the verifier needs.
+SHIM = "printf '#!/bin/sh\\nexec /bin/sh \"$@\"\\n' > /bin/bash && chmod 755 /bin/bash"
+EXAMPLE = Path(__file__).parents[2] / "example_suites" / "terminal" / "tasks"
+
+
+def engine_ready() -> bool:
+    probe = subprocess.run(["docker", "image", "inspect", BUSYBOX], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+if not engine_ready():
+    if os.environ.get("CI"):
+        raise RuntimeError("CI must start the Docker engine first: bash scripts/start-docker.sh")
+    pytest.skip("no Docker engine with the test image (run scripts/start-docker.sh)", allow_module_level=True)
+
+
+@pytest.fixture
+def own_images(pytester: pytest.Pytester) -> Iterator[list[Path]]:
+    """Task dirs whose (unique) images the test builds; removed afterwards so nothing is left.
+
+    The tags come from the build logs' names (the SDK stays out of this process).
+    """
+    tasks: list[Path] = []
+    yield tasks
+    logs = pytester.path.glob("runs/*/*/images/*.log")
+    remove_images({"agentcompass-task:" + log.stem.rpartition("-")[2] for log in logs})
+
+
+def outcome(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", *args)
+
+
+def test_same_outcomes_under_xdist(pytester: pytest.Pytester) -> None:
+    shutil.copytree(EXAMPLE, pytester.path / "tasks")
+    write_config(pytester, [harbor_request("oracle", "tasks"), harbor_request("nop", "tasks", harness="nop")])
+    result = outcome(pytester, "-n", "2")
+    result.assert_outcomes(passed=5, failed=5)
+    for name, score in (("oracle", 1.0), ("nop", 0.0)):
+        assert {d["score"] for d in details(pytester.path, name).values()} == {score}
+        assert containers_of(run_dir(pytester.path, name).name) == []
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["in-process-loop", "xdist"])
+def test_image_built_once_per_run_and_not_again(
+    pytester: pytest.Pytester, own_images: list[Path], workers: list[str]
+) -> None:
+    tasks = pytester.path / "tasks"
+    first = write_task(tasks, "one", unique=True)
+    for name in ("two", "three"):
+        shutil.copytree(first, tasks / name)  # the same context: the same image
+    own_images.append(first)
+    write_config(pytester, [harbor_request("cached", "tasks", execution={"attempts": {"k": 2}})])
+    outcome(pytester, *workers).assert_outcomes(passed=3)
+    logs = list((run_dir(pytester.path, "cached") / "images").glob("*.log"))
+    assert len(logs) == 1  # six attempts (in two processes under xdist), one build
+    assert logs[0].read_text().count("Successfully built") == 1
+    result = outcome(pytester, *workers)
+    result.assert_outcomes(passed=3)
+    assert not list((run_dir(pytester.path, "cached") / "images").glob("*.log"))  # nothing built this time
+
+
+def test_failed_build_is_a_setup_error_of_its_tasks(pytester: pytest.Pytester, own_images: list[Path]) -> None:
+    tasks = pytester.path / "tasks"
+    broken = BUSYBOX_DOCKERFILE + "RUN echo build-went-wrong-here && exit 3\n"
+    own_images.append(write_task(tasks, "bad", dockerfile=broken, unique=True))
+    write_task(tasks, "good")
+    write_config(pytester, [harbor_request("builds", "tasks")])
+    result = outcome(pytester)
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*ERROR at setup of builds::bad*", "*building the image of*failed*", "*build-went-wrong-here*"]
+    )
+    error = details(pytester.path, "builds")["bad"]["error"]
+    assert "build log:" in error and "images" in error
+
+
+def test_build_timeout(pytester: pytest.Pytester, own_images: list[Path]) -> None:
+    tasks = pytester.path / "tasks"
+    # Unique, so no layer cached by an earlier run can stand in for the slow step.
+    slow = BUSYBOX_DOCKERFILE + f"RUN echo {uuid.uuid4().hex} && sleep 60\n"
+    own_images.append(write_task(tasks, "slow", dockerfile=slow, build_timeout=2, unique=True))
+    write_config(pytester, [harbor_request("slow", "tasks")])
+    result = outcome(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*building the image of*timed out after 2s*"])
+
+
+@pytest.mark.parametrize(
+    ("test", "message"),
+    [
+        ("echo checked >&2; exit 7", "*neither /logs/verifier/reward.txt nor*exit code 7*\nchecked"),
+        (": > /logs/verifier/reward.txt", "*reward.txt is empty*"),
+        ("echo passed > /logs/verifier/reward.txt", "*reward.txt holds 'passed', not a number*"),
+        ("echo '[1]' > /logs/verifier/reward.json", "*reward.json must hold an object*"),
+        ("echo started; sleep 30", "*verifier timed out after 1s*"),
+    ],
+    ids=["missing", "empty", "word", "json-list", "timeout"],
+)
+def test_unusable_reward_is_an_evaluation_error(pytester: pytest.Pytester, test: str, message: str) -> None:
+    write_task(
+        pytester.path / "tasks", "t", test=f"#!/bin/bash\n{test}\n", verifier_timeout=1 if "sleep" in test else 60
+    )
+    write_config(pytester, [harbor_request("rewards", "tasks")])
+    result = outcome(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(message.split("\n"))
+    detail = details(pytester.path, "rewards")["t"]
+    assert detail["status"] == "evaluation_error" and detail["score"] is None
+    assert "exit_code" in detail["attempt_results"]["0"]["metadata"]["verifier"]
+
+
+def test_reward_json_mean_and_named_key(pytester: pytest.Pytester) -> None:
+    test = '#!/bin/bash\necho \'{"a": 1, "b": 0, "note": "x"}\' > /logs/verifier/reward.json\n'
+    write_task(pytester.path / "tasks", "t", test=test)
+    write_config(
+        pytester,
+        [
+            harbor_request("mean", "tasks", execution={"pass_threshold": 0.5}),
+            harbor_request("keyed", "tasks", params={"reward_key": "a"}),
+        ],
+    )
+    outcome(pytester).assert_outcomes(passed=2)
+    assert details(pytester.path, "mean")["t"]["score"] == 0.5
+    assert details(pytester.path, "keyed")["t"]["score"] == 1.0
+    assert details(pytester.path, "keyed")["t"]["metadata"]["rewards"] == {"a": 1.0, "b": 0.0}
+
+
+def test_an_agent_written_reward_does_not_count(pytester: pytest.Pytester) -> None:
+    write_task(pytester.path / "tasks", "t", test="#!/bin/bash\necho no reward written\n")
+    cheat = ["sh", "-c", "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt"]
+    write_config(pytester, [harbor_request("cheat", "tasks", harness="command", harness_params={"command": cheat})])
+    outcome(pytester).assert_outcomes(errors=1)
+
+
+def test_task_errors_named_and_other_tasks_run(pytester: pytest.Pytester) -> None:
+    tasks = pytester.path / "tasks"
+    write_task(tasks, "ok")
+    # A prebuilt image the engine does not have: the task's Dockerfile is built instead.
+    write_task(tasks, "prebuilt-elsewhere", environment='docker_image = "agentcompass-absent:never"')
+    write_task(tasks, "bad-toml", toml='version = "1.0"\n[agent]\ntimeout_sec = = 3\n')
+    write_task(tasks, "gpu", environment="gpus = 1")
+    compose = write_task(tasks, "compose")
+    (compose / "environment" / "docker-compose.yaml").write_text("services: {}\n")
+    write_task(tasks, "no-dockerfile", dockerfile=None)
+    write_task(tasks, "absent-image", dockerfile=None, environment='docker_image = "agentcompass-absent:never"')
+    write_config(pytester, [harbor_request("errors", "tasks")])
+    result = outcome(pytester)
+    result.assert_outcomes(passed=2, errors=5)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*bad-toml/task.toml:3: invalid TOML*",
+            "*needs 1 GPU(s)*does not expose GPUs*",
+            "*docker-compose.yaml: docker compose task environments are not supported yet*",
+            "*needs params.image, or a benchmark that gives each task an image or a Dockerfile*",
+            "*image 'agentcompass-absent:never' (the task's) is not on the engine and the task has no Dockerfile*",
+        ]
+    )
+    assert "INTERNALERROR" not in result.stdout.str()
+
+
+def test_docker_image_limits_workdir_and_verifier_env(pytester: pytest.Pytester) -> None:
+    # No Dockerfile: the task names its image. Limits become container limits.
+    test = """#!/bin/bash
+mem=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes)
+cpu=$(cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us)
+echo "mem=$mem cpu=$cpu pwd=$PWD user=$(id -u) flavour=$FLAVOUR"
+[ "$mem" = 67108864 ] && case "$cpu" in 50000*) true;; *) false;; esac && [ "$PWD" = / ] \
+  && [ "$(id -u)" = 0 ] && [ "$FLAVOUR" = plain ] && echo 1 > /logs/verifier/reward.txt
+"""
+    environment = f'docker_image = "{BUSYBOX}"\ncpus = 0.5\nmemory = "64M"\n'
+    task = write_task(pytester.path / "tasks", "limits", test=test, dockerfile=None, environment=environment)
+    toml = (task / "task.toml").read_text().replace("[verifier]\n", '[verifier]\nenv = { FLAVOUR = "plain" }\n')
+    (task / "task.toml").write_text(toml)
+    # The busybox image has no bash: give the verifier one through the oracle.
+    (task / "solution" / "solve.sh").write_text("true\n")
+    write_config(
+        pytester,
+        [harbor_request("limits", "tasks", harness="command", harness_params={"command": ["sh", "-c", SHIM]})],
+    )
+    result = outcome(pytester)
+    result.assert_outcomes(passed=1)
+
+
+def test_command_harness_sees_instruction_but_not_tests(pytester: pytest.Pytester) -> None:
+    write_task(
+        pytester.path / "tasks",
+        "t",
+        test='#!/bin/bash\n[ "$(cat /app/said)" = "Task t." ] && echo 1 > /logs/verifier/reward.txt\n',
+    )
+    agent = ["sh", "-c", 'test ! -e /tests && test ! -e /solution && printf "%s" "$AGENTCOMPASS_PROMPT" > /app/said']
+    write_config(pytester, [harbor_request("cmd", "tasks", harness="command", harness_params={"command": agent})])
+    outcome(pytester).assert_outcomes(passed=1)
+
+
+def test_image_tag_follows_context_and_base_image(tmp_path: Path) -> None:
+    # In a child process: the SDK's HTTP session is kept out of the test worker.
+    script = f"""
+import io, sys, uuid
+from pathlib import Path
+import docker
+from pytest_agentcompass.environments.docker_images import image_tag
+client = docker.from_env()
+base = "agentcompass-test-base:" + uuid.uuid4().hex[:12]
+context = Path(sys.argv[1])
+(context / "Dockerfile").write_text(f"FROM {{base}} AS build\\nFROM build\\nFROM scratch\\n")
+try:
+    absent = image_tag(client, context)
+    client.images.get("{BUSYBOX}").tag(base)
+    on_busybox = image_tag(client, context)
+    assert on_busybox != absent and on_busybox == image_tag(client, context)
+    (context / "extra.txt").write_text("x")
+    changed = image_tag(client, context)
+    assert changed != on_busybox
+    other, _ = client.images.build(fileobj=io.BytesIO(f"FROM {BUSYBOX}\\nLABEL o={{base}}\\n".encode()), rm=True)
+    other.tag(base)  # the same name on another image: another tag
+    assert image_tag(client, context) != changed
+finally:
+    client.images.remove(base, force=True)
+print("ok")
+"""
+    context = tmp_path / "env"
+    context.mkdir()
+    done = subprocess.run([sys.executable, "-c", script, str(context)], capture_output=True, text=True, check=False)
+    assert done.stdout.strip() == "ok", done.stderr

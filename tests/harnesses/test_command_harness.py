@@ -1,0 +1,119 @@
+"""The ``command`` harness for agent CLIs: env, model variables, {instruction}, setup, artifacts."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import pytest
+
+from agent_helpers import FILE_TASKS, detail, run_dir
+from conftest import write_config
+
+RUN = ("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
+SECRET = "tok-5d1e0c2b9a8f"
+MODEL_KEY = "sk-cli-key-77aa11bb"
+IMAGE = "agentcompass-busybox:test"
+
+AGENT = (
+    'printf hi > hello.txt; '
+    'echo "model=$AGENTCOMPASS_MODEL url=$OPENAI_BASE_URL key=$OPENAI_API_KEY '
+    'token=$MY_TOKEN task=$AGENTCOMPASS_TASK_ID"; '
+    'echo "log line" > "$AGENTCOMPASS_LOGS_DIR/agent.log"; mkdir -p "$AGENTCOMPASS_LOGS_DIR/sub"; '
+    'echo nested > "$AGENTCOMPASS_LOGS_DIR/sub/more.txt"; echo "instruction: $1" >&2'
+)
+
+
+def command_request(params: dict[str, Any], environment: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "name": "cli",
+        "benchmark": {"id": FILE_TASKS},
+        "harness": {"id": "command", "params": params},
+        "environment": environment or {"id": "local"},
+        "model": {"id": "cli-model", "params": {"base_url": "http://127.0.0.1:9/v1", "api_key": "${MODEL_KEY}"}},
+    }
+
+
+@pytest.fixture(autouse=True)
+def secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_SECRET", SECRET)
+    monkeypatch.setenv("MODEL_KEY", MODEL_KEY)
+
+
+def full_params() -> dict[str, Any]:
+    return {
+        "command": ["sh", "-c", AGENT, "sh", "{instruction}"],
+        "timeout": 60,
+        "env": {"MY_TOKEN": "${MY_SECRET}"},
+        "setup": ["mkdir -p tools && echo installed > tools/marker", ["sh", "-c", "cat tools/marker"]],
+    }
+
+
+def check_run(pytester: pytest.Pytester) -> None:
+    record = detail(pytester, name="cli")
+    assert record["output"] == "model=cli-model url=http://127.0.0.1:9/v1 key=*** token=*** task=file-0"
+    setup = record["metadata"]["setup"]
+    assert [s["exit_code"] for s in setup] == [0, 0] and setup[1]["stdout_tail"] == "installed\n"
+    artifacts = record["artifacts"]
+    folder = run_dir(pytester, "cli")
+    assert (folder / artifacts["stdout"]).read_text().startswith("model=cli-model")
+    assert (folder / artifacts["stderr"]).read_text() == "instruction: Write 'hi' into hello.txt.\n"
+    logs = sorted(artifacts["logs"])
+    assert logs == [f"artifacts/file-0/attempt-0/agent/logs/{name}" for name in ("agent.log", "sub/more.txt")]
+    assert (folder / logs[0]).read_text() == "log line\n"
+    everything = b"".join(p.read_bytes() for p in pytester.path.rglob("*") if p.is_file())
+    assert SECRET.encode() not in everything and MODEL_KEY.encode() not in everything
+
+
+def test_agent_cli_gets_env_model_instruction_and_setup_on_local(pytester: pytest.Pytester) -> None:
+    write_config(pytester, [command_request(full_params())])
+    result = pytester.runpytest(*RUN)
+    result.assert_outcomes(passed=1)
+    assert SECRET not in result.stdout.str() and MODEL_KEY not in result.stdout.str()
+    check_run(pytester)
+
+
+def test_failed_setup_command_is_an_inference_error(pytester: pytest.Pytester) -> None:
+    params = {"command": "sh -c 'printf hi > hello.txt'", "setup": ["echo preparing", "echo broken >&2; exit 3"]}
+    write_config(pytester, [command_request(params)])
+    result = pytester.runpytest(*RUN)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*inference_error*setup command 1 exited with 3: broken*"])
+    assert [s["exit_code"] for s in detail(pytester, name="cli")["metadata"]["setup"]] == [0, 3]
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (
+            {"command": "sh -c 'echo", "timeout": 5},
+            "harness.params.command: cannot split the command*No closing quotation",
+        ),
+        ({"command": "true", "timeout": "30"}, "harness.params.timeout: Input should be a valid number"),
+        ({"command": "true", "env": {"A": 1}}, "harness.params.env.A: Input should be a valid string"),
+        ({"command": "true", "setup": [[]]}, "harness.params.setup: *setup[[]0] is an empty list"),
+    ],
+)
+def test_bad_params_are_config_errors(pytester: pytest.Pytester, params: dict[str, Any], message: str) -> None:
+    write_config(pytester, [command_request(params)])
+    result = pytester.runpytest(*RUN)
+    assert result.ret != 0
+    result.stdout.fnmatch_lines([f"*agentcompass.yaml:*: requests[[]0].{message}*"])
+    assert "Traceback" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()
+
+
+def docker_ready() -> bool:
+    try:
+        probe = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, check=False)
+    except FileNotFoundError:
+        return False
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not docker_ready(), reason="no Docker engine with the test image (run scripts/start-docker.sh)")
+def test_agent_cli_in_docker(pytester: pytest.Pytester) -> None:
+    write_config(pytester, [command_request(full_params(), {"id": "docker", "params": {"image": IMAGE}})])
+    result = pytester.runpytest(*RUN)
+    result.assert_outcomes(passed=1)
+    assert SECRET not in result.stdout.str() and MODEL_KEY not in result.stdout.str()
+    check_run(pytester)

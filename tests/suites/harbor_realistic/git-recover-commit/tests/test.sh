@@ -1,0 +1,14 @@
+#!/bin/bash
+# Shaped like published Terminal-Bench 2 verifiers: refuse to run from /,
+# run pytest on /tests, turn its exit code into /logs/verifier/reward.txt.
+if [ "$PWD" = "/" ]; then
+    echo "Error: No working directory set. Please set a WORKDIR in your Dockerfile before running this script."
+    exit 1
+fi
+mkdir -p /logs/verifier
+python3 -m pytest "$TEST_DIR/test_outputs.py" -rA -p no:cacheprovider
+if [ $? -eq 0 ]; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi

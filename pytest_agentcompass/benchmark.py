@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, TaskSpec
+from .types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
 
 if TYPE_CHECKING:
     from .config import RunRequest
@@ -97,12 +97,13 @@ class BaseBenchmark:
         threshold = req.execution.pass_threshold
         k = req.execution.attempts.k
         # One pass: ``results`` may be read from disk lazily, one task at a time.
-        tasks = scored = errors = passed = any_pass = 0
+        tasks = scored = errors = environment_errors = passed = any_pass = 0
         total = pass_at_1 = 0.0
         for r in results:
             tasks += 1
             if r.is_error:
                 errors += 1
+                environment_errors += r.status is RunStatus.ENVIRONMENT_ERROR
                 continue
             if r.score is None:
                 continue
@@ -121,6 +122,8 @@ class BaseBenchmark:
             "k": k,
             "mean_score": total / scored if scored else None,
         }
+        if environment_errors:  # an infrastructure problem, not the agent's: shown apart
+            metrics["environment_errors"] = environment_errors
         if tasks:
             metrics["pass@1"] = pass_at_1 / tasks
             metrics[f"pass@{k}"] = any_pass / tasks

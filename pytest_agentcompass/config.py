@@ -202,6 +202,8 @@ class LoadedConfig:
     path: Path
     orchestration: Orchestration
     secrets: frozenset[str] = field(default_factory=frozenset)
+    #: The YAML paths whose value came from a ``${VAR}``: masked whole in every record of the config.
+    secret_paths: frozenset[tuple[Any, ...]] = field(default_factory=frozenset)
     #: Line of every YAML path, for errors found after loading (component params).
     lines: Mapping[tuple[Any, ...], int] = field(default_factory=dict)
 
@@ -223,10 +225,26 @@ class LoadedConfig:
         return ConfigError(f"{self.path}:{_closest_line(loc, self.lines)}: {format_loc(loc)}: {message}")
 
     def redacted_dump(self) -> dict[str, Any]:
-        """The resolved config with every ``${VAR}`` value replaced by ``***``."""
-        from .redact import Redactor
+        """The resolved config: every field a ``${VAR}`` was expanded into is ``***``, and long
+        secret values are masked inside any other text."""
+        from .redact import MASK, Redactor
 
-        return Redactor(self.secrets).apply(self.orchestration.model_dump(mode="json"))  # type: ignore[no-any-return]
+        dump = self.orchestration.model_dump(mode="json")
+        for path in self.secret_paths:
+            holder: Any = dump
+            for key in path[:-1]:
+                try:
+                    holder = holder[key]
+                except (KeyError, IndexError, TypeError):
+                    break
+            else:
+                if isinstance(holder, dict | list) and _has(holder, path[-1]):
+                    holder[path[-1]] = MASK
+        return Redactor(self.secrets).apply(dump, whole_values=True)  # type: ignore[no-any-return]
+
+
+def _has(holder: dict[Any, Any] | list[Any], key: Any) -> bool:
+    return key in holder if isinstance(holder, dict) else isinstance(key, int) and 0 <= key < len(holder)
 
 
 def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> LoadedConfig:
@@ -257,15 +275,16 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
         )
     lines = dict(_node_lines(node, ())) if node is not None else {}
     secrets: set[str] = set()
+    secret_paths: set[tuple[Any, ...]] = set()
     problems: list[tuple[tuple[Any, ...], str]] = []
-    data = _expand(data, (), environ if environ is not None else dict(os.environ), secrets, problems)
+    data = _expand(data, (), environ if environ is not None else dict(os.environ), secrets, problems, secret_paths)
     if problems:
         raise ConfigError("\n".join(f"{file}:{lines.get(loc, 1)}: {msg}" for loc, msg in problems))
     try:
         orchestration = Orchestration.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_validation(file, exc, lines)) from None
-    return LoadedConfig(file, orchestration, frozenset(secrets), lines)
+    return LoadedConfig(file, orchestration, frozenset(secrets), frozenset(secret_paths), lines)
 
 
 def format_loc(loc: tuple[Any, ...]) -> str:
@@ -331,13 +350,15 @@ def _expand(
     environ: dict[str, str],
     secrets: set[str],
     problems: list[tuple[tuple[Any, ...], str]],
+    paths: set[tuple[Any, ...]],
 ) -> Any:
     if isinstance(value, dict):
-        return {k: _expand(v, (*loc, k), environ, secrets, problems) for k, v in value.items()}
+        return {k: _expand(v, (*loc, k), environ, secrets, problems, paths) for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand(v, (*loc, i), environ, secrets, problems) for i, v in enumerate(value)]
+        return [_expand(v, (*loc, i), environ, secrets, problems, paths) for i, v in enumerate(value)]
     if not isinstance(value, str) or "${" not in value:
         return value
+    paths.add(loc)
 
     def substitute(match: re.Match[str]) -> str:
         name = match.group(1)

@@ -1,4 +1,15 @@
-"""Secret redaction for everything the run store writes."""
+"""Secret redaction for everything the run store and the reports write.
+
+Every ``${VAR}`` expansion of the config is a secret, and so is a value a
+harness learns at run time (:func:`add_runtime_secret`, e.g. an API key read
+from the process environment). A value of at least :data:`MIN_SECRET_LENGTH`
+characters is masked wherever it appears, inside any text. A shorter one
+(``1``, ``true``, a port) would also match run ids, task ids, ``pass@1`` and
+ordinary words, so it is masked only as a whole value: in the config fields it
+was expanded into, and wherever a recorded value equals it exactly
+(``whole_values=True``). Short runtime values are placeholders
+(``api_key: none`` for a local server) and are not masked at all.
+"""
 
 from __future__ import annotations
 
@@ -8,39 +19,36 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["MIN_RUNTIME_SECRET", "Redactor", "SecretLogFilter", "add_runtime_secret"]
+__all__ = ["MIN_SECRET_LENGTH", "Redactor", "SecretLogFilter", "add_runtime_secret"]
 
 MASK = "***"
-#: Shorter values are placeholders (``api_key: none`` for a local server), not secrets:
-#: masking them would garble every output that happens to contain them.
-MIN_RUNTIME_SECRET = 8
+#: Secrets shorter than this are masked as whole values only, never inside other text.
+MIN_SECRET_LENGTH = 8
 
 _lock = threading.Lock()
 _runtime: frozenset[str] = frozenset()
 
 
 def add_runtime_secret(value: str) -> None:
-    """Mask ``value`` in everything written from now on, in this process.
-
-    For secrets that do not come from a ``${VAR}`` of the config, such as an
-    API key a harness read from the process environment.
-    """
+    """Mask ``value`` in everything written from now on, in this process."""
     global _runtime
-    if len(value) < MIN_RUNTIME_SECRET or value in _runtime:
+    if len(value) < MIN_SECRET_LENGTH or value in _runtime:
         return
     with _lock:
         _runtime = _runtime | {value}
 
 
 class Redactor:
-    """Replaces known secret values (``${VAR}`` expansions) wherever they appear.
+    """Replaces known secret values wherever they appear.
 
     Longer secrets are replaced first so one secret that contains another is
     masked whole.
     """
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self._own = frozenset(s for s in secrets if s)
+        values = {s for s in secrets if s}
+        self._whole = frozenset(values)
+        self._own = frozenset(s for s in values if len(s) >= MIN_SECRET_LENGTH)
         self._seen: frozenset[str] | None = None
         self._all: list[str] = []
 
@@ -53,7 +61,7 @@ class Redactor:
         return self._all
 
     def __bool__(self) -> bool:
-        return bool(self._own or _runtime)
+        return bool(self._whole or _runtime)
 
     def may_occur_in(self, value: Any) -> bool:
         """Whether a secret may occur anywhere in ``value`` (a cheap test before a deep :meth:`apply`).
@@ -75,21 +83,22 @@ class Redactor:
                 value = value.replace(secret, MASK)
         return value
 
-    def apply(self, value: Any) -> Any:
-        if not self._secrets:
+    def apply(self, value: Any, *, whole_values: bool = False) -> Any:
+        """``value`` with secrets masked; ``whole_values`` also masks strings equal to a short secret."""
+        if not self._secrets and not whole_values:
             return value
         if isinstance(value, str):
-            return self.text(value)
+            return MASK if whole_values and value in self._whole else self.text(value)
         if isinstance(value, dict):
-            return {self.text(str(k)): self.apply(v) for k, v in value.items()}
+            return {self.text(str(k)): self.apply(v, whole_values=whole_values) for k, v in value.items()}
         if isinstance(value, list | tuple):
-            return [self.apply(v) for v in value]
+            return [self.apply(v, whole_values=whole_values) for v in value]
         if not isinstance(value, int | float | bool) and value is not None:
             # Anything else (a dataclass, an enum) is made JSON-ready first so it is redacted too.
             from .types import to_jsonable
 
             converted = to_jsonable(value)
-            return converted if converted is value else self.apply(converted)
+            return converted if converted is value else self.apply(converted, whole_values=whole_values)
         return value
 
 

@@ -44,6 +44,7 @@ class RunStatus(enum.StrEnum):
     COMPLETED = "completed"
     SCORED = "scored"
     INFERENCE_ERROR = "inference_error"
+    ENVIRONMENT_ERROR = "environment_error"
     EVALUATION_ERROR = "evaluation_error"
     CANCELLED = "cancelled"
 
@@ -52,7 +53,9 @@ class RunStatus(enum.StrEnum):
         return self in _ERROR_STATUSES
 
 
-_ERROR_STATUSES = frozenset({RunStatus.INFERENCE_ERROR, RunStatus.EVALUATION_ERROR, RunStatus.CANCELLED})
+_ERROR_STATUSES = frozenset(
+    {RunStatus.INFERENCE_ERROR, RunStatus.ENVIRONMENT_ERROR, RunStatus.EVALUATION_ERROR, RunStatus.CANCELLED}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,19 +110,26 @@ class RunResult:
     artifacts: Mapping[str, Any] = field(default_factory=dict)
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        status = self.status
+        if type(status) is not RunStatus:  # a plain "inference_error" is accepted and normalised
+            try:
+                object.__setattr__(self, "status", RunStatus(status))
+            except ValueError:
+                raise ValueError(
+                    f"RunResult status {status!r} is not one of {', '.join(s.value for s in RunStatus)}"
+                ) from None
+
     @property
     def is_error(self) -> bool:
-        status = self.status
-        if isinstance(status, RunStatus):  # the common case skips the enum lookup (hot: several per task)
-            return status.is_error
-        return RunStatus(status).is_error
+        return self.status.is_error
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "task_id": self.task_id,
             "output": to_jsonable(self.output),
             "score": self.score,
-            "status": RunStatus(self.status).value,
+            "status": self.status.value,
             "error": self.error,
             "artifacts": to_jsonable(self.artifacts),
             "metadata": to_jsonable(self.metadata),
@@ -190,6 +200,49 @@ class ExecutionPlan:
             "recipes": list(self.recipes),
             "environment": to_jsonable(self.environment),
         }
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+_RECORDABLE = (*_JSON_SCALARS, bytes, bytearray, enum.Enum)
+
+
+def unserialisable(result: RunResult) -> str | None:
+    """Which part of ``result.artifacts``/``metadata`` cannot be recorded as JSON, or ``None``.
+
+    ``bytes`` are accepted (the store writes them to files); dataclasses, enums,
+    pydantic models, mappings and sequences are converted; anything else
+    would only be a ``repr``, so it is refused with the field's path.
+    """
+    for name in ("artifacts", "metadata"):
+        problem = _unserialisable(getattr(result, name), name)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _unserialisable(value: Any, path: str) -> str | None:
+    if isinstance(value, _RECORDABLE):
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, _JSON_SCALARS):
+                return f"{path} has a key of type {type(key).__name__} ({key!r}); keys must be strings"
+            problem = _unserialisable(item, f"{path}[{key!r}]")
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(value, list | tuple | set | frozenset):
+        for index, item in enumerate(value):
+            problem = _unserialisable(item, f"{path}[{index}]")
+            if problem is not None:
+                return problem
+        return None
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _unserialisable({f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, path)
+    if hasattr(value, "model_dump"):
+        return None
+    kind = type(value).__name__
+    return f"{path} holds a value of type {kind}, not storable as JSON (use str, numbers, lists, dicts, bytes)"
 
 
 def to_jsonable(value: Any) -> Any:

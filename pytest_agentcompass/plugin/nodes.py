@@ -68,6 +68,9 @@ class RequestNode(pytest.Collector):
 
     def collect(self) -> Iterable[pytest.Item]:
         setup = self.config.stash[run_key].build(self.index, self.req, self)
+        if not setup.tasks:  # nothing to run must not pass for success in silence
+            why = "load_tasks returned no tasks" if not setup.loaded else f"select_tasks kept none of {setup.loaded}"
+            self.warn(pytest.PytestWarning(f"agentcompass: request {self.req.name!r}: {why}"))
         register_category_markers(self.config, setup.tasks)
         for task in setup.tasks:
             item = TaskItem.from_parent(self, name=task.task_id, task=task, setup=setup)

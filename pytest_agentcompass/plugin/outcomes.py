@@ -18,6 +18,8 @@ from ..runtime.task import TaskOutcome
 if TYPE_CHECKING:
     from _pytest.reports import TestReport
 
+    from ..redact import Redactor
+
 __all__ = [
     "TaskCleanupError",
     "TaskError",
@@ -26,6 +28,7 @@ __all__ = [
     "TaskStorageError",
     "emit_reports",
     "phase_problems",
+    "redact_report",
 ]
 
 When = Literal["setup", "call", "teardown"]
@@ -91,6 +94,8 @@ def _footer(outcome: TaskOutcome) -> list[str]:
     lines = [f"note: {note}" for note in outcome.notes]
     if outcome.reused:
         lines.append("reused from an earlier run")
+    elif outcome.resumed:
+        lines.append("kept from the interrupted run this one resumes")
     if outcome.detail_path:
         lines.append(f"detail: {outcome.detail_path}")
     return lines
@@ -144,3 +149,20 @@ def _report(item: pytest.Item, when: When, problem: TaskProblem | None, duration
     call.stop = call.start + duration
     report: TestReport = item.ihook.pytest_runtest_makereport(item=item, call=call)
     return report
+
+
+def redact_report(report: TestReport, item: pytest.Item, redactor: Redactor) -> None:
+    """Mask ``${VAR}`` values in everything pytest prints or writes for ``report``.
+
+    The failure text, the captured output and log sections (junit's
+    ``system-out``/``system-err`` come from them) and the item's properties.
+    """
+    if not redactor:
+        return
+    item.user_properties[:] = [(k, redactor.text(v) if isinstance(v, str) else v) for k, v in item.user_properties]
+    if report.longrepr is not None and not isinstance(report.longrepr, tuple):
+        text = str(report.longrepr)
+        masked = redactor.text(text)
+        if masked != text:
+            report.longrepr = masked
+    report.sections = [(title, redactor.text(content)) for title, content in report.sections]

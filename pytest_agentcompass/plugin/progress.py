@@ -69,7 +69,9 @@ class Progress:
         if used:
             line += f", permits: {used}"
         line += f" | {'; '.join(parts)} | {format_duration(elapsed)}"
-        new = done - sum(1 for s in states for o in s.outcomes.values() if o.reused and o.task.task_id in s.wanted)
+        new = done - sum(
+            1 for s in states for o in s.outcomes.values() if (o.reused or o.resumed) and o.task.task_id in s.wanted
+        )
         if 0 < new and done < total:
             eta = elapsed / max(new, 1) * (total - done)
             line += f", ETA {format_duration(eta)}"

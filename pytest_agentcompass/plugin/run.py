@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -27,10 +27,12 @@ from ..runtime.orchestrator import OrchestrationResult, Orchestrator
 from ..runtime.request import RequestRuntime
 from .gates import GateItem
 from .nodes import ConfigFile, TaskItem
-from .outcomes import emit_reports
+from .outcomes import emit_reports, redact_report
 from .progress import Progress
 
 if TYPE_CHECKING:
+    from _pytest.reports import TestReport
+
     from ..runtime.task import TaskOutcome
     from .ci import CiRun
     from .xdist import DistributedRun
@@ -58,6 +60,9 @@ class AgentCompassRun:
         self.distributed: DistributedRun | None = None
         self.ci: CiRun | None = None
         self._registered = False
+        from ..redact import Redactor
+
+        self.redactor = Redactor(loaded.secrets)
 
     def _make_run_id(self) -> str:
         hook = self.config.hook
@@ -119,11 +124,9 @@ class AgentCompassRun:
         return hasattr(self.config, "workerinput")
 
     def options(self) -> RunOptions:
-        from ..redact import Redactor
-
         return RunOptions(
             run_id=self.run_id,
-            redactor=Redactor(self.loaded.secrets),
+            redactor=self.redactor,
             config_dump=self.loaded.redacted_dump(),
             reuse=self.config.getoption("agentcompass_reuse"),
             new_run=self.config.getoption("agentcompass_new_run"),
@@ -256,6 +259,10 @@ class AgentCompassRun:
         def on_event(event: str, state: RequestRuntime) -> None:
             if event == "finalized":
                 self.request_finalized(state)
+            elif event == "prepared" and state.resumed:
+                progress.clear()
+                done = f"{state.resumed_done} of {len(state.wanted)} tasks done"
+                self._say(f"agentcompass: {state.name}: resuming {state.store.run_dir} ({done})")
 
         progress = self._progress()
         for state in self.runtimes:
@@ -302,7 +309,7 @@ class AgentCompassRun:
             progress.clear()
             for state in self.runtimes:
                 state.store.close()
-        if self.result.status == "cancelled":
+        if self.result.status == "interrupted":
             raise KeyboardInterrupt
 
     def _build_runtimes(self, items: list[TaskItem]) -> list[RequestRuntime]:
@@ -316,12 +323,27 @@ class AgentCompassRun:
             for setup in setups
         ]
 
+    def _say(self, line: str) -> None:
+        """A line on the terminal while tasks run, even under ``-q``."""
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            terminal.ensure_newline()
+            terminal.write_line(line)
+
     def _progress(self) -> Progress:
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         mode = self.config.getoption("agentcompass_progress")
         if terminal is None or self.config.get_verbosity() < 0:
             mode = "off"
         return Progress(terminal, mode, self.config.getoption("agentcompass_progress_interval"))
+
+    # -- reports ---------------------------------------------------------------------
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+        # Every report of the session, tasks or not: a secret a task logged can surface anywhere.
+        report: TestReport = yield
+        redact_report(report, item, self.redactor)
+        return report
 
     # -- summary -------------------------------------------------------------------------
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -37,8 +37,12 @@ def write_terminal_summary(
             f"{state.name}: {counts['tasks']} tasks, {counts['passed']} passed, {counts['failed']} failed, "
             f"{counts['errors']} errors"
         )
+        if counts.get("environment_errors"):
+            line += f" ({counts['environment_errors']} environment)"
         if counts["reused"]:
             line += f", {counts['reused']} reused"
+        if counts.get("resumed"):
+            line += f", {counts['resumed']} resumed"
         if counts["retries"]:
             line += f", {counts['retries']} retries"
         tr.write_line(line)
@@ -59,7 +63,7 @@ def write_terminal_summary(
         (state.name, outcome.task.task_id, env)
         for state in runtimes
         for outcome in state.outcomes.values()
-        if not outcome.reused
+        if not (outcome.reused or outcome.resumed)
         for env in outcome.kept_environments
     ]
     if kept:

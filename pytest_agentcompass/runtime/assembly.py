@@ -19,7 +19,7 @@ from ..analysis import BaseAnalyzer
 from ..benchmark import BaseBenchmark, HarnessFreeBenchmark
 from ..config import SAFE_NAME, ComponentRef, LoadedConfig, RunRequest, format_loc
 from ..environments.base import BaseEnvironment
-from ..errors import ComponentError, TaskIdError
+from ..errors import AgentCompassError, ComponentError, TaskIdError
 from ..harnesses.base import BaseHarness
 from ..limits import capacity_for
 from ..redact import Redactor
@@ -60,6 +60,8 @@ class RequestSetup:
     analyzers: list[BaseAnalyzer] = field(default_factory=list)
     recipes: list[Recipe] = field(default_factory=list)
     tasks: list[TaskSpec] = field(default_factory=list)
+    #: How many tasks ``load_tasks`` returned, before ``select_tasks``.
+    loaded: int = 0
 
     def planner(self) -> Planner:
         return Planner(self.req, self.benchmark, self.provider, self.recipes)
@@ -208,15 +210,27 @@ def build_request(
         if not isinstance(recipe, Recipe):
             raise ComponentError(f"recipe {recipe!r} ({at}.recipes) lacks name/overrides/matches/adjust")
 
-    all_tasks = list(_run_sync(benchmark.load_tasks(req)) or [])
+    all_tasks = _task_list(_run_sync(benchmark.load_tasks(req)), req.name, "load_tasks")
     validate_task_ids(all_tasks, req.name)
-    selected = list(_run_sync(benchmark.select_tasks(all_tasks, req)) or [])
+    selected = _task_list(_run_sync(benchmark.select_tasks(all_tasks, req)), req.name, "select_tasks")
     known = {t.task_id for t in all_tasks}
     strays = [t.task_id for t in selected if t.task_id not in known]
     if strays:
         raise TaskIdError(f"request {req.name!r}: select_tasks returned tasks load_tasks did not: {strays[:5]}")
     validate_task_ids(selected, req.name)
-    return RequestSetup(index, req, benchmark, harness, provider, strategy, analyzers, recipes, selected)
+    setup = RequestSetup(index, req, benchmark, harness, provider, strategy, analyzers, recipes, selected)
+    setup.loaded = len(all_tasks)
+    return setup
+
+
+def _task_list(value: Any, request: str, method: str) -> list[Any]:
+    if value is None:
+        raise TaskIdError(f"request {request!r}: {method} returned None; it must return a list of TaskSpec")
+    if isinstance(value, str | bytes | TaskSpec) or not isinstance(value, Iterable):
+        raise TaskIdError(
+            f"request {request!r}: {method} returned a {type(value).__name__}; it must return a list of TaskSpec"
+        )
+    return list(value)
 
 
 def validate_task_ids(tasks: Sequence[Any], request: str) -> None:
@@ -224,6 +238,11 @@ def validate_task_ids(tasks: Sequence[Any], request: str) -> None:
     for position, task in enumerate(tasks):
         if not isinstance(task, TaskSpec):
             raise TaskIdError(f"request {request!r}: task #{position} is a {type(task).__name__}, not a TaskSpec")
+        if not isinstance(task.task_id, str):
+            raise TaskIdError(
+                f"request {request!r}: task #{position} has task_id {task.task_id!r} "
+                f"(an {type(task.task_id).__name__}); task ids are strings, e.g. TaskSpec(task_id=str(n))"
+            )
         if not task.task_id:
             raise TaskIdError(f"request {request!r}: task #{position} has an empty task_id")
         if not SAFE_NAME.match(task.task_id):
@@ -274,7 +293,12 @@ def make_runtime(
     if resume and not shared and not reuse_spec and not options.new_run:
         resumable = find_resumable_run(request_dir, fingerprint)
     run_dir = run_dir or resumable or request_dir / options.run_id
-    claim_run_dir(run_dir, req.name, fingerprint, shared=shared)
+    try:
+        claim_run_dir(run_dir, req.name, fingerprint, shared=shared)
+    except OSError as exc:  # output_dir is a file, read-only, or full
+        raise AgentCompassError(
+            f"cannot write the run directory {run_dir}: {exc.strerror or exc} (check output_dir in the config)"
+        ) from None
     reuse_dir = None
     if reuse_spec and not shared:
         reuse_dir = find_reusable_run(request_dir, reuse_spec, current=run_dir)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -20,9 +21,9 @@ from .._compat import call_user, maybe_await
 from ..artifacts import artifact_sink
 from ..benchmark import HarnessFreeBenchmark
 from ..environments.base import EnvironmentSession
-from ..types import ExecutionPlan, NetworkPolicy, PreparedTask, RunResult, RunStatus, TaskSpec
+from ..types import ExecutionPlan, NetworkPolicy, PreparedTask, RunResult, RunStatus, TaskSpec, unserialisable
 from .context import RequestContext
-from .retry import RetryBudget, RetryScope, Stage, StageFailure, retry_scope
+from .retry import ErrorKind, RetryBudget, RetryPolicy, RetryScope, Stage, StageFailure, retry_scope
 from .traces import format_trace
 
 __all__ = ["AttemptRecord", "AttemptRunner"]
@@ -51,28 +52,26 @@ class AttemptRunner:
         self.task = task
         self.plan = plan
         execution = ctx.req.execution
-        self.budget = RetryBudget(execution.max_retries, execution.retry_pattern_list, execution.retry_backoff_seconds)
+        self.budget = RetryBudget(
+            RetryPolicy.of(execution.max_retries, execution.retry_pattern_list, execution.retry_backoff_seconds)
+        )
         self.record = AttemptRecord(result=RunResult(task_id=task.task_id))
         self.mode = plan.evaluation_environment_mode
 
     async def run(self) -> AttemptRecord:
-        while True:
-            try:
-                try:
-                    # A whole-attempt retry leaves this block, so it gives the
-                    # provider permit back and queues for a new one.
-                    async with self.ctx.capacity.permit():
-                        result = await self._attempt()
-                except StageFailure:
-                    raise
-                except Exception as exc:
-                    raise StageFailure(Stage.GENERAL, f"{type(exc).__name__}: {exc}", format_trace(exc)) from exc
-                self.record.result = result
-                return self.record
-            except StageFailure as failure:
-                if not await self._may_retry(failure, RetryScope.ATTEMPT):
-                    self.record.result = self._give_up(failure)
-                    return self.record
+        # A whole-attempt retry leaves the permit block, so it gives the
+        # provider permit back and queues for a new one.
+        self.record.result = await self._retrying(RetryScope.ATTEMPT, self._attempt_with_permit)
+        return self.record
+
+    async def _attempt_with_permit(self) -> RunResult:
+        try:
+            async with self.ctx.capacity.permit():
+                return await self._attempt()
+        except StageFailure:
+            raise
+        except Exception as exc:
+            raise StageFailure(Stage.GENERAL, f"{type(exc).__name__}: {exc}", format_trace(exc), cause=exc) from exc
 
     # -- the sequence ----------------------------------------------------
     async def _attempt(self) -> RunResult:
@@ -87,12 +86,17 @@ class AttemptRunner:
             )
             if not isinstance(prepared, PreparedTask):
                 raise StageFailure(
-                    Stage.PREPARATION, f"prepare_task returned {type(prepared).__name__}, not PreparedTask"
+                    Stage.PREPARATION,
+                    f"prepare_task returned {type(prepared).__name__}, not PreparedTask",
+                    kind=ErrorKind.PROGRAMMING,
                 )
             result = await self._stage(Stage.INFERENCE, lambda: self._infer(env, prepared), timeouts.get("run"))
             result = self._check_result(result, Stage.INFERENCE)
             if result.is_error:
-                raise StageFailure(Stage.INFERENCE_RESULT, result.error or result.status.value, payload=result)
+                kind = ErrorKind.ENVIRONMENT if result.status is RunStatus.ENVIRONMENT_ERROR else None
+                raise StageFailure(
+                    Stage.INFERENCE_RESULT, result.error or result.status.value, payload=result, kind=kind
+                )
             result = await self._stage(
                 Stage.ARTIFACTS,
                 lambda: call_user(ctx.benchmark.collect_artifacts, task, prepared, result, env, req, plan),
@@ -102,7 +106,9 @@ class AttemptRunner:
             if self.mode == "reuse":
                 return await self._evaluate_in(env, prepared, result)
         # The task Environment is closed (or retained) before none/fresh evaluation.
-        return await self._evaluate_outside(prepared, result)
+        if self.mode == "none":
+            return await self._evaluate(prepared, result, None)
+        return await self._retrying(RetryScope.EVALUATION_ENVIRONMENT, lambda: self._evaluate_fresh(prepared, result))
 
     async def _infer(self, env: EnvironmentSession, prepared: PreparedTask) -> Any:
         ctx, task, plan, req = self.ctx, self.task, self.plan, self.ctx.req
@@ -120,20 +126,10 @@ class AttemptRunner:
             finally:
                 await self._cleanup("closing the harness session", lambda: call_user(harness.close_session, session))
 
-    async def _evaluate_outside(self, prepared: PreparedTask, result: RunResult) -> RunResult:
-        scope = retry_scope(Stage.EVALUATION, self.mode)
-        while True:
-            try:
-                if self.mode == "none":
-                    return await self._evaluate(prepared, result, None)
-                async with AsyncExitStack() as stack:
-                    env = await self._open(stack, "evaluation", Stage.EVALUATION)
-                    return await self._evaluate_in(env, prepared, result)
-            except StageFailure as failure:
-                if failure.stage is not Stage.EVALUATION:
-                    raise
-                if not await self._may_retry(failure, scope):
-                    return self._give_up(failure)
+    async def _evaluate_fresh(self, prepared: PreparedTask, result: RunResult) -> RunResult:
+        async with AsyncExitStack() as stack:
+            env = await self._open(stack, "evaluation", Stage.EVALUATION)
+            return await self._evaluate_in(env, prepared, result)
 
     async def _evaluate_in(self, env: EnvironmentSession, prepared: PreparedTask, result: RunResult) -> RunResult:
         await self._stage(Stage.EVALUATION, lambda: self._switch(env, self.plan.evaluation_network_policy))
@@ -148,6 +144,9 @@ class AttemptRunner:
             )
 
     async def _evaluate(self, prepared: PreparedTask, result: RunResult, env: EnvironmentSession | None) -> RunResult:
+        return await self._retrying(RetryScope.EVALUATE, lambda: self._score(prepared, result, env))
+
+    async def _score(self, prepared: PreparedTask, result: RunResult, env: EnvironmentSession | None) -> RunResult:
         ctx, task, plan, req = self.ctx, self.task, self.plan, self.ctx.req
         scored = await self._stage(
             Stage.EVALUATION,
@@ -157,15 +156,16 @@ class AttemptRunner:
         scored = self._check_result(scored, Stage.EVALUATION)
         if scored.is_error:
             raise StageFailure(Stage.EVALUATION, scored.error or scored.status.value, payload=scored)
-        if scored.score is None:
-            raise StageFailure(Stage.EVALUATION, "evaluate returned a result without a score", payload=scored)
+        problem = _score_problem(scored.score)
+        if problem is not None:
+            raise StageFailure(Stage.EVALUATION, problem, payload=scored, kind=ErrorKind.MISSING_REWARD)
         return dataclasses.replace(scored, status=RunStatus.SCORED)
 
     # -- resources ---------------------------------------------------------
     async def _open(self, stack: AsyncExitStack, purpose: Any, stage: Stage) -> EnvironmentSession:
         provider = self.ctx.provider
         config = provider.build_config(self.plan, purpose, self.ctx.labels(self.task, self.plan.attempt_index))
-        env: EnvironmentSession = await self._stage(stage, lambda: provider.open(config))
+        env: EnvironmentSession = await self._stage(stage, lambda: provider.open(config), kind=ErrorKind.ENVIRONMENT)
         if self.ctx.req.execution.keep_environment:
             self.record.kept_environments.append(f"{purpose}: {env.describe()}")
         else:
@@ -187,7 +187,10 @@ class AttemptRunner:
             self.record.cleanup_errors.append(message)
 
     # -- stages and retries --------------------------------------------------
-    async def _stage(self, stage: Stage, call: Callable[[], Any], timeout: float | None = None) -> Any:
+    async def _stage(
+        self, stage: Stage, call: Callable[[], Any], timeout: float | None = None, kind: ErrorKind | None = None
+    ) -> Any:
+        """Run one stage; any failure becomes a :class:`StageFailure` of ``stage`` (of ``kind`` if given)."""
         try:
             if timeout is None:  # the common case: skip the timeout machinery
                 return await maybe_await(call())
@@ -197,22 +200,45 @@ class AttemptRunner:
             raise
         except TimeoutError as exc:
             message = f"{stage.value} stage timed out after {timeout}s" if timeout else f"TimeoutError: {exc}"
-            raise StageFailure(stage, message, trace=format_trace(exc)) from exc
+            raise StageFailure(stage, message, trace=format_trace(exc), cause=exc, kind=kind) from exc
         except Exception as exc:
-            raise StageFailure(stage, f"{type(exc).__name__}: {exc}", trace=format_trace(exc)) from exc
+            message = f"{type(exc).__name__}: {exc}"
+            raise StageFailure(stage, message, trace=format_trace(exc), cause=exc, kind=kind) from exc
 
     def _check_result(self, value: Any, stage: Stage) -> RunResult:
         if not isinstance(value, RunResult):
-            raise StageFailure(stage, f"{stage.value} stage returned {type(value).__name__}, not RunResult")
+            raise StageFailure(
+                stage, f"{stage.value} stage returned {type(value).__name__}, not RunResult", kind=ErrorKind.PROGRAMMING
+            )
+        problem = unserialisable(value)
+        if problem is not None:
+            message = f"{stage.value} stage returned a RunResult whose {problem}"
+            raise StageFailure(stage, message, kind=ErrorKind.PROGRAMMING)
         return value
 
+    async def _retrying(self, level: RetryScope, body: Callable[[], Awaitable[RunResult]]) -> RunResult:
+        """Run ``body``, retrying the failures :data:`RETRY_SCOPE` assigns to ``level``.
+
+        Failures that belong to an outer level pass through; the attempt
+        level (the outermost) takes whatever reaches it.
+        """
+        while True:
+            try:
+                return await body()
+            except StageFailure as failure:
+                if level is not RetryScope.ATTEMPT and retry_scope(failure.stage, self.mode) is not level:
+                    raise
+                if not await self._may_retry(failure, level):
+                    return self._give_up(failure)
+
     async def _may_retry(self, failure: StageFailure, scope: RetryScope) -> bool:
-        # A result that says it cannot succeed on a retry (a rejected API key)
-        # retries only when a retry_pattern_list entry names it.
         payload = failure.payload
-        permanent = isinstance(payload, RunResult) and payload.metadata.get("retryable") is False
-        pattern = self.budget.take(failure.error, permanent=permanent)
-        if pattern is None:
+        if isinstance(payload, RunResult) and payload.metadata.get("retryable") is False:
+            # The result says no retry can fix it (a rejected API key): only an
+            # explicit retry_pattern_list entry that names it retries it.
+            failure.kind = ErrorKind.PERMANENT
+        reason = self.budget.take(failure)
+        if reason is None:
             return False
         if isinstance(payload, RunResult) and isinstance(payload.metadata.get("usage"), dict):
             self.record.discarded_usage.append(payload.metadata["usage"])
@@ -228,7 +254,8 @@ class AttemptRunner:
                 "retry_number": self.record.retries,
                 "stage": failure.stage.value,
                 "scope": scope.value,
-                "matched_pattern": pattern,
+                "error_kind": failure.kind.value,
+                "matched_pattern": reason,
                 "error": failure.error,
                 "trace": failure.trace,
                 "payload": payload,
@@ -241,7 +268,12 @@ class AttemptRunner:
 
     def _give_up(self, failure: StageFailure) -> RunResult:
         """The terminal error result once retries are exhausted; keeps the trace."""
-        status = RunStatus.EVALUATION_ERROR if failure.stage is Stage.EVALUATION else RunStatus.INFERENCE_ERROR
+        if failure.kind is ErrorKind.ENVIRONMENT:
+            status = RunStatus.ENVIRONMENT_ERROR
+        elif failure.stage is Stage.EVALUATION:
+            status = RunStatus.EVALUATION_ERROR
+        else:
+            status = RunStatus.INFERENCE_ERROR
         base = failure.payload if isinstance(failure.payload, RunResult) else RunResult(task_id=self.task.task_id)
         self.record.trace = failure.trace
         return dataclasses.replace(
@@ -249,8 +281,19 @@ class AttemptRunner:
             status=status if not base.is_error else base.status,
             error=failure.error,
             score=None,
-            metadata={**base.metadata, "failure_stage": failure.stage.value},
+            metadata={**base.metadata, "failure_stage": failure.stage.value, "error_kind": failure.kind.value},
         )
+
+
+def _score_problem(score: Any) -> str | None:
+    """Why ``score`` cannot be a task's score, or ``None`` when it is a finite number."""
+    if score is None:
+        return "evaluate returned a result without a score"
+    if isinstance(score, bool) or not isinstance(score, int | float):
+        return f"evaluate returned a score of type {type(score).__name__} ({score!r}), not a number"
+    if not math.isfinite(score):
+        return f"evaluate returned a score of {score!r}, not a finite number"
+    return None
 
 
 class _AttemptArtifacts:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -16,12 +17,19 @@ __all__ = ["drive"]
 
 log = logging.getLogger("pytest_agentcompass")
 
+#: After a second Ctrl-C, how long cancelled cleanups get to unwind before they are abandoned.
+STUCK_TASK_SECONDS = 1.0
+
 
 def drive(orchestrator: Orchestrator) -> OrchestrationResult:
     """Run ``orchestrator`` on a new event loop with two-stage Ctrl-C handling.
 
     The first SIGINT cancels the orchestration cooperatively (cleanup within
-    the grace period); a second one raises ``KeyboardInterrupt`` at once.
+    the grace period). The second skips the rest of the grace but not the
+    bookkeeping: unfinished tasks are recorded, run directories say
+    ``interrupted`` and are released, left-over Environments are swept, and
+    the loop is closed without tasks dying unseen. A third raises
+    ``KeyboardInterrupt`` at once.
     """
     loop = asyncio.new_event_loop()
     pool = BlockingCallPool(workers_for(orchestrator.task_concurrency), grace=orchestrator.cleanup_grace_seconds)
@@ -35,6 +43,9 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
         if interrupts == 1:
             sys.stderr.write("\nagentcompass: interrupted, cleaning up (press Ctrl-C again to exit at once)\n")
             main.cancel()
+        elif interrupts == 2:
+            sys.stderr.write("\nagentcompass: exiting now; recording the run and removing its environments\n")
+            orchestrator.force()
         else:
             raise KeyboardInterrupt
 
@@ -54,19 +65,42 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
         except KeyboardInterrupt:
             forced = True
             raise
+        if orchestrator.result.forced:
+            _drop_stuck_tasks(loop)
     finally:
         if in_main_thread:
             loop.remove_signal_handler(signal.SIGINT)
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
-        if not forced:
+        if forced:
+            _drop_stuck_tasks(loop, wait=False)
+        else:
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
             started = orchestrator.result.cleanup_started
             spent = 0.0 if started is None else time.monotonic() - started
             # One grace for everything cancellation waits on: async tasks first, then threads.
-            pool.shutdown(wait=True, cancel_futures=True, timeout=max(0.0, pool.grace - spent))
+            left = 0.0 if orchestrator.result.forced else max(0.0, pool.grace - spent)
+            pool.shutdown(wait=True, cancel_futures=True, timeout=left)
             orchestrator.result.abandoned_calls = pool.abandoned
             if pool.abandoned:
                 log.warning("blocking calls still running after the cleanup grace: %s", ", ".join(pool.abandoned))
     return orchestrator.result
+
+
+def _drop_stuck_tasks(loop: asyncio.AbstractEventLoop, *, wait: bool = True) -> None:
+    """Cancel the tasks a cut-short cleanup left, give them a moment, and let the rest go quietly.
+
+    Without this, the loop's tasks are destroyed while pending when the
+    process exits, and each one prints "Task was destroyed but it is pending".
+    """
+    stuck = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in stuck:
+        task.cancel()
+    if wait and stuck:
+        loop.run_until_complete(asyncio.wait(stuck, timeout=STUCK_TASK_SECONDS))
+    for task in stuck:
+        if not task.done():
+            # Deliberately abandoned (their cleanup refused to end); nothing to report twice.
+            with contextlib.suppress(AttributeError):
+                task._log_destroy_pending = False  # type: ignore[attr-defined]

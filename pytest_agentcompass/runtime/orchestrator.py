@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..errors import PreflightError
 from ..types import TaskSpec
@@ -29,6 +29,9 @@ from .task import TaskOutcome
 
 __all__ = ["OrchestrationResult", "Orchestrator", "Slots"]
 
+#: How long removing left-over Environments may take after the cleanup was cut short.
+SWEEP_SECONDS = 20.0
+
 log = logging.getLogger("pytest_agentcompass")
 
 
@@ -36,7 +39,7 @@ log = logging.getLogger("pytest_agentcompass")
 class OrchestrationResult:
     """How the orchestration ended."""
 
-    status: str = "completed"  # completed | stopped | timeout | cancelled
+    status: str = "completed"  # completed | stopped | timeout | interrupted
     reason: str | None = None
     unfinished: list[TaskOutcome] = field(default_factory=list)
     stuck_tasks: int = 0
@@ -44,6 +47,8 @@ class OrchestrationResult:
     abandoned_calls: list[str] = field(default_factory=list)
     #: ``time.monotonic()`` when cancellation began: the cleanup grace counts from here.
     cleanup_started: float | None = None
+    #: A second Ctrl-C cut the cleanup grace short.
+    forced: bool = False
 
 
 class Slots(Protocol):
@@ -91,6 +96,7 @@ class Orchestrator:
         self.observer_error: Exception | None = None
         self._dispatchable = asyncio.Event()  # a request was prepared, or we stop
         self._changed = asyncio.Event()  # pending or active work changed
+        self._forced = asyncio.Event()  # a second Ctrl-C: stop waiting for cleanups
         self.started_at = 0.0
         self.shared = shared
         self.slots = slots
@@ -109,6 +115,11 @@ class Orchestrator:
             self.result.status, self.result.reason = "stopped", reason
         self._dispatchable.set()
         self._changed.set()
+
+    def force(self) -> None:
+        """Skip what is left of the cleanup grace (a second Ctrl-C); the bookkeeping still happens."""
+        self.result.forced = True
+        self._forced.set()
 
     # -- thread-safe entry points (shared mode: the pytest side runs in another thread) ----
     def submit(self, state: RequestRuntime, task: TaskSpec) -> None:
@@ -180,7 +191,7 @@ class Orchestrator:
             try:
                 done, _ = await asyncio.wait(tasks, timeout=self.timeout_seconds)
             except asyncio.CancelledError:
-                await self._cancel_remaining(tasks, "cancelled", "interrupted by the user")
+                await self._cancel_remaining(tasks, "interrupted", "interrupted by the user")
                 raise
             finally:
                 if ticker is not None:
@@ -224,7 +235,7 @@ class Orchestrator:
             if self._stopping:
                 return
             if state.failed is not None:
-                self._fail_request(state)
+                self._fail_request(state, "failed its preflight")
             else:
                 self.on_event("prepare", state)
                 try:
@@ -234,17 +245,21 @@ class Orchestrator:
                     state.failed = f"request {state.name!r}: preparation failed: {type(exc).__name__}: {exc}"
                     state.prepared = True
                     state.pending.clear()
-                    self._fail_request(state)
+                    self._fail_request(state, "could not be prepared")
                     taken = []
+                if state.prepared and state.failed is None:
+                    self.on_event("prepared", state)
                 for outcome in taken:
                     self._notify(outcome)
             self._dispatchable.set()
             self._changed.set()
 
-    def _fail_request(self, state: RequestRuntime) -> None:
+    def _fail_request(self, state: RequestRuntime, what: str) -> None:
+        # The reason is printed once, in the summary (``state.failed``); each task points there.
+        message = f"not run: request {state.name!r} {what} (the reason is in the agentcompass summary)"
         for task in state.tasks:
             if task.task_id in state.wanted and task.task_id not in state.outcomes:
-                outcome = state.error_outcome(task, state.failed or "request failed")
+                outcome = state.error_outcome(task, message, state.failed_status)
                 state.outcomes[task.task_id] = outcome
                 self._notify(outcome)
 
@@ -308,6 +323,7 @@ class Orchestrator:
                 if any(s.pending or not s.prepared for s in self.requests[:index]) and not self._stopping:
                     continue
                 if state.failed is not None:
+                    state.stop("failed", state.failed)  # record why and give the run back
                     state.finalized = True
                     continue
                 self.on_event("finalize", state)
@@ -321,6 +337,10 @@ class Orchestrator:
                     if not state.finalized:
                         if state.prepared and state.failed is None:
                             await state.finalize("stopped")
+                        elif state.failed is not None:
+                            state.stop("failed", state.failed)
+                        else:  # never prepared: its run directory still says so, and is resumable
+                            state.stop("stopped", self.result.reason or "stopped")
                         state.finalized = True
                 return
             await self._wait(self._changed)
@@ -340,11 +360,11 @@ class Orchestrator:
         ]
         for future in tasks:
             future.cancel()
-        if tasks:
-            _, still = await asyncio.wait(tasks, timeout=self.cleanup_grace_seconds or None)
-            self.result.stuck_tasks = len(still)
-            if still:
-                log.warning("%d orchestration task(s) did not stop within the cleanup grace", len(still))
+        still = await self._wait_within_grace(tasks)
+        self.result.stuck_tasks = len(still)
+        if still:
+            why = "a second Ctrl-C cut the cleanup short" if self.result.forced else "the cleanup grace ran out"
+            log.warning("%d orchestration task(s) did not stop: %s", len(still), why)
         if self.shared:  # what was handed over and not yet queued is unfinished too
             while self._inbox:
                 state, task = self._inbox.popleft()
@@ -355,10 +375,39 @@ class Orchestrator:
             else:
                 unfinished = [t for t in state.tasks if t.task_id in state.wanted]
             for task in unfinished:
-                outcome = state.cancelled_outcome(task, f"{status}: {reason}")
+                outcome = state.cancelled_outcome(task, reason if status == "interrupted" else f"{status}: {reason}")
+                state.outcomes[task.task_id] = outcome  # counted: a cancelled task is an error, not nothing
                 self.result.unfinished.append(outcome)
             if not state.finalized and state.prepared and state.failed is None and not self.shared:
                 state.stop(status, reason)
                 state.finalized = True
+        if still:
+            await self._sweep()
         for outcome in self.result.unfinished:
             self._notify(outcome)
+
+    async def _wait_within_grace(self, tasks: Sequence[asyncio.Future[None]]) -> set[asyncio.Future[Any]]:
+        """Wait for ``tasks`` until they are done, the grace is over, or :meth:`force` is called."""
+        pending: set[asyncio.Future[Any]] = set(tasks)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.cleanup_grace_seconds if self.cleanup_grace_seconds else None
+        forced: asyncio.Future[Any] = asyncio.ensure_future(self._forced.wait())
+        try:
+            while pending and not self._forced.is_set():
+                timeout = None if deadline is None else deadline - loop.time()
+                if timeout is not None and timeout <= 0:
+                    break
+                done, _ = await asyncio.wait({*pending, forced}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                pending -= done
+        finally:
+            forced.cancel()
+        return pending
+
+    async def _sweep(self) -> None:
+        """Remove the Environments of this run that cleanups left open (they did not finish in time)."""
+        for state in self.requests:
+            try:
+                async with asyncio.timeout(SWEEP_SECONDS):
+                    await state.ctx.provider.sweep(state.ctx.run_id)
+            except Exception as exc:  # a bounded best effort: the next run sweeps again
+                log.warning("request %s: removing this run's environments failed: %s", state.name, exc)

@@ -18,7 +18,11 @@ if TYPE_CHECKING:
     from ..config import RunRequest
     from ..environments.base import BaseEnvironment
 
-__all__ = ["Planner", "Recipe", "resolve_evaluation_mode"]
+__all__ = ["BenchmarkPlanError", "Planner", "Recipe", "resolve_evaluation_mode"]
+
+
+class BenchmarkPlanError(Exception):
+    """``make_benchmark_plan`` raised: the benchmark's fault, reported by the task it hit."""
 
 
 @runtime_checkable
@@ -75,6 +79,10 @@ class Planner:
         req = self.req
         network = req.environment.network
         timeouts = req.execution.timeouts
+        try:
+            benchmark_plan = self.benchmark.make_benchmark_plan(task, req)
+        except Exception as exc:
+            raise BenchmarkPlanError(f"make_benchmark_plan raised {type(exc).__name__}: {exc}") from exc
         plan = ExecutionPlan(
             task_id=task.task_id,
             attempt_index=attempt_index,
@@ -83,7 +91,7 @@ class Planner:
             run_network_policy=network.run or network.baseline,
             evaluation_network_policy=network.evaluation or network.baseline,
             timeouts=timeouts.model_dump(),
-            benchmark_plan=self.benchmark.make_benchmark_plan(task, req),
+            benchmark_plan=benchmark_plan,
             components={
                 "benchmark": req.benchmark.id,
                 "harness": req.harness.id,

@@ -16,6 +16,7 @@ from ..models.usage import sum_usage
 from ..types import RunResult, RunStatus, TaskSpec, to_jsonable
 from .context import RequestContext
 from .logs import capture_task_logs
+from .planner import BenchmarkPlanError
 from .store import RunStore, copy_details, killed_runs, now, read_json, release_run_dir
 from .task import TaskOutcome, outcome_from_detail, run_task
 
@@ -64,12 +65,15 @@ class RequestRuntime:
         self.prepared = False
         self.finalized = False
         self.failed: str | None = None  # preflight/preparation failure message
+        self.failed_status = RunStatus.INFERENCE_ERROR  # the status of the tasks of a failed request
         self.metrics: dict[str, Any] | None = None
         #: Token totals over the tasks' ``usage`` records (model-calling harnesses), set by :meth:`finalize`.
         self.usage: dict[str, Any] | None = None
         #: ``summary.json`` as written by :meth:`finalize`.
         self.summary: dict[str, Any] | None = None
         self.notes: list[str] = []
+        #: Wanted tasks the resumed run had already finished (set by :meth:`prepare`).
+        self.resumed_done = 0
 
     @property
     def store(self) -> RunStore:
@@ -88,13 +92,20 @@ class RequestRuntime:
         ctx = self.ctx
         try:
             await ctx.provider.preflight()
+        except Exception as exc:  # an SDK's own error (a failed pull, a refused connection) included
+            self.failed_status = RunStatus.ENVIRONMENT_ERROR
+            where = "" if isinstance(exc, AgentCompassError) else f"environment {ctx.req.environment.id!r} preflight: "
+            raise PreflightError(f"request {self.name!r}: {where}{_reason(exc)}") from None
+        try:
             if ctx.harness is not None:
                 await call_user(ctx.harness.preflight, ctx.req)
             if self.tasks:
                 # A plan the provider cannot honour fails here, before anything opens.
                 ctx.planner.plan(self.tasks[0], 0)
-        except AgentCompassError as exc:
-            raise PreflightError(f"request {self.name!r}: {exc}") from None
+        except BenchmarkPlanError:
+            pass  # the benchmark's own fault: every task it hits reports it
+        except Exception as exc:
+            raise PreflightError(f"request {self.name!r}: {_reason(exc)}") from None
 
     # -- preparation -----------------------------------------------------
     async def prepare(self) -> list[TaskOutcome]:
@@ -131,9 +142,11 @@ class RequestRuntime:
             swept = await self.ctx.provider.sweep(run_id)
             if swept:
                 self.notes.append(f"removed {swept} environment(s) or process(es) left behind by run {run_id}")
+        # What the interrupted run already finished, told apart from what ``reuse`` copies in.
+        own = {p.stem for p in store.details_dir.glob("*.json")} if self.resumed else set()
         if self.reuse_dir is not None:
             self._materialize(self.reuse_dir)
-        recorded = self._load_recorded()
+        recorded = self._load_recorded(own)
         taken: list[TaskOutcome] = []
         for task in self.tasks:
             outcome = recorded.get(task.task_id)
@@ -143,6 +156,7 @@ class RequestRuntime:
                     taken.append(outcome)
             elif task.task_id in self.wanted:
                 self.pending.append(task)
+        self.resumed_done = sum(1 for o in taken if o.resumed)
         if self.order:
             # pytest's item order wins (``--ff``, ``-p randomly``, reordering plugins).
             self.pending = deque(sorted(self.pending, key=lambda t: self.order.get(t.task_id, 0)))
@@ -167,7 +181,7 @@ class RequestRuntime:
         if skipped:
             self.notes.append(f"{skipped} detail(s) in {source} not reused (errors or a changed config/task)")
 
-    def _load_recorded(self) -> dict[str, TaskOutcome]:
+    def _load_recorded(self, own: set[str]) -> dict[str, TaskOutcome]:
         out: dict[str, TaskOutcome] = {}
         by_id = {t.task_id: t for t in self.tasks}
         ignored = 0
@@ -178,7 +192,8 @@ class RequestRuntime:
             if detail.get("fingerprint") != self.ctx.task_fingerprint(task):
                 ignored += 1
                 continue
-            out[task.task_id] = outcome_from_detail(self.name, task, detail, self.store.detail_path(task.task_id))
+            path = self.store.detail_path(task.task_id)
+            out[task.task_id] = outcome_from_detail(self.name, task, detail, path, resumed=task.task_id in own)
         if ignored:
             self.notes.append(f"ignored {ignored} recorded detail(s) made with a different config")
         return out
@@ -221,8 +236,8 @@ class RequestRuntime:
         result = RunResult(task.task_id, status=RunStatus.CANCELLED, error=reason)
         return TaskOutcome(request=self.name, task=task, result=result, passed=False)
 
-    def error_outcome(self, task: TaskSpec, message: str) -> TaskOutcome:
-        result = RunResult(task.task_id, status=RunStatus.INFERENCE_ERROR, error=message)
+    def error_outcome(self, task: TaskSpec, message: str, status: RunStatus = RunStatus.INFERENCE_ERROR) -> TaskOutcome:
+        result = RunResult(task.task_id, status=status, error=message)
         return TaskOutcome(request=self.name, task=task, result=result, passed=False)
 
     async def aclose(self) -> None:
@@ -266,6 +281,7 @@ class RequestRuntime:
                     "score": o.result.score,
                     "passed": o.passed,
                     "reused": o.reused,
+                    "resumed": o.resumed,
                 }
                 for o in ordered
             ],
@@ -284,28 +300,43 @@ class RequestRuntime:
             "passed": sum(1 for o in outcomes if o.passed),
             "failed": sum(1 for o in outcomes if not o.passed and not o.result.is_error),
             "errors": sum(1 for o in outcomes if o.result.is_error),
+            "environment_errors": sum(1 for o in outcomes if o.result.status is RunStatus.ENVIRONMENT_ERROR),
             "reused": sum(1 for o in outcomes if o.reused),
+            "resumed": sum(1 for o in outcomes if o.resumed),
             "retries": sum(o.retries for o in outcomes),
         }
 
     def stop(self, status: str, reason: str) -> None:
         """Persist the terminal state of a request that did not finish."""
-        unfinished = [t.task_id for t in self.tasks if t.task_id in self.wanted and t.task_id not in self.outcomes]
+        unfinished = [
+            t.task_id
+            for t in self.tasks
+            if t.task_id in self.wanted
+            and (t.task_id not in self.outcomes or self.outcomes[t.task_id].result.status is RunStatus.CANCELLED)
+        ]
         self._close_info(status, stop_reason=reason, unfinished_tasks=unfinished)
 
     def _close_info(self, status: str, **extra: Any) -> None:
-        kept = [e for o in self.outcomes.values() if not o.reused for e in o.kept_environments]
+        kept = [e for o in self.outcomes.values() if not (o.reused or o.resumed) for e in o.kept_environments]
         self.store.close()
-        self.store.update_run_info(
-            status=status,
-            finished_at=now(),
-            counts=self.counts(),
-            notes=self.notes,
-            kept_environments=kept,
-            with_plans=True,
-            **extra,
-        )
-        release_run_dir(self.store.run_dir)
+        try:
+            self.store.update_run_info(
+                status=status,
+                finished_at=now(),
+                counts=self.counts(),
+                notes=self.notes,
+                kept_environments=kept,
+                with_plans=True,
+                **extra,
+            )
+        except (OSError, ValueError) as exc:  # a full disk must not also keep the lock
+            log.warning("request %s: could not record its end in run_info.json: %s", self.name, exc)
+        finally:
+            release_run_dir(self.store.run_dir)
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, AgentCompassError) else f"{type(exc).__name__}: {exc}"
 
 
 class StoredResults(Sequence[RunResult]):

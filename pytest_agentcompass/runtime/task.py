@@ -17,6 +17,7 @@ from ..models.usage import sum_usage
 from ..types import RunResult, RunStatus, TaskSpec
 from .attempt import AttemptRecord, AttemptRunner
 from .context import RequestContext
+from .planner import BenchmarkPlanError
 from .strategies import AttemptScheduler
 from .traces import format_trace
 
@@ -44,7 +45,9 @@ class TaskOutcome:
     duration: float = 0.0
     #: The task's detail file (a ``str``: ten thousand ``Path`` objects are megabytes).
     detail_path: str | None = None
+    #: Taken from an earlier run's record (``reuse``), or from the interrupted run this one resumes.
     reused: bool = False
+    resumed: bool = False
     logs: list[str] = field(default_factory=list)
     #: What the task printed (stdout and stderr), shown with its report.
     output: str = ""
@@ -94,7 +97,12 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
             plan = ctx.planner.plan(task, index)
         except Exception as exc:  # a plan that cannot be built fails the attempt, not the run
             record = AttemptRecord(
-                result=RunResult(task.task_id, status=RunStatus.INFERENCE_ERROR, error=f"planning: {exc}"),
+                result=RunResult(
+                    task.task_id,
+                    status=RunStatus.INFERENCE_ERROR,
+                    error=f"planning attempt {index} failed: "
+                    + (str(exc) if isinstance(exc, BenchmarkPlanError) else f"{type(exc).__name__}: {exc}"),
+                ),
                 trace=format_trace(exc),
             )
         else:
@@ -106,6 +114,16 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
         if execution.attempts.k > 1:
             ctx.store.save_checkpoint(task.task_id, index, fingerprint, record.result)
     result = _task_usage(scheduler.combine(), scheduler.done, records)
+    try:
+        # bytes (a binary artifact) become files of the run; the detail records their paths.
+        result = ctx.store.externalize_bytes(task.task_id, result)
+        done = {
+            i: ctx.store.externalize_bytes(task.task_id, r, f"attempt-{i}" if execution.attempts.k > 1 else "")
+            for i, r in scheduler.done.items()
+        }
+    except OSError as exc:
+        log.warning("task %s: binary artifacts could not be written: %s", task.task_id, exc)
+        done = dict(scheduler.done)
     analysis, analysis_errors = await _analyze(ctx, task, result)
     passed = not result.is_error and result.score is not None and result.score >= execution.pass_threshold
     outcome = TaskOutcome(
@@ -122,7 +140,7 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
         trace=next((r.trace for r in reversed(records.values()) if r.trace), None),
         duration=time.monotonic() - started,
     )
-    detail = _detail(ctx, outcome, fingerprint, scheduler.done, analysis, analysis_errors)
+    detail = _detail(ctx, outcome, fingerprint, done, analysis, analysis_errors)
     try:
         outcome.detail_path = ctx.store.save_partial_result(task.task_id, detail)
     except OSError as exc:
@@ -185,13 +203,16 @@ def _detail(
         "kept_environments": outcome.kept_environments,
         "analysis": analysis,
         "analysis_errors": analysis_errors,
-        "judge": req.judge.model_dump(mode="json") if req.judge else None,
+        # The judge's params may hold ${VAR} values: mask short ones whole, too.
+        "judge": ctx.store.redactor.apply(req.judge.model_dump(mode="json"), whole_values=True) if req.judge else None,
         "notes": outcome.notes,
         "duration": round(outcome.duration, 4),
     }
 
 
-def outcome_from_detail(request: str, task: TaskSpec, detail: dict[str, Any], path: str | Path) -> TaskOutcome:
+def outcome_from_detail(
+    request: str, task: TaskSpec, detail: dict[str, Any], path: str | Path, *, resumed: bool = False
+) -> TaskOutcome:
     """Rebuild a :class:`TaskOutcome` from a recorded detail (reuse and resume)."""
     result = RunResult.from_dict(detail)
     return TaskOutcome(
@@ -208,5 +229,6 @@ def outcome_from_detail(request: str, task: TaskSpec, detail: dict[str, Any], pa
         trace=detail.get("trace"),
         duration=float(detail.get("duration", 0.0)),
         detail_path=str(path),
-        reused=True,
+        reused=not resumed,
+        resumed=resumed,
     )

@@ -110,3 +110,28 @@ def test_secrets_never_reach_the_run_directory(
     assert written
     for path in written:
         assert "sk-live-abcdef" not in path.read_text(), path
+
+
+def test_a_short_secret_is_masked_whole_not_inside_ids(
+    pytester: pytest.Pytester, trace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLAG", "1")
+    request = tracing_request("r1", trace, n=3, wrong=["t1"])
+    request["model"] = {"id": "m", "params": {"verbose": "${FLAG}", "header": "level ${FLAG}"}}
+    request["judge"] = {"id": "j", "params": {"flag": "${FLAG}"}}
+    write_config(pytester, [request])
+    pytester.runpytest("--agentcompass=agentcompass.yaml", "-x", "--agentcompass-concurrency=1")
+    (run_dir,) = (pytester.path / "runs/r1").iterdir()
+    assert "***" not in run_dir.name
+    info = json.loads((run_dir / "run_info.json").read_text())
+    params = info["config"]["requests"][0]["model"]["params"]
+    assert params == {"verbose": "***", "header": "***"}  # the fields it was expanded into
+    assert "***" not in info["fingerprint"] and info["run_id"] == run_dir.name
+    assert json.loads((run_dir / "details/t1.json").read_text())["judge"]["params"] == {"flag": "***"}
+    assert json.loads((run_dir / "details/t1.json").read_text())["task_id"] == "t1"
+    # The interrupted run (-x) resumes: ids and fingerprint were written intact.
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    result.assert_outcomes(passed=2, failed=1)
+    assert [p.name for p in (pytester.path / "runs/r1").iterdir()] == [run_dir.name]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "pass@1" in summary["metrics"] and summary["request"] == "r1"

@@ -96,6 +96,17 @@ def test_missing_image_is_a_preflight_error(pytester: pytest.Pytester, trace: Pa
     result.stdout.fnmatch_lines(["*docker image 'agentcompass-no-such-image:1' is not on the engine*"])
 
 
+def test_a_failed_pull_is_a_preflight_error(pytester: pytest.Pytester, trace: Path) -> None:
+    request = docker_request("d", trace, n=2)
+    request["environment"]["params"] |= {"image": "agentcompass-no-such-image:1", "pull": True}
+    write_config(pytester, [request])
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED and "INTERNALERROR" not in result.stdout.str()
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["  request 'd': environment 'docker' preflight: APIError: *no-such-image*"])
+    assert len([line for line in result.outlines if "no-such-image" in line]) == 1  # once, not per task
+
+
 def test_interrupt_removes_every_container(pytester: pytest.Pytester, trace: Path) -> None:
     write_config(pytester, [docker_request("d", trace, n=4, sleep={"run": 60})], task_concurrency=4)
     proc = start_pytest(pytester)
@@ -109,7 +120,64 @@ def test_interrupt_removes_every_container(pytester: pytest.Pytester, trace: Pat
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     assert containers(f"agentcompass.run={run_dir.name}") == []
-    assert json.loads((run_dir / "run_info.json").read_text())["status"] == "cancelled"
+    assert json.loads((run_dir / "run_info.json").read_text())["status"] == "interrupted"
+
+
+STUBBORN = """
+import asyncio, dataclasses
+from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+from pytest_agentcompass.environments.docker import DockerEnvironment, DockerSession
+
+class Sleepy(HarnessFreeBenchmark):
+    def load_tasks(self, req):
+        return [TaskSpec(f"t{i}") for i in range(3)]
+    async def run_task(self, task, prepared, env, req, plan):
+        open("started-" + task.task_id, "w").close()  # the session is open: its close will hang
+        await env.exec(["sleep", "60"], timeout=120)
+        return RunResult(task.task_id, output="late")
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=1.0)
+
+class StubbornSession(DockerSession):
+    async def close(self):
+        await asyncio.sleep(60)  # a cleanup that never ends on its own
+        await super().close()
+
+class StubbornDocker(DockerEnvironment):
+    async def open(self, config):
+        session = await super().open(config)
+        session.__class__ = StubbornSession
+        return session
+"""
+
+
+def test_second_interrupt_still_removes_this_runs_containers(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(stubborn=STUBBORN)
+    environment = {"id": "stubborn.py:StubbornDocker", "params": {"image": IMAGE}}
+    request = {"name": "d", "benchmark": {"id": "stubborn.py:Sleepy"}, "environment": environment}
+    write_config(pytester, [request], task_concurrency=3, cleanup_grace_seconds=120)
+    proc = start_pytest(pytester)
+    deadline = time.monotonic() + 120
+
+    def run_dirs() -> list[Path]:  # a run still being assembled has a "." name
+        folder = pytester.path / "runs/d"
+        return [p for p in folder.iterdir() if not p.name.startswith(".")] if folder.is_dir() else []
+
+    # Every task is past open (a container alone may still be starting, and its cleanup is quick).
+    while len(list(pytester.path.glob("started-*"))) < 3:
+        assert time.monotonic() < deadline and proc.poll() is None, "tasks never started"
+        time.sleep(0.1)
+    (run_dir,) = run_dirs()
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    assert proc.poll() is None, proc.communicate()[0]  # waiting on the stubborn cleanups, within the grace
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert containers(f"agentcompass.run={run_dir.name}") == [], out
+    assert "Task was destroyed" not in out and "Event loop is closed" not in out, out
+    assert json.loads((run_dir / "run_info.json").read_text())["status"] == "interrupted", out
+    assert not (run_dir / "run.lock").exists(), out
 
 
 def test_sweep_removes_what_a_killed_run_left() -> None:

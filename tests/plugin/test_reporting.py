@@ -28,7 +28,7 @@ def test_pass_fail_error_outcomes_and_exit_code(pytester: pytest.Pytester, trace
     result.stdout.fnmatch_lines(
         [
             "*ERROR at setup of mix::t2*",
-            "inference_error in the inference stage: RuntimeError: injected run failure",
+            "inference_error in the inference stage: ConnectionError: injected run failure",
             "*tracing.py*in run_task*",
         ],
         consecutive=False,
@@ -195,3 +195,45 @@ def test_a_broken_reporting_hook_stops_cleanly_and_loses_nothing(pytester: pytes
     assert info["status"] == "stopped"
     # Tasks already running when reporting broke finished and were recorded; none was half-written.
     assert len(list((run_dir / "details").glob("*.json"))) == info["counts"]["tasks"] >= 1
+
+
+LEAKY = """
+import dataclasses, logging
+from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+
+class Leaky(HarnessFreeBenchmark):
+    def __init__(self, key):
+        self.key = key
+    def load_tasks(self, req):
+        return [TaskSpec("t0"), TaskSpec("t1"), TaskSpec("t2")]
+    def run_task(self, task, prepared, env, req, plan):
+        logging.getLogger("leaky").warning("calling the model with key %s", self.key)
+        print(f"printed key {self.key}")
+        if task.task_id == "t0":
+            raise PermissionError(f"401: key {self.key} was refused")
+        return RunResult(task.task_id, output=f"answer signed with {self.key}")
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=0.0 if task.task_id == "t1" else 1.0)
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["in-process", "xdist"])
+def test_secrets_are_masked_in_every_report(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: list[str]
+) -> None:
+    secret = "sk-live-0123456789"
+    monkeypatch.setenv("LEAKY_KEY", secret)
+    pytester.makepyfile(leaky=LEAKY)
+    request = {"name": "r", "benchmark": {"id": "leaky.py:Leaky", "params": {"key": "${LEAKY_KEY}"}}}
+    write_config(pytester, [request])
+    result = pytester.runpytest_subprocess(
+        "--agentcompass=agentcompass.yaml", "-rA", "--junitxml=j.xml", "-o", "junit_logging=all", *workers
+    )
+    result.assert_outcomes(passed=1, failed=1, errors=1)
+    out = result.stdout.str() + result.stderr.str()
+    junit = (pytester.path / "j.xml").read_text()
+    assert secret not in out and secret not in junit
+    assert "key *** was refused" in out and "answer signed with ***" in out
+    assert "key *** was refused" in junit and "calling the model with key ***" in junit
+    for path in (pytester.path / "runs").rglob("*"):
+        assert not path.is_file() or secret not in path.read_text(), path

@@ -256,7 +256,7 @@ def test_failing_close_does_not_mask_a_failing_run(pytester: pytest.Pytester, tr
     result.stdout.fnmatch_lines(["*ERROR at setup of r::t0*", "*injected run failure*"], consecutive=False)
     (detail,) = pytester.path.glob("runs/r/*/details/t0.json")
     data = json.loads(detail.read_text())
-    assert data["error"] == "RuntimeError: injected run failure"
+    assert data["error"] == "ConnectionError: injected run failure"
     assert "injected close failure" in data["cleanup_errors"][0]
 
 

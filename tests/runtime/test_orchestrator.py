@@ -45,7 +45,7 @@ class Recorder(HarnessFreeBenchmark):
         self.log.append(("end", task.task_id, time.monotonic()))
         if task.task_id in self.fail_first:
             self.fail_first.discard(task.task_id)
-            raise RuntimeError("flaky")
+            raise ConnectionError("flaky")  # transient: retried by default
         return RunResult(task.task_id, output="ok")
 
     def evaluate(self, task: TaskSpec, prepared: Any, result: RunResult, req: Any, plan: Any, env: Any = None) -> Any:

@@ -21,7 +21,10 @@ from tracing import read_trace
 
 def run_dirs(pytester: pytest.Pytester, name: str = "r") -> list[Path]:
     # Names starting with "." are runs still being created (renamed into place when whole).
-    return sorted(p for p in (pytester.path / "runs" / name).iterdir() if not p.name.startswith("."))
+    folder = pytester.path / "runs" / name
+    if not folder.is_dir():  # a process killed before it made its first run directory
+        return []
+    return sorted(p for p in folder.iterdir() if not p.name.startswith("."))
 
 
 def details(run_dir: Path) -> dict[str, dict[str, Any]]:
@@ -284,3 +287,45 @@ def test_aggregate_sees_full_results_read_back_from_details(pytester: pytest.Pyt
     (summary,) = pytester.path.glob("runs/r/*/summary.json")
     metrics = json.loads(summary.read_text())["metrics"]
     assert metrics == {"outputs": ["t0", "t1", "t2", "t3", "t4"], "artifacts": ["t1", "t2"]}
+
+
+def test_two_runs_in_one_second_are_told_apart_by_their_recorded_start(pytester: pytest.Pytester, trace: Path) -> None:
+    # Ids of one second whose random parts sort the other way round than the runs were made.
+    pytester.makeconftest(
+        "import os\ndef pytest_agentcompass_make_run_id(config):\n    return os.environ.get('RUN_ID')\n"
+    )
+    write_config(pytester, [tracing_request("r", trace, n=2, wrong=["t1"])])
+    for run_id in ("20260101T000000-ffff", "20260101T000000-0000"):
+        os.environ["RUN_ID"] = run_id
+        try:
+            pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml").assert_outcomes(passed=1, failed=1)
+        finally:
+            del os.environ["RUN_ID"]
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-reuse=latest")
+    result.stdout.fnmatch_lines(["*note: reused 2 task(s) from */runs/r/20260101T000000-0000"])
+
+
+def test_a_resume_says_what_it_resumes_and_does_not_call_it_reuse(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("r", trace, n=4, wrong=["t1"])], task_concurrency=1)
+    pytester.runpytest("--agentcompass=agentcompass.yaml", "-x").assert_outcomes(passed=1, failed=1)
+    (run_dir,) = run_dirs(pytester)
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "-rA", "--junitxml=j.xml")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines([f"agentcompass: r: resuming {run_dir} (2 of 4 tasks done)"])
+    assert "reused from an earlier run" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*kept from the interrupted run this one resumes*"])
+    result.stdout.fnmatch_lines(["r: 4 tasks, 3 passed, 1 failed, 0 errors, 2 resumed"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["counts"]["reused"], summary["counts"]["resumed"]) == (0, 2)
+    assert 'name="agentcompass.reused" value="False"' in (pytester.path / "j.xml").read_text()
+
+
+def test_cancelled_tasks_count_as_errors(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("r", trace, n=3, sleep={"run": 60})], timeout_seconds=1)
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(["r: 3 tasks, 0 passed, 0 failed, 3 errors"])
+    (run_dir,) = run_dirs(pytester)
+    info = json.loads((run_dir / "run_info.json").read_text())
+    assert info["status"] == "timeout" and info["counts"]["errors"] == 3
+    assert sorted(info["unfinished_tasks"]) == ["t0", "t1", "t2"]

@@ -9,7 +9,20 @@ from typing import Any
 
 import pytest
 
-from pytest_agentcompass.runtime.retry import RETRY_SCOPE, RetryBudget, RetryScope, Stage, retry_scope
+from pytest_agentcompass.errors import SessionError, WorkspacePathError
+from pytest_agentcompass.runtime.retry import (
+    RETRY_SCOPE,
+    TRANSIENT_KINDS,
+    ErrorKind,
+    RetryBudget,
+    RetryPolicy,
+    RetryScope,
+    Stage,
+    StageFailure,
+    classify,
+    retry_scope,
+    should_retry,
+)
 
 from conftest import tracing_request, write_config
 from tracing import read_trace
@@ -88,12 +101,10 @@ def test_retry_scope_rows(
     for event, count in calls.items():
         assert counts[event] == count, (event, counts)
     (record,) = retry_records(pytester)
-    assert (record["stage"], record["scope"], record["retry_number"], record["matched_pattern"]) == (
-        stage,
-        scope,
-        1,
-        "*",
-    )
+    assert (record["stage"], record["scope"], record["retry_number"]) == (stage, scope, 1)
+    # The injected failures are transient (connection errors, an unopenable Environment, a 429).
+    assert record["matched_pattern"] == f"kind:{record['error_kind']}"
+    assert record["error_kind"] in {"transport", "environment", "rate_limit"}
     assert record["plan"]["evaluation_environment_mode"] == mode
     assert counts["env_open:task"] + counts["env_open:evaluation"] == counts["env_close"]
 
@@ -116,7 +127,7 @@ def test_every_table_row_is_tested() -> None:
 @pytest.mark.parametrize(
     ("patterns", "retried", "matched"),
     [
-        (None, True, "*"),
+        (None, True, "kind:transport"),
         (["injected \\w+ failure"], True, "injected \\w+ failure"),
         (["timeout"], False, None),
         ([], False, None),
@@ -134,15 +145,83 @@ def test_retry_pattern_list(
         assert counts["run_task"] == 1 and retry_records(pytester) == []
 
 
+def failure(error: str, cause: BaseException | None = None) -> StageFailure:
+    return StageFailure(Stage.INFERENCE, error, cause=cause)
+
+
 def test_budget_matching_unit() -> None:
-    budget = RetryBudget(max_retries=2, patterns=["429", "overloaded"])
-    assert budget.match("") is None
-    assert budget.take("HTTP 429 Too Many Requests") == "429"
-    assert budget.take("bad request") is None
-    assert budget.take("server overloaded") == "overloaded"
-    assert budget.take("429 again") is None  # exhausted
-    assert RetryBudget(1, None).match("anything") == "*"
-    assert RetryBudget(1, []).match("anything") is None
+    budget = RetryBudget(RetryPolicy.of(2, ["429", "overloaded"]))
+    assert budget.take(failure("")) is None
+    assert budget.take(failure("HTTP 429 Too Many Requests")) == "429"
+    assert budget.take(failure("bad request")) is None
+    assert budget.take(failure("server overloaded")) == "overloaded"
+    assert budget.take(failure("429 again")) is None  # exhausted
+    assert RetryBudget(RetryPolicy.of(1, [])).take(failure("rate limited (429)")) is None
+    # Explicit patterns ignore the kind: a TypeError retries when a pattern says so.
+    assert RetryBudget(RetryPolicy.of(1, ["TypeError"])).take(failure("TypeError: x", TypeError("x"))) == "TypeError"
+
+
+class RateLimitError(Exception):
+    """Named like the openai SDK's, which is matched by class name (the SDK is never imported here)."""
+
+
+@pytest.mark.parametrize(
+    ("cause", "text", "kind"),
+    [
+        (ConnectionResetError("reset"), "", ErrorKind.TRANSPORT),
+        (TimeoutError(), "", ErrorKind.TIMEOUT),
+        (RateLimitError("slow down"), "", ErrorKind.RATE_LIMIT),
+        (SessionError("container gone"), "", ErrorKind.ENVIRONMENT),
+        (None, "rate limited (429)", ErrorKind.RATE_LIMIT),
+        (None, "upstream answered 503", ErrorKind.TRANSPORT),
+        (TypeError("unsupported operand"), "", ErrorKind.PROGRAMMING),
+        (KeyError("answer"), "", ErrorKind.PROGRAMMING),
+        (AttributeError("x"), "timed out", ErrorKind.PROGRAMMING),  # the class wins over the text
+        (WorkspacePathError("../etc"), "", ErrorKind.PROGRAMMING),
+        (RuntimeError("boom"), "", ErrorKind.OTHER),
+    ],
+)
+def test_default_policy_retries_transient_kinds_only(cause: BaseException | None, text: str, kind: ErrorKind) -> None:
+    assert classify(cause, text) is kind
+    stage_failure = StageFailure(Stage.INFERENCE, text or f"{type(cause).__name__}: {cause}", cause=cause)
+    decision = should_retry(RetryPolicy.of(1, None), stage_failure, 0)
+    assert (decision is not None) is (kind in TRANSIENT_KINDS)
+
+
+@pytest.mark.parametrize(
+    ("fault", "retried"),
+    [
+        ("type_error", False),  # a programming error repeats on every try
+        ("no_score", False),  # a missing reward is not transient
+        ("nan_score", False),
+        ("connection", True),
+    ],
+)
+def test_default_retries_only_transient_faults(
+    pytester: pytest.Pytester, trace: Path, fault: str, retried: bool
+) -> None:
+    result, counts = run(pytester, trace, fault={fault: 1}, execution={"max_retries": 2})
+    if retried:
+        result.assert_outcomes(passed=1)
+    else:
+        result.assert_outcomes(errors=1)
+        assert retry_records(pytester) == []
+        assert counts["run_task"] == 1 and counts["evaluate"] <= 1  # one try, no retry
+
+
+def test_scope_table_drives_behaviour(pytester: pytest.Pytester, trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Change one row: the runner must follow the table, not a scope of its own.
+    monkeypatch.setitem(RETRY_SCOPE, (Stage.EVALUATION, "reuse"), RetryScope.EVALUATE)
+    result, counts = run(pytester, trace, mode="reuse", fail={"evaluate": 1})
+    result.assert_outcomes(passed=1)
+    assert (counts["env_open:task"], counts["run_task"], counts["evaluate"]) == (1, 1, 2)
+    assert retry_records(pytester)[0]["scope"] == "evaluate"
+    monkeypatch.setitem(RETRY_SCOPE, (Stage.INFERENCE, None), RetryScope.EVALUATE)
+    trace.unlink()
+    result, counts = run(pytester, trace, fail={"run": 1})
+    # No level of the runner retries "evaluate" for an inference failure but the attempt itself.
+    result.assert_outcomes(passed=1)
+    assert counts["run_task"] == 2
 
 
 def test_budget_resets_for_each_semantic_attempt(pytester: pytest.Pytester, trace: Path) -> None:
@@ -162,7 +241,7 @@ def test_budget_is_shared_by_the_stages_of_an_attempt(pytester: pytest.Pytester,
     (detail,) = pytester.path.glob("runs/r/*/details/t0.json")
     data = json.loads(detail.read_text())
     assert data["status"] == "evaluation_error"
-    assert data["error"] == "RuntimeError: injected evaluate failure"
+    assert data["error"] == "ConnectionError: injected evaluate failure"
     assert "injected evaluate failure" in data["trace"]
 
 
@@ -181,7 +260,16 @@ def test_retries_stay_out_of_details(pytester: pytest.Pytester, trace: Path) -> 
         "retry_details/t3/attempt-0-retry-1.json",
     ]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["counts"] == {"tasks": 4, "passed": 4, "failed": 0, "errors": 0, "reused": 0, "retries": 3}
+    assert summary["counts"] == {
+        "tasks": 4,
+        "passed": 4,
+        "failed": 0,
+        "errors": 0,
+        "environment_errors": 0,
+        "reused": 0,
+        "resumed": 0,
+        "retries": 3,
+    }
     assert 'name="agentcompass.retries" value="2"' in (pytester.path / "j.xml").read_text()
 
 
@@ -206,3 +294,14 @@ def test_retry_detail_plan_is_redacted(pytester: pytest.Pytester, trace: Path, m
 
 def test_scope_enum_values() -> None:
     assert {s.value for s in RetryScope} == {"attempt", "evaluate", "evaluation_environment"}
+
+
+def test_environment_faults_have_their_own_status(pytester: pytest.Pytester, trace: Path) -> None:
+    result, _ = run(pytester, trace, env_params={"fail": {"open_task": -1}}, execution={"max_retries": 1})
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*environment_error in the environment stage: RuntimeError: injected open failure*"])
+    result.stdout.fnmatch_lines(["r: 1 tasks, 0 passed, 0 failed, 1 errors (1 environment), 1 retries"])
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["tasks"][0]["status"] == "environment_error"
+    assert summary["metrics"]["environment_errors"] == 1 and summary["counts"]["environment_errors"] == 1

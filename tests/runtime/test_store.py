@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,3 +121,35 @@ def test_a_detail_the_disk_refuses_is_a_teardown_error_and_the_result_stands(pyt
     )
     summary = json.loads(next(pytester.path.glob("runs/blocked/*/summary.json")).read_text())
     assert [(t["task_id"], t["score"]) for t in summary["tasks"]] == [("t0", 1.0), ("t1", 0.0)]
+
+
+def _claim(run_dir: str, barrier: Any, wins: Any) -> None:
+    from pytest_agentcompass.errors import AgentCompassError
+    from pytest_agentcompass.runtime.store import claim_run_dir
+
+    barrier.wait()
+    try:
+        claim_run_dir(Path(run_dir), "r", "fp")
+    except AgentCompassError:
+        pass
+    else:
+        with wins.get_lock():
+            wins.value += 1
+    barrier.wait()  # every contender stays alive (a live holder) until all have tried
+
+
+def test_only_one_process_claims_a_run(tmp_path: Path) -> None:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    contenders = 6
+    for round_ in range(5):
+        run_dir = tmp_path / f"run-{round_}"
+        run_dir.mkdir()
+        barrier, wins = ctx.Barrier(contenders), ctx.Value("i", 0)
+        procs = [ctx.Process(target=_claim, args=(str(run_dir), barrier, wins)) for _ in range(contenders)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(timeout=60)
+        assert wins.value == 1, f"round {round_}: {wins.value} processes hold the same run"

@@ -77,7 +77,7 @@ class _Tracing:
         if delay:
             await asyncio.sleep(float(delay))
         if _should_fail(self.params["trace"], self.params.get("fail") or {}, stage, task_id):
-            raise RuntimeError(f"injected {stage} failure")
+            raise ConnectionError(f"injected {stage} failure")
 
 
 class TracingBenchmark(_Tracing, HarnessFreeBenchmark):
@@ -129,8 +129,13 @@ class TracingBenchmark(_Tracing, HarnessFreeBenchmark):
                 await asyncio.sleep(0.02)
         per_attempt = self.params.get("fail_each_attempt") or {}
         if _should_fail(self.params["trace"] + f"#{plan.attempt_index}", per_attempt, "run", task.task_id):
-            raise RuntimeError(f"injected run failure in attempt {plan.attempt_index}")
+            raise ConnectionError(f"injected run failure in attempt {plan.attempt_index}")
         await self._step("run", task.task_id)
+        faults = self.params.get("fault") or {}
+        if _should_fail(self.params["trace"], faults, "type_error", task.task_id):
+            return task.question + 1  # type: ignore[operator]  # a bug in benchmark code
+        if _should_fail(self.params["trace"], faults, "connection", task.task_id):
+            raise ConnectionResetError("injected connection reset")
         if _should_fail(self.params["trace"], self.params.get("error_result") or {}, "run", task.task_id):
             return RunResult(task_id=task.task_id, status=RunStatus.INFERENCE_ERROR, error="rate limited (429)")
         answer = task.question.upper() if task.task_id not in self.params["wrong"] else "nope"
@@ -176,6 +181,11 @@ class TracingBenchmark(_Tracing, HarnessFreeBenchmark):
             mode=plan.evaluation_environment_mode,
         )
         await self._step("evaluate", task.task_id)
+        faults = self.params.get("fault") or {}
+        if _should_fail(self.params["trace"], faults, "no_score", task.task_id):
+            return result
+        if _should_fail(self.params["trace"], faults, "nan_score", task.task_id):
+            return dataclasses.replace(result, score=float("nan"))
         answer = result.artifacts["file"]["answer.txt"]
         return dataclasses.replace(result, score=1.0 if answer == task.ground_truth else 0.0)
 
@@ -257,7 +267,7 @@ class TracingEnvironment(LocalEnvironment):
     def build_config(self, plan: ExecutionPlan, purpose: Any, labels: Any = None) -> SessionConfig:
         fail = self.spec.params.get("fail") or {}
         if _should_fail(self.spec.params["trace"], fail, "build_config", plan.task_id):
-            raise RuntimeError("injected build_config failure")
+            raise ConnectionError("injected build_config failure")
         return super().build_config(plan, purpose, labels)
 
     async def open(self, config: SessionConfig) -> EnvironmentSession:

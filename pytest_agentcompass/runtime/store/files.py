@@ -17,8 +17,10 @@ never leaves half a file, and every value passes through the redactor.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
@@ -55,6 +57,12 @@ def _readable(value: Any, depth: int = 2, indent: str = "") -> str:
 def read_json(path: str | os.PathLike[str]) -> Any:
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
+
+
+def _segment(key: Any) -> str:
+    """A mapping key as one safe path segment."""
+    text = re.sub(r"[^A-Za-z0-9._-]+", "_", str(key)).strip(".") or "_"
+    return text[:100]
 
 
 class RunStore:
@@ -230,6 +238,32 @@ class RunStore:
             self.remove_checkpoints(task_id)
         return path
 
+    def externalize_bytes(self, task_id: str, result: RunResult, folder: str = "") -> RunResult:
+        """``result`` with every ``bytes`` value of its artifacts and metadata written to a file
+        under ``blobs/<task>/[<folder>/]`` and replaced by ``{"bytes_file": <path in the run>, "size": n}``."""
+        base = f"blobs/{task_id}" + (f"/{folder}" if folder else "")
+        changed: dict[str, Any] = {}
+        for name in ("artifacts", "metadata"):
+            value = getattr(result, name)
+            replaced = self._externalize(value, f"{base}/{name}")
+            if replaced is not value:
+                changed[name] = replaced
+        return dataclasses.replace(result, **changed) if changed else result
+
+    def _externalize(self, value: Any, where: str) -> Any:
+        if isinstance(value, bytes | bytearray):
+            path = self.run_dir / where
+            with self._replacing(path) as tmp, open(tmp, "wb") as fh:
+                fh.write(value)
+            return {"bytes_file": where, "size": len(value)}
+        if isinstance(value, Mapping):
+            out = {k: self._externalize(v, f"{where}/{_segment(k)}") for k, v in value.items()}
+            return value if all(out[k] is value[k] for k in value) else out
+        if isinstance(value, list | tuple):
+            items = [self._externalize(v, f"{where}/{i}") for i, v in enumerate(value)]
+            return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+        return value
+
     def iter_details(self) -> Iterator[dict[str, Any]]:
         if not self.details_dir.is_dir():
             return
@@ -271,6 +305,7 @@ class RunStore:
     def save_checkpoint(self, task_id: str, attempt_index: int, fingerprint: str, result: RunResult) -> None:
         path = self.checkpoint_dir / task_id / f"attempt-{attempt_index}.json"
         self._checkpoints_seen = True
+        result = self.externalize_bytes(task_id, result, f"attempt-{attempt_index}")
         payload = {"fingerprint": fingerprint, "attempt_index": attempt_index, "result": result.to_dict()}
         self._write_text(path, self._encode(payload, False))
 

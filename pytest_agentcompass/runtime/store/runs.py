@@ -1,7 +1,7 @@
 """Whole run directories: naming, finding, claiming, locking, and copying reused details.
 
 ``<output_dir>/<request>/`` holds one folder per run. A run is *claimed* by one
-process through ``run.lock``, created exclusively; it is resumable while its
+process through an exclusive ``flock`` on ``run.lock``; it is resumable while its
 ``run_info.json`` is not ``completed`` and no live process holds its lock.
 Runs are ordered by the start ``run_info.json`` records (ids sort the same
 way, as a fallback for folders without one).
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import fcntl
 import json
 import os
 import secrets
@@ -118,29 +119,41 @@ def find_resumable_run(request_dir: Path, fingerprint: str) -> Path | None:
     return None
 
 
+#: Run directories this process holds: the open ``run.lock`` whose ``flock`` is the claim.
+_held: dict[str, int] = {}
+
+
 def _take_lock(run_dir: Path) -> bool:
-    """Create ``run.lock`` exclusively; a lock whose process is gone is taken over."""
-    lock = run_dir / LOCK_FILE
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            try:
-                pid = int(lock.read_text().strip() or 0)
-            except (OSError, ValueError):
-                pid = 0
-            if pid == os.getpid():
-                return True
-            if pid and _alive(pid):
-                return False
-            # A dead holder (or a lock cut before its pid was written): remove and try once more.
-            with contextlib.suppress(FileNotFoundError):
-                lock.unlink()
-            continue
-        with os.fdopen(fd, "w") as fh:
-            fh.write(str(os.getpid()))
+    """Claim ``run_dir`` with an exclusive ``flock`` on its ``run.lock``, held until released.
+
+    The kernel drops the lock when its process dies, so a ``kill -9`` never
+    leaves a stale claim, and two processes cannot both win a race (a lock
+    file written in two steps, create then pid, could be read empty by a
+    rival, taken for stale and removed). The pid written into the file is
+    for people only.
+    """
+    key = str(run_dir)
+    if key in _held:
         return True
-    return False
+    lock = run_dir / LOCK_FILE
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        try:
+            current = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            current = False
+        if not current:  # the holder released (and removed) it between our open and flock
+            os.close(fd)
+            continue
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        _held[key] = fd
+        return True
 
 
 def claim_run_dir(run_dir: Path, request: str, fingerprint: str, *, shared: bool = False) -> None:
@@ -189,13 +202,13 @@ def _remove_dead_staging(request_dir: Path) -> None:
 
 def release_run_dir(run_dir: Path) -> None:
     """Give up this process's claim on ``run_dir``."""
-    lock = run_dir / LOCK_FILE
-    try:
-        pid = int(lock.read_text().strip() or 0)
-    except (OSError, ValueError):
+    fd = _held.pop(str(run_dir), None)
+    if fd is None:
         return
-    if pid == os.getpid():
-        lock.unlink(missing_ok=True)
+    # Removed before it is unlocked: a rival that opened the old file notices and retries.
+    with contextlib.suppress(FileNotFoundError):
+        (run_dir / LOCK_FILE).unlink()
+    os.close(fd)
 
 
 def copy_details(

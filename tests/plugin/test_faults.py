@@ -1,0 +1,199 @@
+"""Faults a user can cause end in one clear message: never INTERNALERROR, a deep traceback or silence."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import tracing_request, write_config
+
+HEAD = """
+import dataclasses, logging
+from pytest_agentcompass import HarnessFreeBenchmark, LocalEnvironment, PreflightError, RunResult, TaskSpec
+"""
+
+
+def bench_request(pytester: pytest.Pytester, body: str, cls: str = "B", **request: Any) -> dict[str, Any]:
+    pytester.makepyfile(bench=HEAD + body)
+    return {"name": "r", "benchmark": {"id": f"bench.py:{cls}"}, **request}
+
+
+def run(pytester: pytest.Pytester, requests: list[dict[str, Any]], *args: str, **top: Any) -> pytest.RunResult:
+    write_config(pytester, requests, **top)
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", *args)
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret != pytest.ExitCode.INTERNAL_ERROR and "INTERNALERROR" not in out, out
+    return result
+
+
+def strict_json(path: Path) -> Any:
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{path} holds {name}, which is not JSON")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+ANSWERS = """
+class B(HarnessFreeBenchmark):
+    def load_tasks(self, req):
+        return [TaskSpec(f"t{i}") for i in range(3)]
+    def run_task(self, task, prepared, env, req, plan):
+        return RunResult(task.task_id, output="x")
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=1.0)
+"""
+
+
+def test_make_benchmark_plan_raising_is_a_clear_error_and_releases_the_run(pytester: pytest.Pytester) -> None:
+    body = (
+        ANSWERS
+        + """
+    def make_benchmark_plan(self, task, req):
+        raise ValueError("no plan for " + task.task_id)
+"""
+    )
+    result = run(pytester, [bench_request(pytester, body)])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(["*make_benchmark_plan*ValueError: no plan for t0*"])
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    assert json.loads((run_dir / "run_info.json").read_text())["status"] != "created"
+    assert not (run_dir / "run.lock").exists()
+
+
+@pytest.mark.parametrize("status", ["inference_error", "environment_error"])
+def test_a_plain_string_status_is_accepted(pytester: pytest.Pytester, status: str) -> None:
+    body = ANSWERS.replace('output="x")', f'status="{status}", error="quota exceeded")')
+    result = run(pytester, [bench_request(pytester, body)])
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines([f"{status} in the inference_result stage: quota exceeded"])
+
+
+def test_an_unknown_status_names_the_valid_ones(pytester: pytest.Pytester) -> None:
+    body = ANSWERS.replace('output="x")', 'status="oops")')
+    result = run(pytester, [bench_request(pytester, body)])
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(["*RunResult status 'oops' is not one of completed, scored, *"])
+
+
+@pytest.mark.parametrize("score", ["float('nan')", "float('inf')", "'high'"])
+def test_a_non_finite_score_is_an_evaluation_error(pytester: pytest.Pytester, score: str) -> None:
+    body = ANSWERS.replace("score=1.0", f"score={score}")
+    result = run(pytester, [bench_request(pytester, body)])
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(["evaluation_error in the evaluation stage: evaluate returned a score*"])
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    summary = strict_json(run_dir / "summary.json")
+    assert {t["status"] for t in summary["tasks"]} == {"evaluation_error"}
+    strict_json(run_dir / "details/t0.json")
+
+
+@pytest.mark.parametrize(
+    ("tasks", "message"),
+    [
+        ("None", "*request 'r': load_tasks returned None*"),
+        ("[TaskSpec(7)]", "*request 'r': task #0 has task_id 7 (an int); task ids are strings*"),
+    ],
+)
+def test_bad_task_lists_are_named(pytester: pytest.Pytester, tasks: str, message: str) -> None:
+    body = ANSWERS.replace('[TaskSpec(f"t{i}") for i in range(3)]', tasks)
+    result = run(pytester, [bench_request(pytester, body)])
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # a collection error
+    result.stdout.fnmatch_lines([message])
+    assert "_pytest" not in result.stdout.str()
+
+
+def test_no_tasks_says_why(pytester: pytest.Pytester) -> None:
+    body = ANSWERS.replace('[TaskSpec(f"t{i}") for i in range(3)]', "[]")
+    result = run(pytester, [bench_request(pytester, body)])
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.stdout.fnmatch_lines(["*request 'r': load_tasks returned no tasks*"])
+
+
+ARTIFACTS = """
+class B(HarnessFreeBenchmark):
+    def load_tasks(self, req):
+        return [TaskSpec("bin"), TaskSpec("obj")]
+    def run_task(self, task, prepared, env, req, plan):
+        if task.task_id == "bin":
+            return RunResult(task.task_id, artifacts={"file": {"out.png": b"\\x89PNG\\x00"}}, metadata={"raw": [b"ab"]})
+        return RunResult(task.task_id, metadata={"client": object()})
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=1.0)
+"""
+
+
+def test_bytes_go_to_files_and_other_objects_are_named(pytester: pytest.Pytester) -> None:
+    result = run(pytester, [bench_request(pytester, ARTIFACTS)])
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*metadata[[]'client'[]] holds a value of type object, not storable as JSON*"])
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    detail = strict_json(run_dir / "details/bin.json")
+    ref = detail["artifacts"]["file"]["out.png"]
+    assert ref == {"bytes_file": "blobs/bin/artifacts/file/out.png", "size": 5}
+    assert (run_dir / ref["bytes_file"]).read_bytes() == b"\x89PNG\x00"
+    assert (run_dir / detail["metadata"]["raw"][0]["bytes_file"]).read_bytes() == b"ab"
+
+
+PREFLIGHT = """
+class P(LocalEnvironment):
+    async def preflight(self):
+        raise PreflightError("the engine at tcp://nowhere is not reachable")
+"""
+
+
+def test_a_preflight_failure_is_printed_once(pytester: pytest.Pytester) -> None:
+    request = bench_request(pytester, ANSWERS + PREFLIGHT, environment={"id": "bench.py:P"})
+    result = run(pytester, [request])
+    result.assert_outcomes(errors=3)
+    assert result.stdout.str().count("tcp://nowhere is not reachable") == 1
+    result.stdout.fnmatch_lines(
+        ["*not run: request 'r' failed its preflight (the reason is in the agentcompass summary)*"]
+    )
+    result.stdout.fnmatch_lines(["r: 3 tasks, 0 passed, 0 failed, 3 errors (3 environment)", "  *tcp://nowhere*"])
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 64 KiB file system (root only), unmounted afterwards."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(mount: Path) -> None:
+    fd = os.open(mount / "ballast", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:  # ENOSPC: full
+        pass
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("fault", ["file", "read-only", "full"])
+def test_an_unusable_output_dir_is_named(pytester: pytest.Pytester, trace: Path, small_disk: Path, fault: str) -> None:
+    output = small_disk / "runs"
+    if fault == "file":
+        output.write_text("not a folder")
+    elif fault == "read-only":
+        subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    else:
+        fill(small_disk)
+    result = run(pytester, [tracing_request("r", trace, n=3)], output_dir=str(output))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*cannot write the run directory {output}/r/*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..errors import AgentCompassError
-from ..runtime.orchestrator import OrchestrationResult
+from ..errors import AgentCompassError, PreflightError
+from ..runtime.orchestrator import OrchestrationResult, not_run
 from ..runtime.request import RequestRuntime
 from ..runtime.store import release_run_dir
 from ..runtime.task import TaskOutcome, outcome_from_detail
@@ -54,6 +54,7 @@ class DistributedRun:
         self.states: dict[str, RequestRuntime] = {}
         #: Tasks that had a usable result before this session (reported as reused).
         self.recorded: dict[str, set[str]] = {}
+        self.preflight_failed: set[str] = set()  # requests whose preflight failed here, in the controller
         self.service: PermitService | None = None
         self.session: pytest.Session | None = None
         #: Requests the controller could not build (their runs are not finalized), and why.
@@ -135,6 +136,15 @@ class DistributedRun:
             known = {t.task_id for t in state.tasks}
             state.wanted = wanted[name] & known
             state.rerun = set(state.wanted) if rerun else set()
+            try:
+                # The workers' tasks only point at the summary: the reason is
+                # found here, once, and printed there (as without xdist).
+                asyncio.run(state.preflight())
+            except PreflightError as exc:
+                state.failed, state.prepared = str(exc), True
+                self.preflight_failed.add(name)
+                state.pending.clear()
+                continue
             try:
                 asyncio.run(state.prepare())
             except Exception as exc:  # reported with the summary; the tasks still run
@@ -228,6 +238,13 @@ class DistributedRun:
             outcome.slim()
             state.outcomes[task.task_id] = outcome
         missing = [t for t in state.wanted if t not in state.outcomes]
+        if state.name in self.preflight_failed and state.failed is not None:
+            # As in process: every task counts as not run, and the run records why.
+            for task in state.tasks:
+                if task.task_id in state.wanted and task.task_id not in state.outcomes:
+                    not_run(state, task, "failed its preflight").slim()
+            state.stop("failed", state.failed)
+            return state
         if result.status == "stopped":
             asyncio.run(state.finalize("stopped"))
         elif result.status != "completed" or missing:

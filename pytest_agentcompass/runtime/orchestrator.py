@@ -27,7 +27,7 @@ from ..types import TaskSpec
 from .request import RequestRuntime
 from .task import TaskOutcome
 
-__all__ = ["OrchestrationResult", "Orchestrator", "Slots"]
+__all__ = ["OrchestrationResult", "Orchestrator", "Slots", "not_run"]
 
 #: How long removing left-over Environments may take after the cleanup was cut short.
 SWEEP_SECONDS = 20.0
@@ -97,6 +97,7 @@ class Orchestrator:
         self._dispatchable = asyncio.Event()  # a request was prepared, or we stop
         self._changed = asyncio.Event()  # pending or active work changed
         self._forced = asyncio.Event()  # a second Ctrl-C: stop waiting for cleanups
+        self._failed_how: dict[str, str] = {}  # request -> what failed, for the tasks' message
         self.started_at = 0.0
         self.shared = shared
         self.slots = slots
@@ -159,10 +160,8 @@ class Orchestrator:
             if recorded is not None:  # resumed or reused: report, do not run
                 state.outcomes[task.task_id] = recorded
                 self._notify(recorded)
-            elif state.failed is not None:
-                outcome = state.error_outcome(task, state.failed)
-                state.outcomes[task.task_id] = outcome
-                self._notify(outcome)
+            elif state.failed is not None:  # a shared run's task that came after its request failed
+                self._fail_task(state, task, self._failed_how.get(state.name, "failed its preflight"))
             else:
                 state.pending.append(task)
         self._dispatchable.set()
@@ -244,7 +243,6 @@ class Orchestrator:
                     log.error("request %s: preparation failed: %s", state.name, exc)
                     state.failed = f"request {state.name!r}: preparation failed: {type(exc).__name__}: {exc}"
                     state.prepared = True
-                    state.pending.clear()
                     self._fail_request(state, "could not be prepared")
                     taken = []
                 if state.prepared and state.failed is None:
@@ -255,13 +253,16 @@ class Orchestrator:
             self._changed.set()
 
     def _fail_request(self, state: RequestRuntime, what: str) -> None:
-        # The reason is printed once, in the summary (``state.failed``); each task points there.
-        message = f"not run: request {state.name!r} {what} (the reason is in the agentcompass summary)"
+        self._failed_how[state.name] = what
+        # A shared run fails only what was handed over here; other processes hold the rest.
+        handed = [t.task_id for t in state.pending] if self.shared else state.wanted
+        state.pending.clear()
         for task in state.tasks:
-            if task.task_id in state.wanted and task.task_id not in state.outcomes:
-                outcome = state.error_outcome(task, message, state.failed_status)
-                state.outcomes[task.task_id] = outcome
-                self._notify(outcome)
+            if task.task_id in handed and task.task_id not in state.outcomes:
+                self._fail_task(state, task, what)
+
+    def _fail_task(self, state: RequestRuntime, task: TaskSpec, what: str) -> None:
+        self._notify(not_run(state, task, what))
 
     async def _worker(self) -> None:
         while True:
@@ -411,3 +412,14 @@ class Orchestrator:
                     await state.ctx.provider.sweep(state.ctx.run_id)
             except Exception as exc:  # a bounded best effort: the next run sweeps again
                 log.warning("request %s: removing this run's environments failed: %s", state.name, exc)
+
+
+def not_run(state: RequestRuntime, task: TaskSpec, what: str) -> TaskOutcome:
+    """Record ``task`` as not run because its request ``what`` (e.g. "failed its preflight").
+
+    The reason itself is printed once, in the summary (``state.failed``); each task points there.
+    """
+    message = f"not run: request {state.name!r} {what} (the reason is in the agentcompass summary)"
+    outcome = state.error_outcome(task, message, state.failed_status)
+    state.outcomes[task.task_id] = outcome
+    return outcome

@@ -12,27 +12,16 @@ import uuid
 from pathlib import Path
 
 import pytest
+from processes import kill_with_its_reapers
 from test_local_environment import alive, open_session
 
 from pytest_agentcompass import EnvironmentSpec, LocalEnvironment
 from pytest_agentcompass.environments.local import LocalSession
-from pytest_agentcompass.environments.process import MARKER, descendants, kill_marked
+from pytest_agentcompass.environments.process import MARKER, kill_marked
 from pytest_agentcompass.testing import make_plan
 
 # A daemon as careful as they come: its own session, a double fork, no pipes kept.
 DAEMON = "setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' </dev/null >/dev/null 2>&1 &"
-
-
-def kill_with_its_reapers(pid: int) -> None:
-    """SIGKILL process ``pid`` and the reapers of its execs (they live in a session of their own)."""
-    os.kill(pid, signal.SIGSTOP)  # frozen first: it must not see a reaper die and carry on
-    for child in descendants(pid):
-        try:
-            if b"_reaper.py" in Path(f"/proc/{child}/cmdline").read_bytes():
-                os.kill(child, signal.SIGKILL)
-        except OSError:
-            pass
-    os.kill(pid, signal.SIGKILL)
 
 
 def read_pid(path: Path) -> int:

@@ -75,15 +75,18 @@ def test_missing_key_is_one_preflight_error(
 def test_missing_key_under_xdist_is_not_retried(
     pytester: pytest.Pytester, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # xdist workers run no request preflight: the harness checks on first use, once per task.
+    # The controller preflights once and prints why; the workers fail their tasks without a call.
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     request = agent_request(server, n=2, execution={"max_retries": 2})
     request["model"]["params"].pop("api_key")
     write_config(pytester, [request])
     result = pytester.runpytest_subprocess(*RUN, "-n", "2")
     result.assert_outcomes(errors=2)
-    result.stdout.fnmatch_lines(["*no API key for the model*"])
-    assert server.requests == [] and detail(pytester, "file-1")["retries"] == 0
+    result.stdout.fnmatch_lines(["*failed its preflight (the reason is in the agentcompass summary)*"])
+    assert result.stdout.str().count("no API key for the model") == 1  # once, in the summary
+    assert server.requests == []
+    info = json.loads((run_dir(pytester, "agent") / "run_info.json").read_text())
+    assert info["status"] == "failed" and "no API key" in info["stop_reason"]
 
 
 def test_missing_openai_package_is_one_preflight_error(

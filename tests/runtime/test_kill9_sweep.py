@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_local_processes import kill_with_its_reapers
+from processes import kill_with_its_reapers
 
 from conftest import write_config
 

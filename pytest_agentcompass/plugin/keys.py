@@ -65,6 +65,10 @@ class RunHandle(Protocol):
         """Fire ``pytest_agentcompass_request_finalized`` for a finalized request."""
         ...
 
+    def say(self, line: str) -> None:
+        """A line on the terminal while tasks run, even under ``-q``."""
+        ...
+
     def usage_error(self, exc: Exception) -> pytest.UsageError:
         """The error pytest prints for ``exc``, ``${VAR}`` values masked."""
         ...

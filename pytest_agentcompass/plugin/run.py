@@ -262,7 +262,7 @@ class AgentCompassRun:
             elif event == "prepared" and state.resumed:
                 progress.clear()
                 done = f"{state.resumed_done} of {len(state.wanted)} tasks done"
-                self._say(f"agentcompass: {state.name}: resuming {state.store.run_dir} ({done})")
+                self.say(f"agentcompass: {state.name}: resuming {state.store.run_dir} ({done})")
 
         progress = self._progress()
         for state in self.runtimes:
@@ -323,7 +323,7 @@ class AgentCompassRun:
             for setup in setups
         ]
 
-    def _say(self, line: str) -> None:
+    def say(self, line: str) -> None:
         """A line on the terminal while tasks run, even under ``-q``."""
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         if terminal is not None:

@@ -9,7 +9,7 @@ import os
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, Literal, overload
 
 from .._compat import call_user
 from ..benchmark import BaseBenchmark
@@ -60,6 +60,8 @@ class RequestRuntime:
         self.order = order or {}
         self.config_dump = config_dump
         self.reuse_dir = reuse_dir
+        #: A shared run's ``reuse`` source, read once from ``run_info.json`` (False: none).
+        self._reuse_source: Path | Literal[False] | None = None
         self.resumed = resumed
         self.pending: deque[TaskSpec] = deque()
         self.active: dict[str, TaskSpec] = {}
@@ -219,7 +221,22 @@ class RequestRuntime:
             return None  # none yet (the common case), or cut short by a kill
         if not isinstance(detail, dict) or detail.get("fingerprint") != self.ctx.task_fingerprint(task):
             return None
-        return outcome_from_detail(self.name, task, detail, path)
+        return outcome_from_detail(self.name, task, detail, path, resumed=not self._copied_by_reuse(path))
+
+    def _copied_by_reuse(self, path: Path) -> bool:
+        """Whether the owner copied the detail at ``path`` from a ``reuse`` source (else this run made it).
+
+        The owner names the source in ``run_info.json``; a copy is byte for byte.
+        """
+        if self._reuse_source is None:
+            info = self.store.read_run_info()
+            self._reuse_source = Path(info["reused_from"]) if info.get("reused_from") else False
+        if self._reuse_source is False:
+            return False
+        try:
+            return (self._reuse_source / "details" / path.name).read_bytes() == path.read_bytes()
+        except OSError:
+            return False
 
     # -- tasks -----------------------------------------------------------
     async def run(self, task: TaskSpec) -> TaskOutcome:

@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import os
 import re
+import socket
 import threading
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -224,14 +225,14 @@ class ImageBuilder:
                 try:
                     await asyncio.wait_for(asyncio.shield(worker), spec.timeout)
                 except TimeoutError:
-                    job.abort()
+                    await asyncio.to_thread(job.abort)
                     await worker
                     raise SessionError(
-                        f"building the image of {spec.context} timed out after {spec.timeout:g}s"
-                        f"{job.where()}\n{job.tail()}"
+                        f"building the image of {spec.context} timed out after {spec.timeout:g}s "
+                        f"([environment] build_timeout_sec); the build was stopped{job.where()}\n{job.tail()}"
                     ) from None
                 except asyncio.CancelledError:
-                    job.abort()
+                    await asyncio.shield(asyncio.to_thread(job.abort))
                     await asyncio.shield(worker)
                     raise
         if job.error is not None:
@@ -281,6 +282,8 @@ class _BuildJob:
         self.lines: list[str] = []
         self.error: str | None = None
         self._response: Any = None
+        #: Containers the classic builder said it runs steps in ("---> Running in <id>").
+        self.step_containers: list[str] = []
         self._lock = threading.Lock()
         self._aborted = False
 
@@ -291,10 +294,23 @@ class _BuildJob:
         return "".join(self.lines[-LOG_TAIL_LINES:]).rstrip()
 
     def abort(self) -> None:
+        """Stop the build in the engine, not only here (blocking: run it in a thread).
+
+        Closing the response alone does not wake the thread blocked reading it,
+        so the build would run on to its end: the socket is shut down instead,
+        which both wakes the reader and tells the engine its client went away
+        (the classic builder then cancels the step and removes its container).
+        The containers of steps the log named are removed too, in case the
+        engine is slower to notice than we are to return.
+        """
         with self._lock:
             self._aborted = True
-            if self._response is not None:
-                self._response.close()  # the engine cancels a build whose client went away
+            response = self._response
+        if response is not None:
+            _shut_down(self.client.api, response)
+        for container in self.step_containers:
+            with contextlib.suppress(Exception):  # gone already: what we want
+                self.client.api.remove_container(container, force=True)
 
     def run(self) -> None:
         from docker.utils.build import tar
@@ -325,10 +341,11 @@ class _BuildJob:
                     timeout=None,
                 )
                 with self._lock:
-                    if self._aborted:
-                        response.close()
-                        return
                     self._response = response
+                    aborted = self._aborted
+                if aborted:  # timed out while the context was uploading
+                    _shut_down(api, response)
+                    return
                 if response.status_code >= 400:
                     self.error = f"the engine refused the build: {response.text.strip()}"
                     self._log(self.error + "\n", log)
@@ -340,6 +357,9 @@ class _BuildJob:
                         text = f"ERROR: {self.error}\n"
                     if text:
                         self._log(text, log)
+                        step = _STEP_CONTAINER.match(text)
+                        if step:
+                            self.step_containers.append(step.group(1))
         except Exception as exc:
             if not self._aborted:
                 self.error = f"{type(exc).__name__}: {exc}"
@@ -358,6 +378,18 @@ class _BuildJob:
             del self.lines[:-LOG_TAIL_LINES]
         if log is not None:
             log.write(text)
+
+
+_STEP_CONTAINER = re.compile(r"^\s*---> Running in ([0-9a-f]{12,64})\s*$")
+
+
+def _shut_down(api: Any, response: Any) -> None:
+    """End ``response``'s connection both ways (see :meth:`_BuildJob.abort`)."""
+    with contextlib.suppress(Exception):
+        sock = api._get_raw_response_socket(response)
+        getattr(sock, "_sock", sock).shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(Exception):
+        response.close()
 
 
 def has_image(client: Any, tag: str) -> bool:

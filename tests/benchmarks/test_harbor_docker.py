@@ -100,15 +100,34 @@ def test_failed_build_is_a_setup_error_of_its_tasks(pytester: pytest.Pytester, o
     assert "build log:" in error and "images" in error
 
 
-def test_build_timeout(pytester: pytest.Pytester, own_images: list[Path]) -> None:
+def test_build_timeout_stops_the_build(
+    pytester: pytest.Pytester, own_images: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     tasks = pytester.path / "tasks"
     # Unique, so no layer cached by an earlier run can stand in for the slow step.
-    slow = BUSYBOX_DOCKERFILE + f"RUN echo {uuid.uuid4().hex} && sleep 60\n"
+    marker = uuid.uuid4().hex
+    # The last echo prints "finished-42-...", which the step's own text in the log does not hold.
+    slow = BUSYBOX_DOCKERFILE + f"RUN echo started-{marker} && sleep 90 && echo finished-$((6*7))-{marker}\n"
     own_images.append(write_task(tasks, "slow", dockerfile=slow, build_timeout=2, unique=True))
     write_config(pytester, [harbor_request("slow", "tasks")])
+    scratch = pytester.path / "tmp"  # where the build context's tar file is written
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
     result = outcome(pytester)
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*building the image of*timed out after 2s*"])
+    result.stdout.fnmatch_lines(
+        ["*ERROR at setup of slow::slow*", "*timed out after 2s*build_timeout_sec*the build was stopped*"]
+    )
+    error = details(pytester.path, "slow")["slow"]["error"]
+    assert f"started-{marker}" in error  # the log tail
+    log = next((run_dir(pytester.path, "slow") / "images").glob("*.log")).read_text()
+    # Stopped, not waited for: the step never got to its end, in the log or in the engine.
+    assert f"finished-42-{marker}" not in log
+    running = subprocess.run(
+        ["docker", "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Command}}"], capture_output=True, text=True
+    ).stdout
+    assert [line for line in running.splitlines() if marker in line] == []
+    assert list(scratch.iterdir()) == []
 
 
 @pytest.mark.parametrize(

@@ -256,6 +256,16 @@ try:
     (context / "extra.txt").write_text("x")
     changed = image_tag(client, context)
     assert changed != on_busybox
+    deep = context / "src" / "pkg" / "deep"
+    deep.mkdir(parents=True)
+    (deep / "mod.py").write_text("a")
+    nested = image_tag(client, context)
+    assert nested != changed
+    (deep / "mod.py").write_text("b")  # same size, same name, new content
+    assert image_tag(client, context) != nested
+    (deep / "mod.py").chmod(0o755)
+    assert image_tag(client, context) not in (nested, changed)
+    changed = image_tag(client, context)
     other, _ = client.images.build(fileobj=io.BytesIO(f"FROM {BUSYBOX}\\nLABEL o={{base}}\\n".encode()), rm=True)
     other.tag(base)  # the same name on another image: another tag
     assert image_tag(client, context) != changed

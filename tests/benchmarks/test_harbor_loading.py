@@ -115,13 +115,46 @@ def test_unknown_param_is_refused(pytester: pytest.Pytester) -> None:
     assert "INTERNALERROR" not in result.stdout.str()
 
 
-def test_editing_a_task_changes_its_fingerprint_input(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "task.toml",
+        "instruction.md",
+        "tests/test.sh",
+        "tests/helpers/deep/check.py",
+        "solution/solve.sh",
+        "solution/data/answer.txt",
+        "environment/Dockerfile",
+        "environment/src/app/deep/module.py",
+    ],
+)
+def test_editing_any_file_of_a_task_changes_its_fingerprint_input(tmp_path: Path, rel: str) -> None:
     import os
 
     task = write_task(tmp_path, "t")
+    for extra in ("tests/helpers/deep/check.py", "solution/data/answer.txt", "environment/src/app/deep/module.py"):
+        (task / extra).parent.mkdir(parents=True, exist_ok=True)
+        (task / extra).write_text("one\n")
     before = files_digest(task)
     assert files_digest(task) == before
-    test = task / "tests" / "test.sh"
-    test.write_text(test.read_text() + "# edited\n")
-    os.utime(test, ns=(1, 1))  # a different size and time
+    edited = task / rel
+    info = edited.stat()
+    # The same size and the same modification time: only the content (or, deep in
+    # environment/, where stat is all that is read, the time of the edit) tells.
+    edited.write_text(edited.read_text()[:-1] + "X")
+    if rel.startswith("environment/"):
+        os.utime(edited, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000))
+    else:
+        os.utime(edited, ns=(info.st_atime_ns, info.st_mtime_ns))
     assert files_digest(task) != before
+
+
+def test_a_new_file_or_an_executable_bit_changes_the_fingerprint_input(tmp_path: Path) -> None:
+    task = write_task(tmp_path, "t")
+    before = files_digest(task)
+    (task / "environment" / "nested" / "more").mkdir(parents=True)
+    (task / "environment" / "nested" / "more" / "new.txt").write_text("")
+    added = files_digest(task)
+    assert added != before
+    (task / "tests" / "test.sh").chmod(0o755)
+    assert files_digest(task) != added

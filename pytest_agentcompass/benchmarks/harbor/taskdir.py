@@ -16,6 +16,7 @@ import hashlib
 import math
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -78,35 +79,43 @@ class HarborTask:
 
 
 def files_digest(path: Path) -> str:
-    """A digest of the names, sizes and modification times of the task's files.
+    """A digest of every file of the task: part of its fingerprint, so a reused or resumed
+    result never outlives an edit of the task, however deep in its folders.
 
-    Part of the task's fingerprint, so a reused or resumed result does not
-    outlive an edit of the task. ``stat`` only, and ``environment/`` only to
-    its first level (a build context can hold a whole repository; its content
-    decides the image tag at build time anyway), so loading stays cheap.
+    ``task.toml``, ``instruction.md``, ``tests/`` and ``solution/`` are small
+    and decide the verdict: their content counts. ``environment/`` can hold a
+    whole repository, so its files count by name, size, mode and modification
+    time (``stat`` only, at every depth; the image tag hashes the content when
+    the image is built), which keeps loading 1,000 tasks well under a second.
     """
     digest = hashlib.sha256()
-
-    def add(file: str) -> None:
-        try:
-            info = os.stat(file)
-        except OSError:
-            return
-        digest.update(f"{os.path.relpath(file, path)}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
-
     for name in (TASK_FILE, INSTRUCTION_FILE):
-        add(os.path.join(path, name))
-    for folder in ("tests", "solution"):
+        _add_file(digest, path, path / name, content=True)
+    for folder, content in (("tests", True), ("solution", True), ("environment", False)):
         for root, dirs, files in os.walk(path / folder):
             dirs.sort()
             for name in sorted(files):
-                add(os.path.join(root, name))
-    try:
-        for name in sorted(os.listdir(path / "environment")):
-            add(os.path.join(path, "environment", name))
-    except OSError:
-        pass
+                _add_file(digest, path, Path(root, name), content=content)
     return digest.hexdigest()[:16]
+
+
+def _add_file(digest: Any, task: Path, file: Path, *, content: bool) -> None:
+    try:
+        info = file.lstat()
+    except OSError:
+        return
+    rel = file.relative_to(task).as_posix()
+    digest.update(f"{rel}\0{info.st_size}\0{info.st_mode:o}\0".encode())
+    if stat.S_ISLNK(info.st_mode):
+        digest.update(os.readlink(file).encode(errors="surrogateescape"))
+    elif content:
+        try:
+            digest.update(file.read_bytes())
+        except OSError:
+            digest.update(b"<unreadable>")
+    else:
+        digest.update(str(info.st_mtime_ns).encode())
+    digest.update(b"\n")
 
 
 def find_task_dirs(root: Path) -> Iterator[Path]:

@@ -46,6 +46,7 @@ class OracleHarness(BaseHarness):
         plan: ExecutionPlan,
     ) -> RunResult:
         from ..benchmarks.harbor.benchmark import harbor_task
+        from ..benchmarks.harbor.taskdir import expand_env
         from ..benchmarks.harbor.verifier import run_as_root, tail, upload_tree
 
         if "path" not in task.metadata:
@@ -58,8 +59,9 @@ class OracleHarness(BaseHarness):
                 status=RunStatus.INFERENCE_ERROR,
                 error=f"{solution / 'solve.sh'} does not exist: the task has no reference solution",
             )
+        environ = expand_env(parsed.solution_env, "solution", parsed)
         await upload_tree(env, solution, "/solution")
-        outcome = await run_as_root(env, ["bash", "/solution/solve.sh"], environ=parsed.solution_env)
+        outcome = await run_as_root(env, ["bash", "/solution/solve.sh"], environ=environ)
         # Kept where Harbor keeps it, so it is copied with the agent's logs.
         await env.write_text("/logs/agent/oracle.txt", outcome.stdout + outcome.stderr)
         # The verifier decides: a failing solve.sh is recorded, not an inference error.

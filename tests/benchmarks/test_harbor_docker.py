@@ -226,6 +226,31 @@ echo "mem=$mem cpu=$cpu pwd=$PWD user=$(id -u) flavour=$FLAVOUR"
     result.assert_outcomes(passed=1)
 
 
+def test_env_tables_take_host_variables_and_keep_them_secret(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "judge-key-" + uuid.uuid4().hex
+    monkeypatch.setenv("HARBOR_TEST_JUDGE_KEY", secret)
+    monkeypatch.delenv("HARBOR_TEST_UNSET", raising=False)
+    tasks = pytester.path / "tasks"
+    test = '#!/bin/bash\necho "key=$JUDGE_KEY mode=$MODE"\n[ "$JUDGE_KEY" = "$EXPECTED" ] && echo 1 > /logs/verifier/reward.txt\n'
+    for name, key in (("set", "${HARBOR_TEST_JUDGE_KEY}"), ("unset", "${HARBOR_TEST_UNSET}")):
+        task = write_task(tasks, name, test=test)
+        toml = (task / "task.toml").read_text()
+        env = f'[verifier.env]\nJUDGE_KEY = "{key}"\nMODE = "${{HARBOR_TEST_UNSET:-fallback}}"\nEXPECTED = "{secret}"\n'
+        (task / "task.toml").write_text(toml + env)
+    write_config(pytester, [harbor_request("env", "tasks")])
+    result = outcome(pytester)
+    result.assert_outcomes(passed=1, errors=1)  # a task that cannot be verified is an error, not a 0
+    result.stdout.fnmatch_lines(["*[[]verifier[]] env needs the environment variable HARBOR_TEST_UNSET*"])
+    done = details(pytester.path, "env")
+    assert done["set"]["score"] == 1.0
+    assert "mode=fallback" in done["set"]["metadata"]["verifier"]["stdout_tail"]
+    folder = run_dir(pytester.path, "env")
+    # The key the verifier printed is masked in everything the run wrote.
+    assert not [p for p in folder.rglob("*") if p.is_file() and secret in p.read_text(errors="replace")]
+
+
 def test_command_harness_sees_instruction_but_not_tests(pytester: pytest.Pytester) -> None:
     write_task(
         pytester.path / "tasks",

@@ -20,13 +20,14 @@ from ...benchmark import BaseBenchmark
 from ...config import ConfigPath, ParamsModel
 from ...errors import ComponentError
 from ...types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
-from .taskdir import HarborTask, files_digest, find_task_dirs, read_task
+from .taskdir import HarborTask, expand_env, files_digest, find_task_dirs, read_task
 from .verifier import (
     LOG_DIRS,
     VERIFIER_LOGS,
     RewardError,
     fetch_tree,
     parse_rewards,
+    redact_bytes,
     run_as_root,
     save_tree,
     tail,
@@ -186,6 +187,7 @@ class HarborBenchmark(BaseBenchmark):
         tests = parsed.path / "tests"
         if not (tests / "test.sh").is_file():
             raise RuntimeError(f"{tests / 'test.sh'} does not exist: the task has no verifier")
+        environ = {"TEST_DIR": "/tests", **expand_env(parsed.verifier_env, "verifier", parsed)}
         # A reward the agent wrote itself must not count, nor a /tests it made:
         # the verifier starts from an empty log folder and the task's own tests.
         reset = f"rm -rf {VERIFIER_LOGS} /tests && mkdir -p {VERIFIER_LOGS} && chmod 777 {VERIFIER_LOGS}"
@@ -198,7 +200,7 @@ class HarborBenchmark(BaseBenchmark):
             ["bash", "/tests/test.sh"],
             timeout=parsed.verifier_timeout,
             # TEST_DIR: what Terminal-Bench 1 set, and verifiers ported from it still read.
-            environ={"TEST_DIR": "/tests", **parsed.verifier_env},
+            environ=environ,
         )
         evidence: dict[str, Any] = {
             "exit_code": run.exit_code,
@@ -215,8 +217,8 @@ class HarborBenchmark(BaseBenchmark):
             target = folder / "verifier"
             evidence["copied"] = save_tree(logs, target, limit, cut)
             target.mkdir(parents=True, exist_ok=True)
-            (target / "test-stdout.txt").write_text(run.stdout, encoding="utf-8")
-            (target / "test-stderr.txt").write_text(run.stderr, encoding="utf-8")
+            (target / "test-stdout.txt").write_bytes(redact_bytes(run.stdout.encode("utf-8", "replace")))
+            (target / "test-stderr.txt").write_bytes(redact_bytes(run.stderr.encode("utf-8", "replace")))
         metadata = {**result.metadata, "verifier": evidence}
         if run.timed_out:
             return self._error(result, metadata, f"the verifier timed out after {parsed.verifier_timeout:g}s", run)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HarborTask", "files_digest", "find_task_dirs", "parse_memory_mb", "read_task"]
+__all__ = ["HarborTask", "expand_env", "files_digest", "find_task_dirs", "parse_memory_mb", "read_task"]
 
 TASK_FILE = "task.toml"
 INSTRUCTION_FILE = "instruction.md"
@@ -116,6 +116,33 @@ def _add_file(digest: Any, task: Path, file: Path, *, content: bool) -> None:
     else:
         digest.update(str(info.st_mtime_ns).encode())
     digest.update(b"\n")
+
+
+_HOST_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(env: Mapping[str, str], table: str, task: HarborTask) -> dict[str, str]:
+    """``env`` with Harbor's ``${NAME}`` / ``${NAME:-default}`` filled from this process's
+    environment (how published tasks hand a judge its API key). Expanded values are secrets:
+    they are masked in everything the run writes.
+
+    :raises TaskFileError: naming the task file, the table and the variable that is not set.
+    """
+    from ...redact import add_runtime_secret
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        value = os.environ.get(name)
+        if value is None:
+            if default is None:
+                raise TaskFileError(
+                    f"{task.path / TASK_FILE}: [{table}] env needs the environment variable {name}, which is not set"
+                )
+            return default
+        add_runtime_secret(value)
+        return value
+
+    return {key: _HOST_VAR.sub(substitute, value) for key, value in env.items()}
 
 
 def find_task_dirs(root: Path) -> Iterator[Path]:

@@ -23,7 +23,10 @@ def test_published_shapes_are_read_with_unknown_keys_kept() -> None:
     assert (task.cpus, task.memory_mb, task.storage_mb, task.gpus) == (1.0, 1024, 4096, 0)
     assert task.verifier_env == {"PAGE_SIZE": "3"} and task.solution_env == {} and task.workdir == "/app"
     assert task.config["environment"]["mcp_servers"] == [] and task.config["schema_version"] == "1.1"
-    assert read_task(REALISTIC / "csv-summary").memory_mb == 2048  # the deprecated memory = "2G"
+    csv = read_task(REALISTIC / "csv-summary")
+    assert (csv.memory_mb, csv.storage_mb) == (2048, 10240)  # the deprecated memory = "2G", storage = "10G"
+    word = read_task(REALISTIC / "word-frequency")  # schema 1.1 with [[task.authors]], artifacts, empty env tables
+    assert word.error is None and word.config["artifacts"] == [] and word.verifier_env["EXPECTED_TOP_N"]
     assert read_task(REALISTIC / "git-recover-commit").allow_internet is False  # network_mode = "none"
 
 
@@ -158,3 +161,15 @@ def test_a_new_file_or_an_executable_bit_changes_the_fingerprint_input(tmp_path:
     assert added != before
     (task / "tests" / "test.sh").chmod(0o755)
     assert files_digest(task) != added
+
+
+def test_storage_is_recorded_under_a_name_that_says_so(pytester: pytest.Pytester) -> None:
+    from pytest_agentcompass.benchmarks.harbor.benchmark import HarborBenchmark
+
+    tasks = pytester.path / "tasks"
+    write_task(tasks, "big", environment="storage_mb = 4096\n")
+    write_task(tasks, "small")
+    benchmark = HarborBenchmark(tasks)
+    env = {t.task_id: benchmark._environment(benchmark.task(t)) for t in benchmark.load_tasks(None)}  # type: ignore[arg-type]
+    assert env["big"]["storage_mb_recorded"] == 4096 and "storage_mb" not in env["big"]
+    assert "storage_mb_recorded" not in env["small"]

@@ -47,6 +47,9 @@ def test_oracle_passes_nop_fails(pytester: pytest.Pytester, workers: list[str]) 
     )
     result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", *workers)
     result.assert_outcomes(passed=5, failed=5)
+    # storage_mb: one note per request, not a warning per task.
+    assert result.stdout.str().count("storage_mb=recorded per task") == 2
+    assert "storage" not in result.stderr.str()
     oracle, nop = details(pytester.path, "oracle"), details(pytester.path, "nop")
     assert {t: d["score"] for t, d in oracle.items()} == dict.fromkeys(oracle, 1.0)
     assert {t: d["score"] for t, d in nop.items()} == dict.fromkeys(nop, 0.0)

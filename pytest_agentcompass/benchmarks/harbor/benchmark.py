@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["HarborBenchmark", "HarborParams", "harbor_task"]
 
 REWARD_FILES = ("reward.txt", "reward.json")
+STORAGE_NOTE = "recorded per task (plan: storage_mb_recorded), not applied: the provider sets no disk quota"
 #: Bytes of ``/logs/verifier`` read even when the artifact limit is lower: the reward must fit.
 REWARD_ROOM = 1024 * 1024
 
@@ -133,8 +134,10 @@ class HarborBenchmark(BaseBenchmark):
             env["task_image"] = parsed.docker_image
         if (parsed.environment_dir / "Dockerfile").is_file():
             env["build"] = {"context": str(parsed.environment_dir), "timeout": parsed.build_timeout}
-        limits = {"cpus": parsed.cpus, "memory_mb": parsed.memory_mb, "storage_mb": parsed.storage_mb}
+        limits = {"cpus": parsed.cpus, "memory_mb": parsed.memory_mb}
         env.update({k: v for k, v in limits.items() if v})
+        if parsed.storage_mb:  # no provider applies a disk quota: named so the plan does not suggest one
+            env["storage_mb_recorded"] = parsed.storage_mb
         if parsed.gpus:
             env["gpus"] = parsed.gpus
         return env
@@ -257,7 +260,14 @@ class HarborBenchmark(BaseBenchmark):
                 counts[key] = counts.get(key, 0) + 1
         if sums:
             metrics["rewards"] = {key: sums[key] / counts[key] for key in sorted(sums)}
+        if any((self._parsed.get(r.task_id) or _NO_TASK).storage_mb for r in results):
+            # Said once per request, not per task: no provider here sets a disk quota
+            # (Docker can only on overlay2 over xfs with project quotas).
+            metrics["storage_mb"] = STORAGE_NOTE
         return metrics
+
+
+_NO_TASK = HarborTask(name="", path=Path())
 
 
 def _unsupported(parsed: HarborTask) -> str | None:

@@ -221,6 +221,19 @@ def _env(table: Mapping[str, Any], name: str, where: _Where) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+def _size_mb(environment: Mapping[str, Any], name: str, where: _Where) -> int | None:
+    """``[environment] <name>_mb``, else the deprecated ``<name> = "4G"`` form, in megabytes."""
+    value = _number(environment, "environment", f"{name}_mb", where, integer=True)
+    if value is None and environment.get(name) is not None:
+        value = parse_memory_mb(environment[name])
+        if value is None:
+            raise TaskFileError(
+                f'{where("environment", name)}: [environment] {name} must be a size like "4G", '
+                f"not {environment[name]!r}"
+            )
+    return value  # type: ignore[no-any-return]
+
+
 def parse_memory_mb(value: Any) -> int | None:
     """``"4G"``, ``"512M"``, ``"2048Mi"`` -> megabytes; ``None`` if it is not a size."""
     found = _MEMORY.match(str(value))
@@ -237,14 +250,7 @@ def _from_config(path: Path, data: Mapping[str, Any], where: _Where) -> HarborTa
     environment = _table(data, "environment", where)
     task_table = _table(data, "task", where)  # schema 1.1: name, description, keywords
 
-    memory_mb = _number(environment, "environment", "memory_mb", where, integer=True)
-    if memory_mb is None and environment.get("memory") is not None:  # the deprecated "4G" form
-        memory_mb = parse_memory_mb(environment["memory"])
-        if memory_mb is None:
-            raise TaskFileError(
-                f'{where("environment", "memory")}: [environment] memory must be a size like "4G", '
-                f"not {environment['memory']!r}"
-            )
+    memory_mb = _size_mb(environment, "memory", where)
     allow_internet = environment.get("allow_internet")
     if allow_internet is None and "network_mode" in environment:  # older tasks
         allow_internet = environment["network_mode"] != "none"
@@ -272,7 +278,7 @@ def _from_config(path: Path, data: Mapping[str, Any], where: _Where) -> HarborTa
         workdir=workdir,
         cpus=_number(environment, "environment", "cpus", where),
         memory_mb=memory_mb,
-        storage_mb=_number(environment, "environment", "storage_mb", where, integer=True),
+        storage_mb=_size_mb(environment, "storage", where),
         gpus=_number(environment, "environment", "gpus", where, integer=True) or 0,
         allow_internet=True if allow_internet is None else allow_internet,
         category=str(category) if category else None,

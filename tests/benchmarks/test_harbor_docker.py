@@ -119,8 +119,9 @@ def test_build_timeout_stops_the_build(
         ["*ERROR at setup of slow::slow*", "*timed out after 2s*build_timeout_sec*the build was stopped*"]
     )
     error = details(pytester.path, "slow")["slow"]["error"]
-    assert f"started-{marker}" in error  # the log tail
     log = next((run_dir(pytester.path, "slow") / "images").glob("*.log")).read_text()
+    # The error ends with the log's tail (how far the build got before the timeout depends on the load).
+    assert error.rstrip().endswith(log.rstrip().rpartition("\n")[2])
     # Stopped, not waited for: the step never got to its end, in the log or in the engine.
     assert f"finished-42-{marker}" not in log
     running = subprocess.run(

@@ -62,10 +62,14 @@ def test_oracle_passes_nop_fails(pytester: pytest.Pytester, workers: list[str]) 
         verifier = run_dir(pytester.path, "oracle") / "details" / task / "attempt-0" / "verifier"
         assert f"{passed} passed" in (verifier / "test-stdout.txt").read_text()
         assert "uv (offline stand-in)" in (verifier / "test-stderr.txt").read_text()
-    assert json.loads(
-        (run_dir(pytester.path, "oracle") / "details" / "word-frequency" / "attempt-0" / "verifier" / "ctrf.json")
-        .read_text()
-    )["results"]["summary"]["passed"] == 2
+    assert (
+        json.loads(
+            (
+                run_dir(pytester.path, "oracle") / "details" / "word-frequency" / "attempt-0" / "verifier" / "ctrf.json"
+            ).read_text()
+        )["results"]["summary"]["passed"]
+        == 2
+    )
     for request in ("oracle", "nop"):
         assert containers_of(run_dir(pytester.path, request).name) == []
 

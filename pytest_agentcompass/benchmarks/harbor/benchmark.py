@@ -10,6 +10,7 @@ score through ``/logs/verifier/reward.txt`` or ``reward.json``.
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -41,6 +42,14 @@ if TYPE_CHECKING:
 __all__ = ["HarborBenchmark", "HarborParams", "harbor_task"]
 
 REWARD_FILES = ("reward.txt", "reward.json")
+_SWAP_MARK = "agentcompass: cannot swap in /tests"
+_SWAP_FAILED = 97
+#: ``$1``: the uploaded tests, ``$2``: the verifier's log folder. Then ``bash /tests/test.sh``
+#: replaces the shell, so the verifier's exit code and output are its own.
+_SWAP_AND_VERIFY = (
+    'rm -rf /tests "$2" && mkdir -p "$2" && chmod 777 "$2" && mv "$1" /tests'
+    f' || {{ echo "{_SWAP_MARK}" >&2; exit {_SWAP_FAILED}; }}; exec bash /tests/test.sh'
+)
 STORAGE_NOTE = "recorded per task (plan: storage_mb_recorded), not applied: the provider sets no disk quota"
 #: Bytes of ``/logs/verifier`` read even when the artifact limit is lower: the reward must fit.
 REWARD_ROOM = 1024 * 1024
@@ -191,20 +200,20 @@ class HarborBenchmark(BaseBenchmark):
         if not (tests / "test.sh").is_file():
             raise RuntimeError(f"{tests / 'test.sh'} does not exist: the task has no verifier")
         environ = {"TEST_DIR": "/tests", **expand_env(parsed.verifier_env, "verifier", parsed)}
-        # A reward the agent wrote itself must not count, nor a /tests it made:
-        # the verifier starts from an empty log folder and the task's own tests.
-        reset = f"rm -rf {VERIFIER_LOGS} /tests && mkdir -p {VERIFIER_LOGS} && chmod 777 {VERIFIER_LOGS}"
-        cleared = await run_as_root(env, ["sh", "-c", reset], timeout=60)
-        if not cleared.ok:
-            raise RuntimeError(f"cannot prepare {VERIFIER_LOGS} and /tests for the verifier: {cleared.stderr[-500:]}")
-        await upload_tree(env, tests, "/tests")
+        # A reward the agent wrote itself must not count, nor a /tests it made: the
+        # verifier starts from an empty log folder and the task's own tests. The
+        # tests go to a fresh folder first, and one exec swaps them in and runs
+        # test.sh (one engine round trip less per attempt than a separate reset).
+        staged = f"/.agentcompass-tests-{uuid.uuid4().hex[:12]}"
+        await upload_tree(env, tests, staged)
         run = await run_as_root(
             env,
-            ["bash", "/tests/test.sh"],
+            ["sh", "-c", _SWAP_AND_VERIFY, "verifier", staged, VERIFIER_LOGS],
             timeout=parsed.verifier_timeout,
-            # TEST_DIR: what Terminal-Bench 1 set, and verifiers ported from it still read.
             environ=environ,
         )
+        if run.exit_code == _SWAP_FAILED and _SWAP_MARK in run.stderr:
+            raise RuntimeError(f"cannot prepare {VERIFIER_LOGS} and /tests for the verifier: {run.stderr[-500:]}")
         evidence: dict[str, Any] = {
             "exit_code": run.exit_code,
             "timed_out": run.timed_out,

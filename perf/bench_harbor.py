@@ -9,7 +9,10 @@ the WORKDIR, read the reward, copy the log folders out, remove the
 container. The plugin side is ``pytest --agentcompass`` with the ``oracle``
 harness; the bare side is a plain Python script on the SDK. Rounds alternate,
 so a noisy neighbour hurts both sides alike; medians of wall and CPU time
-(CPU of the child process: the engine's own work is not in it).
+(CPU of the child process: the engine's own work is not in it). On a loaded
+engine wall time says little, so each round also counts the engine events
+(``docker events``: execs, archive reads and uploads, create/start/kill/remove)
+of each side's containers per attempt, which do not depend on the load.
 
     python perf/bench_harbor.py --n 20 --repeat 5
 """
@@ -17,6 +20,8 @@ so a noisy neighbour hurts both sides alike; medians of wall and CPU time
 from __future__ import annotations
 
 import argparse
+import collections
+import json
 import shutil
 import statistics
 import subprocess
@@ -87,6 +92,41 @@ sys.exit(0 if passed == len([p for p in root.iterdir() if (p / "task.toml").is_f
 """
 
 
+#: Engine events that are not requests of the client (they follow from one).
+_CONSEQUENCES = {"die", "exec_die", "attach", "resize"}
+
+
+def engine_events(since: float, until: float, label: str) -> collections.Counter[str]:
+    """Events of the containers labelled ``label`` (``key`` or ``key=value``) in ``[since, until]``."""
+    out = subprocess.run(
+        [
+            "docker",
+            "events",
+            "--since",
+            f"{since:.3f}",
+            "--until",
+            f"{until:.3f}",
+            "--filter",
+            "type=container",
+            "--filter",
+            f"label={label}",
+            "--format",
+            "{{json .Action}}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    actions = (json.loads(line).split(":")[0] for line in out.splitlines() if line.strip())
+    return collections.Counter(a for a in actions if a not in _CONSEQUENCES)
+
+
+def per_attempt(events: collections.Counter[str], n: int) -> str:
+    total = sum(events.values())
+    shown = ", ".join(f"{k} {v / n:g}" for k, v in sorted(events.items()))
+    return f"{total / n:g} per attempt ({shown})"
+
+
 def write_tasks(root: Path, n: int) -> None:
     marker = uuid.uuid4().hex
     for i in range(n):
@@ -147,13 +187,24 @@ def main() -> None:
             raise SystemExit(f"first plugin run failed: {first.tail}")
         print(f"first run (one image build, {args.n} tasks): {first.seconds:.2f}s, CPU {first.cpu_seconds:.2f}s")
         pairs: list[tuple[Measurement, Measurement]] = []
+        import time
+
         for _ in range(args.repeat):
+            started = time.time()
             bare = measure([sys.executable, "bare.py", tag, "tasks"], root)
+            middle = time.time()
             plugin = measure(plugin_cmd, root)
+            ended = time.time() + 1  # the engine stamps events in whole seconds at --until
             for name, run in (("bare SDK", bare), ("agentcompass", plugin)):
                 if run.returncode != 0:
                     raise SystemExit(f"{name} run failed (exit {run.returncode}): {run.tail}")
             pairs.append((bare, plugin))
+            run_id = max((p.name for p in (root / "runs" / "bench").iterdir()), default="")
+            print(
+                f"engine events, bare: {per_attempt(engine_events(started, middle, 'agentcompass-bench=bare'), args.n)}"
+            )
+            plugin_events = engine_events(middle, ended, f"agentcompass.run={run_id}")
+            print(f"engine events, plugin: {per_attempt(plugin_events, args.n)}")
         builds = list((root / "runs" / "bench").glob("*/images/*.log"))
         print(f"build logs over all runs: {len(builds)} (1 expected: the cached runs build nothing)")
         ratios = [p.seconds / b.seconds for b, p in pairs]

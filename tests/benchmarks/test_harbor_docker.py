@@ -234,7 +234,10 @@ def test_env_tables_take_host_variables_and_keep_them_secret(
     monkeypatch.setenv("HARBOR_TEST_JUDGE_KEY", secret)
     monkeypatch.delenv("HARBOR_TEST_UNSET", raising=False)
     tasks = pytester.path / "tasks"
-    test = '#!/bin/bash\necho "key=$JUDGE_KEY mode=$MODE"\n[ "$JUDGE_KEY" = "$EXPECTED" ] && echo 1 > /logs/verifier/reward.txt\n'
+    test = (
+        '#!/bin/bash\necho "key=$JUDGE_KEY mode=$MODE"\n'
+        '[ "$JUDGE_KEY" = "$EXPECTED" ] && echo 1 > /logs/verifier/reward.txt\n'
+    )
     for name, key in (("set", "${HARBOR_TEST_JUDGE_KEY}"), ("unset", "${HARBOR_TEST_UNSET}")):
         task = write_task(tasks, name, test=test)
         toml = (task / "task.toml").read_text()

@@ -155,6 +155,14 @@ def test_unusable_reward_is_an_evaluation_error(pytester: pytest.Pytester, test:
     assert "exit_code" in detail["attempt_results"]["0"]["metadata"]["verifier"]
 
 
+def test_crlf_verifier_is_named_as_such(pytester: pytest.Pytester) -> None:
+    write_task(pytester.path / "tasks", "crlf", test="#!/bin/bash\r\necho 1 > /logs/verifier/reward.txt\r\n")
+    write_config(pytester, [harbor_request("crlf", "tasks")])
+    result = outcome(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*test.sh has Windows (CRLF) line endings*"])
+
+
 def test_reward_json_mean_and_named_key(pytester: pytest.Pytester) -> None:
     test = '#!/bin/bash\necho \'{"a": 1, "b": 0, "note": "x"}\' > /logs/verifier/reward.json\n'
     write_task(pytester.path / "tasks", "t", test=test)

@@ -237,7 +237,10 @@ class HarborBenchmark(BaseBenchmark):
         try:
             rewards = parse_rewards(logs.get("reward.txt"), logs.get("reward.json"), self.reward_key)
         except RewardError as exc:
-            return self._error(result, metadata, str(exc), run)
+            reason = str(exc)
+            if b"\r\n" in (tests / "test.sh").read_bytes():  # a checkout made on Windows, say
+                reason += f"; {tests / 'test.sh'} has Windows (CRLF) line endings, which bash cannot run"
+            return self._error(result, metadata, reason, run)
         metadata["rewards"] = dict(rewards.values)
         metadata["reward_source"] = rewards.source
         return dataclasses.replace(result, score=rewards.score, metadata=metadata)

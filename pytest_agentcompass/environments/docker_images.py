@@ -19,13 +19,13 @@ import fcntl
 import hashlib
 import os
 import re
-import threading
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import SessionError
+from .docker_build import BuildJob
 
 __all__ = [
     "BuildSpec",
@@ -42,10 +42,6 @@ __all__ = [
 
 #: Image repository of every built task image (the tag is the context digest).
 REPOSITORY = "agentcompass-task"
-#: The name a Dockerfile with rewritten ``FROM`` lines gets in the build context.
-REWRITTEN = ".agentcompass.Dockerfile"
-#: Lines of the build log quoted in the error of a failed build.
-LOG_TAIL_LINES = 25
 #: Seconds between tries for a build lock another process holds.
 _LOCK_POLL = 0.2
 
@@ -130,12 +126,21 @@ def from_lines(dockerfile_text: str) -> list[tuple[int, int, str]]:
     return found
 
 
-def base_images(client: Any, dockerfile: Path) -> dict[str, str]:
-    """The images ``dockerfile`` builds ``FROM`` -> the ids of the local images used for them."""
+def base_images(client: Any, dockerfile: Path, known: dict[str, str] | None = None) -> dict[str, str]:
+    """The images ``dockerfile`` builds ``FROM`` -> the ids of the local images used for them.
+
+    ``known`` (name -> id) is consulted and filled: tasks of one run mostly share
+    their ``FROM`` images, which are then looked up once, not twice per task.
+    """
     found: dict[str, str] = {}
     for _, _, name in from_lines(dockerfile.read_text(encoding="utf-8", errors="replace")):
+        if known is not None and name in known:
+            found[name] = known[name]
+            continue
         local = local_base(client, name)
         found[name] = str(client.images.get(local).id) if local else "absent"  # the build will say so
+        if known is not None and local:
+            known[name] = found[name]
     return found
 
 
@@ -152,9 +157,12 @@ def rewrite_bases(client: Any, dockerfile_text: str) -> tuple[str, list[str]]:
     return text, notes[::-1]
 
 
-def image_tag(client: Any, context: Path, dockerfile: str = "Dockerfile") -> str:
-    """The tag the image of ``context`` gets (and is looked up by)."""
-    return f"{REPOSITORY}:{context_digest(context, dockerfile, base_images(client, context / dockerfile))}"
+def image_tag(
+    client: Any, context: Path, dockerfile: str = "Dockerfile", known_bases: dict[str, str] | None = None
+) -> str:
+    """The tag the image of ``context`` gets (and is looked up by); ``known_bases``: see :func:`base_images`."""
+    bases = base_images(client, context / dockerfile, known_bases)
+    return f"{REPOSITORY}:{context_digest(context, dockerfile, bases)}"
 
 
 class ImageBuilder:
@@ -167,6 +175,10 @@ class ImageBuilder:
         self._failed: dict[tuple[str, Path | None], SessionError] = {}
         #: Images this run already has, by context and run: later attempts skip the digest and the lookups.
         self._ready: dict[tuple[str, str, Path | None], str] = {}
+        #: Per run: ids of the FROM images met so far, and the tags known to be on the engine
+        #: (tasks with identical contexts in different folders share both).
+        self._bases: dict[Path | None, dict[str, str]] = {}
+        self._present: set[tuple[str, Path | None]] = set()
         # Futures and the semaphore belong to one event loop; an xdist worker
         # runs each task in a loop of its own, so they are renewed per loop.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -184,7 +196,11 @@ class ImageBuilder:
         context = Path(spec.context)
         if not (context / spec.dockerfile).is_file():
             raise SessionError(f"no Dockerfile at {context / spec.dockerfile}")
-        tag = await asyncio.to_thread(image_tag, client, context, spec.dockerfile)
+        known = self._bases.setdefault(log_dir, {})
+        tag = await asyncio.to_thread(image_tag, client, context, spec.dockerfile, known)
+        if (tag, log_dir) in self._present:
+            self._ready[(spec.context, spec.dockerfile, log_dir)] = tag
+            return tag
         failed = self._failed.get((tag, log_dir))
         if failed is not None:
             raise SessionError(str(failed))
@@ -200,6 +216,7 @@ class ImageBuilder:
     async def _build_once(self, client: Any, spec: BuildSpec, tag: str, log_dir: Path | None) -> str:
         try:
             self._ready[(spec.context, spec.dockerfile, log_dir)] = await self._build(client, spec, tag, log_dir)
+            self._present.add((tag, log_dir))
             return tag
         except SessionError as exc:
             self._failed[(tag, log_dir)] = exc
@@ -219,19 +236,19 @@ class ImageBuilder:
             if await asyncio.to_thread(has_image, client, tag):
                 return tag  # another worker built it meanwhile
             async with self._slots:
-                job = _BuildJob(client, spec, tag, log_dir / f"{name}.log" if log_dir else None)
+                job = BuildJob(client, spec, tag, log_dir / f"{name}.log" if log_dir else None)
                 worker = asyncio.ensure_future(asyncio.to_thread(job.run))
                 try:
                     await asyncio.wait_for(asyncio.shield(worker), spec.timeout)
                 except TimeoutError:
-                    job.abort()
+                    await asyncio.to_thread(job.abort)
                     await worker
                     raise SessionError(
-                        f"building the image of {spec.context} timed out after {spec.timeout:g}s"
-                        f"{job.where()}\n{job.tail()}"
+                        f"building the image of {spec.context} timed out after {spec.timeout:g}s "
+                        f"([environment] build_timeout_sec); the build was stopped{job.where()}\n{job.tail()}"
                     ) from None
                 except asyncio.CancelledError:
-                    job.abort()
+                    await asyncio.shield(asyncio.to_thread(job.abort))
                     await asyncio.shield(worker)
                     raise
         if job.error is not None:
@@ -268,96 +285,6 @@ def shared_builder(max_parallel: int = 2) -> ImageBuilder:
     if _shared is None:
         _shared = ImageBuilder(max_parallel)
     return _shared
-
-
-class _BuildJob:
-    """One blocking build, run in a worker thread; :meth:`abort` closes its stream."""
-
-    def __init__(self, client: Any, spec: BuildSpec, tag: str, log_path: Path | None) -> None:
-        self.client = client
-        self.spec = spec
-        self.tag = tag
-        self.log_path = log_path
-        self.lines: list[str] = []
-        self.error: str | None = None
-        self._response: Any = None
-        self._lock = threading.Lock()
-        self._aborted = False
-
-    def where(self) -> str:
-        return f" (build log: {self.log_path})" if self.log_path else ""
-
-    def tail(self) -> str:
-        return "".join(self.lines[-LOG_TAIL_LINES:]).rstrip()
-
-    def abort(self) -> None:
-        with self._lock:
-            self._aborted = True
-            if self._response is not None:
-                self._response.close()  # the engine cancels a build whose client went away
-
-    def run(self) -> None:
-        from docker.utils.build import tar
-
-        api = self.client.api
-        context = self.spec.context
-        ignore = Path(context, ".dockerignore")
-        exclude = [
-            line.strip() for line in (ignore.read_text().splitlines() if ignore.is_file() else []) if line.strip()
-        ]
-        log = self.log_path.open("w", encoding="utf-8") if self.log_path else None
-        try:
-            original = Path(context, self.spec.dockerfile).read_text(encoding="utf-8", errors="replace")
-            rewritten, notes = rewrite_bases(self.client, original)
-            for note in notes:
-                self._log(f"agentcompass: {note}\n", log)
-            # A rewritten Dockerfile travels beside the context's own files, under a name of its own.
-            dockerfile = (REWRITTEN, rewritten) if notes else (self.spec.dockerfile, None)
-            with tar(context, exclude=exclude, dockerfile=dockerfile) as payload:
-                # The SDK's build() hides its HTTP response; posting ourselves keeps
-                # a handle to close, which is how a timed-out build is stopped.
-                response = api._post(
-                    api._url("/build"),
-                    data=payload,
-                    params={"t": self.tag, "dockerfile": dockerfile[0], "rm": True, "forcerm": True},
-                    headers={"Content-Type": "application/tar"},
-                    stream=True,
-                    timeout=None,
-                )
-                with self._lock:
-                    if self._aborted:
-                        response.close()
-                        return
-                    self._response = response
-                if response.status_code >= 400:
-                    self.error = f"the engine refused the build: {response.text.strip()}"
-                    self._log(self.error + "\n", log)
-                    return
-                for chunk in api._stream_helper(response, decode=True):
-                    text = chunk.get("stream") or chunk.get("status") or ""
-                    if "error" in chunk:
-                        self.error = str(chunk.get("error", "")).strip()
-                        text = f"ERROR: {self.error}\n"
-                    if text:
-                        self._log(text, log)
-        except Exception as exc:
-            if not self._aborted:
-                self.error = f"{type(exc).__name__}: {exc}"
-                self._log(f"ERROR: {self.error}\n", log)
-        finally:
-            if log is not None:
-                log.close()
-            if self._response is not None:
-                self._response.close()
-        if self.error is None and not self._aborted and not has_image(self.client, self.tag):
-            self.error = "the build ended without producing the image"
-
-    def _log(self, text: str, log: Any) -> None:
-        self.lines.append(text)
-        if len(self.lines) > 4 * LOG_TAIL_LINES:
-            del self.lines[:-LOG_TAIL_LINES]
-        if log is not None:
-            log.write(text)
 
 
 def has_image(client: Any, tag: str) -> bool:

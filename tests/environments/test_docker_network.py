@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_docker import IMAGE, containers
 
 from pytest_agentcompass import EnvironmentSpec
 from pytest_agentcompass.environments.docker import DockerEnvironment, DockerSession
 from pytest_agentcompass.testing import make_plan
 
 from conftest import write_config
-from test_docker import IMAGE, containers
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -49,6 +49,9 @@ def networks(container_id: str) -> dict[str, Any]:
     return inspect(container_id)["NetworkSettings"]["Networks"] or {}
 
 
+FORMAT = '{{.Type}} {{.Action}} {{index .Actor.Attributes "container"}} {{.Actor.Attributes.name}}'
+
+
 def events(container_id: str, since: float) -> list[str]:
     """The engine's log of what was done to the container since ``since``: ``type action [network]``.
 
@@ -59,14 +62,13 @@ def events(container_id: str, since: float) -> list[str]:
     found = []
     for selector in ([f"container={container_id}"], ["type=network"]):
         out = subprocess.run(
-            ["docker", "events", *window, "--filter", selector[0]]
-            + ["--format", '{{.Type}} {{.Action}} {{index .Actor.Attributes "container"}} {{.Actor.Attributes.name}}'],
+            ["docker", "events", *window, "--filter", selector[0], "--format", FORMAT],
             capture_output=True,
             text=True,
             check=True,
         ).stdout
         for line in out.splitlines():
-            kind, action, container, name = (line.split() + ["", ""])[:4]
+            kind, action, container, name = [*line.split(), "", ""][:4]
             if kind == "container":
                 found.append(f"container {action}")
             elif container == container_id:
@@ -170,7 +172,8 @@ import dataclasses, json, subprocess
 from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
 
 def seen(env):
-    inspected = json.loads(subprocess.run(["docker", "inspect", env.container.id], capture_output=True, check=True).stdout)
+    out = subprocess.run(["docker", "inspect", env.container.id], capture_output=True, check=True).stdout
+    inspected = json.loads(out)
     return {"mode": inspected[0]["HostConfig"]["NetworkMode"],
             "networks": sorted(inspected[0]["NetworkSettings"]["Networks"] or {})}
 

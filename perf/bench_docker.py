@@ -25,6 +25,14 @@ end the script checks that neither side left a container behind (by label).
 
     python perf/bench_docker.py --n 40 --repeat 5
     python perf/bench_docker.py --n 100 --concurrency 10 --repeat 5
+
+``--calls`` counts instead of timing, in this process: the engine requests and
+worker-thread hand-offs of ``--n`` attempts made straight on the provider (open,
+the plan's network switches around one exec, close), against ``containers.run``
+/ ``exec_run`` / ``remove`` on the SDK. Counts do not move with the machine's
+load, which the timings on a shared engine do.
+
+    python perf/bench_docker.py --calls --n 10 [--network run]
 """
 
 from __future__ import annotations
@@ -109,13 +117,82 @@ def leftovers(label: str) -> list[str]:
     return out.stdout.split()
 
 
+def count_calls(n: int, network: str) -> None:
+    """Engine requests and thread hand-offs per attempt, the provider against the bare SDK."""
+    import asyncio
+    import collections
+    import re
+
+    import docker
+    import requests
+
+    from pytest_agentcompass import EnvironmentSpec
+    from pytest_agentcompass.environments.docker import DockerEnvironment
+    from pytest_agentcompass.testing import make_plan
+
+    calls: collections.Counter[str] = collections.Counter()
+    send = requests.Session.send
+
+    def counted(self: requests.Session, request: requests.PreparedRequest, **kwargs: object) -> requests.Response:
+        path = re.sub(r"/[0-9a-f]{64}|/agentcompass-[0-9a-f]+", "/<id>", (request.path_url or "").split("?")[0])
+        calls[f"{request.method} {re.sub(r'^/v[0-9.]+', '', path)}"] += 1
+        return send(self, request, **kwargs)  # type: ignore[arg-type]
+
+    requests.Session.send = counted  # type: ignore[assignment,method-assign]
+    to_thread = asyncio.to_thread
+    handoffs = 0
+
+    async def counted_to_thread(func: object, /, *args: object, **kwargs: object) -> object:
+        nonlocal handoffs
+        handoffs += 1
+        return await to_thread(func, *args, **kwargs)  # type: ignore[arg-type]
+
+    asyncio.to_thread = counted_to_thread  # type: ignore[assignment]
+    mark = uuid.uuid4().hex
+    run = "disabled" if network == "disabled" else "full"
+    provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE}))
+    plan = make_plan("disabled", run, "disabled")
+
+    async def attempts() -> None:
+        nonlocal handoffs
+        await provider.preflight()
+        calls.clear()
+        handoffs = 0
+        for _ in range(n):
+            session = await provider.open(provider.build_config(plan, "task", {"agentcompass-bench": mark}))
+            await session.set_network_policy(plan.run_network_policy)
+            assert (await session.exec(["true"])).exit_code == 0
+            await session.set_network_policy(plan.evaluation_network_policy)
+            await session.close()
+
+    asyncio.run(attempts())
+    plugin, plugin_handoffs = dict(calls), handoffs
+    calls.clear()
+    client = docker.from_env()
+    for _ in range(n):
+        container = client.containers.run(
+            IMAGE, ["sleep", "2147483647"], entrypoint=[], detach=True, init=True, working_dir="/work",
+            network_mode="none" if network == "disabled" else "bridge", labels={"agentcompass-bench": mark},
+        )  # fmt: skip
+        container.exec_run(["true"])
+        container.remove(force=True, v=True)
+    for side, counts in (("plugin", plugin), ("bare SDK", dict(calls))):
+        listed = ", ".join(f"{k} {v / n:g}" for k, v in sorted(counts.items()))
+        print(f"{side}: {sum(counts.values()) / n:g} engine requests per attempt ({listed})")
+    print(f"plugin: {plugin_handoffs / n:g} worker-thread hand-offs per attempt")
+    print(f"containers left behind: {len(leftovers(f'agentcompass-bench={mark}'))}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=40, help="attempts per run")
     parser.add_argument("--concurrency", type=int, default=1, help="attempts at once")
     parser.add_argument("--repeat", type=int, default=5, help="alternating rounds")
     parser.add_argument("--network", choices=("disabled", "run"), default="disabled")
+    parser.add_argument("--calls", action="store_true", help="count engine requests and hand-offs instead")
     args = parser.parse_args()
+    if args.calls:
+        return count_calls(args.n, args.network)
     root = Path(tempfile.mkdtemp(prefix="bench-docker-"))
     mark = uuid.uuid4().hex
     policies = {"baseline": "disabled", "run": "disabled" if args.network == "disabled" else "full"}

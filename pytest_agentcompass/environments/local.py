@@ -20,6 +20,7 @@ from pydantic import Field
 
 from ..config import ConfigPath, ParamsModel
 from ..errors import SessionError, WorkspacePathError
+from ..runtime.threads import BlockingCallPool
 from ..types import ExecResult
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
 from .process import DEFAULT_OUTPUT_LIMIT, MARKER, ExecControls, kill_marked, run_reaped
@@ -150,30 +151,53 @@ class LocalSession(EnvironmentSession):
         await self._controls.kill_all()  # commands still running (an abandoned exec task) die here
         if not self._created:
             return
-        if self._removal is None:
-            if _remove_small(str(self.root)):
-                return
-            self._removal = asyncio.ensure_future(asyncio.to_thread(_remove_tree, self.root))
+        removal = self._removal
+        if removal is None or (removal.done() and not removal.cancelled() and removal.exception() is not None):
+            # First close, or the one before could not remove everything: (try) again.
+            self._removal = asyncio.wrap_future(_removal_pool().submit(_remove_workspace, self.root))
         # Shielded: a cancelled close leaves the removal running, and the
         # next close waits for that same removal instead of racing it.
-        await asyncio.shield(self._removal)
+        await asyncio.shield(self._removal)  # raises SessionError naming what stays
 
     def describe(self) -> str:
         return str(self.root)
 
 
-#: A workspace with at most this many entries, none a directory, is removed on
-#: the event loop: a handful of ``unlink`` calls cost less than a hand-off to
-#: a worker thread (~300 us of CPU, and a thread per burst of closing tasks).
-INLINE_REMOVAL_ENTRIES = 16
+#: Threads that remove workspaces, shared by every session of the process. Few
+#: and long-lived: a burst of closing tasks queues here instead of starting a
+#: thread each (a 1,000-task run used to start hundreds), and a slow disk makes
+#: these threads wait, not the event loop (an ``rmdir`` took 1-3 ms on a busy ext4).
+REMOVAL_THREADS = 8
+_removals: BlockingCallPool | None = None
 
 
-def _remove_small(root: str) -> bool:
-    """Remove ``root`` in place if small and flat; ``False`` leaves it (or what is left) to :func:`_remove_tree`."""
+def _removal_pool() -> BlockingCallPool:
+    global _removals
+    if _removals is None:
+        _removals = BlockingCallPool(REMOVAL_THREADS, grace=0.0, name="agentcompass-rm")
+    return _removals
+
+
+#: Up to this many entries, none a directory, a workspace is removed with a
+#: plain listing and ``unlink``s: fewer system calls than ``rmtree``'s walk.
+FLAT_REMOVAL_ENTRIES = 16
+
+
+def _remove_workspace(root: Path) -> None:
+    """Remove ``root`` and everything in it.
+
+    :raises SessionError: naming what stays.
+    """
+    if not _remove_flat(str(root)):
+        _remove_tree(root)
+
+
+def _remove_flat(root: str) -> bool:
+    """Remove ``root`` if it is small and flat; ``False`` leaves it (or what is left) to :func:`_remove_tree`."""
     try:
         with os.scandir(root) as listing:
-            entries = list(itertools.islice(listing, INLINE_REMOVAL_ENTRIES + 1))
-        if len(entries) > INLINE_REMOVAL_ENTRIES or any(entry.is_dir(follow_symlinks=False) for entry in entries):
+            entries = list(itertools.islice(listing, FLAT_REMOVAL_ENTRIES + 1))
+        if len(entries) > FLAT_REMOVAL_ENTRIES or any(entry.is_dir(follow_symlinks=False) for entry in entries):
             return False
         for entry in entries:
             os.unlink(entry.path)

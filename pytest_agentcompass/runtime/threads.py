@@ -24,6 +24,9 @@ from typing import Any, ParamSpec, TypeVar
 __all__ = ["BlockingCallPool", "run_with_pool", "workers_for"]
 
 P = ParamSpec("P")
+
+#: How long an idle worker waits for the next call before it exits.
+IDLE_SECONDS = 2.0
 T = TypeVar("T")
 
 
@@ -65,7 +68,12 @@ class BlockingCallPool(ThreadPoolExecutor):
         self._workers = 0
         self._idle = 0
         self._closed = False
-        self._lock = threading.Condition()
+        lock = threading.Lock()
+        # Two conditions on one lock: a finished call wakes a waiting shutdown,
+        # never the idle workers (woken for nothing, they used to exit and be
+        # started again by the next burst: hundreds of threads per 1,000 tasks).
+        self._lock = threading.Condition(lock)
+        self._drained = threading.Condition(lock)
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         future: Future[T] = Future()
@@ -87,7 +95,9 @@ class BlockingCallPool(ThreadPoolExecutor):
             with self._lock:
                 if not self._queue and not self._closed:
                     self._idle += 1
-                    self._lock.wait(timeout=2.0)  # linger briefly: calls come in bursts
+                    deadline = time.monotonic() + IDLE_SECONDS  # linger: calls come in bursts
+                    while not self._queue and not self._closed and (left := deadline - time.monotonic()) > 0:
+                        self._lock.wait(timeout=left)
                     self._idle -= 1
                 if not self._queue:
                     self._workers -= 1
@@ -105,7 +115,8 @@ class BlockingCallPool(ThreadPoolExecutor):
             finally:
                 with self._lock:
                     self._running.pop(future, None)
-                    self._lock.notify_all()
+                    if self._closed:
+                        self._drained.notify_all()
 
     def in_flight(self) -> list[str]:
         """What is running now, by function name."""
@@ -127,7 +138,7 @@ class BlockingCallPool(ThreadPoolExecutor):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                self._lock.wait(timeout=remaining)
+                self._drained.wait(timeout=remaining)
             self.abandoned = [*self._running.values(), *(d for _, _, d in self._queue)]
 
 

@@ -154,10 +154,10 @@ class LocalSession(EnvironmentSession):
         removal = self._removal
         if removal is None or (removal.done() and not removal.cancelled() and removal.exception() is not None):
             # First close, or the one before could not remove everything: (try) again.
-            self._removal = asyncio.wrap_future(_removal_pool().submit(_remove_workspace, self.root))
+            removal = self._removal = asyncio.wrap_future(_removal_pool().submit(_remove_workspace, self.root))
         # Shielded: a cancelled close leaves the removal running, and the
         # next close waits for that same removal instead of racing it.
-        await asyncio.shield(self._removal)  # raises SessionError naming what stays
+        await asyncio.shield(removal)  # raises SessionError naming what stays
 
     def describe(self) -> str:
         return str(self.root)

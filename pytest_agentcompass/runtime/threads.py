@@ -63,8 +63,9 @@ class BlockingCallPool(ThreadPoolExecutor):
         self.grace = grace
         #: Calls still running when a waiting shutdown gave up on them.
         self.abandoned: list[str] = []
-        self._queue: deque[tuple[Future[Any], Callable[[], Any], str]] = deque()
-        self._running: dict[Future[Any], str] = {}
+        # Each call keeps the function it was given: named only when someone asks (rarely).
+        self._queue: deque[tuple[Future[Any], Callable[[], Any], Callable[..., Any]]] = deque()
+        self._running: dict[Future[Any], Callable[..., Any]] = {}
         self._workers = 0
         self._idle = 0
         self._closed = False
@@ -80,7 +81,7 @@ class BlockingCallPool(ThreadPoolExecutor):
         with self._lock:
             if self._closed:
                 raise RuntimeError("cannot schedule new calls after shutdown")
-            self._queue.append((future, lambda: fn(*args, **kwargs), _describe(fn)))
+            self._queue.append((future, lambda: fn(*args, **kwargs), fn))
             if self._idle:
                 self._lock.notify()
             # Each queued call needs its own thread: one that blocks must not hold up the next.
@@ -102,10 +103,10 @@ class BlockingCallPool(ThreadPoolExecutor):
                 if not self._queue:
                     self._workers -= 1
                     return
-                future, call, description = self._queue.popleft()
+                future, call, fn = self._queue.popleft()
                 if not future.set_running_or_notify_cancel():
                     continue
-                self._running[future] = description
+                self._running[future] = fn
             try:
                 result = call()
             except BaseException as exc:  # handed to the awaiting coroutine, like the stock executor
@@ -121,7 +122,7 @@ class BlockingCallPool(ThreadPoolExecutor):
     def in_flight(self) -> list[str]:
         """What is running now, by function name."""
         with self._lock:
-            return list(self._running.values())
+            return [_describe(fn) for fn in self._running.values()]
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False, timeout: float | None = None) -> None:
         """Take no new calls; with ``wait``, wait up to ``timeout`` (default: the grace) for running ones."""
@@ -139,7 +140,7 @@ class BlockingCallPool(ThreadPoolExecutor):
                 if remaining <= 0:
                     break
                 self._drained.wait(timeout=remaining)
-            self.abandoned = [*self._running.values(), *(d for _, _, d in self._queue)]
+            self.abandoned = [_describe(fn) for fn in (*self._running.values(), *(fn for _, _, fn in self._queue))]
 
 
 def run_with_pool(coro: Coroutine[Any, Any, T], *, max_workers: int, grace: float) -> T:

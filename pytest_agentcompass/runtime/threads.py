@@ -63,6 +63,8 @@ class BlockingCallPool(ThreadPoolExecutor):
         self.grace = grace
         #: Calls still running when a waiting shutdown gave up on them.
         self.abandoned: list[str] = []
+        #: Threads started so far (a worker that idles past its linger exits; a later burst starts new ones).
+        self.started = 0
         # Each call keeps the function it was given: named only when someone asks (rarely).
         self._queue: deque[tuple[Future[Any], Callable[[], Any], Callable[..., Any]]] = deque()
         self._running: dict[Future[Any], Callable[..., Any]] = {}
@@ -87,6 +89,7 @@ class BlockingCallPool(ThreadPoolExecutor):
             # Each queued call needs its own thread: one that blocks must not hold up the next.
             if len(self._queue) > self._idle and self._workers < self._max_workers:
                 self._workers += 1
+                self.started += 1
                 name = f"{self._thread_name_prefix}-{self._workers}"
                 threading.Thread(target=self._work, name=name, daemon=True).start()
         return future

@@ -22,6 +22,19 @@ def test_every_queued_call_gets_its_own_thread() -> None:
     assert pool.abandoned == []
 
 
+def test_idle_workers_stay_for_the_next_burst(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A long linger: only a worker woken for nothing and leaving could start a third thread.
+    monkeypatch.setattr("pytest_agentcompass.runtime.threads.IDLE_SECONDS", 60.0)
+    pool = BlockingCallPool(64, grace=1)
+    for _ in range(20):
+        barrier = threading.Barrier(2, timeout=10)  # each round needs two threads at once
+        futures = [pool.submit(barrier.wait) for _ in range(2)]
+        assert sorted(f.result() for f in futures) == [0, 1]
+    assert pool.started == 2
+    pool.shutdown()
+    assert pool.abandoned == []
+
+
 def test_errors_reach_the_caller_and_idle_threads_exit() -> None:
     pool = BlockingCallPool(4, grace=1)
     with pytest.raises(ValueError, match="invalid literal"):

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from ..config import ConfigPath, ParamsModel
 from ..errors import SessionError, WorkspacePathError
-from ..runtime.threads import BlockingCallPool
+from ..runtime.threads import BlockingCallPool, shared_pool
 from ..types import ExecResult
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
 from .process import DEFAULT_OUTPUT_LIMIT, MARKER, ExecControls, kill_marked, run_reaped
@@ -172,9 +172,10 @@ _removals: BlockingCallPool | None = None
 
 
 def _removal_pool() -> BlockingCallPool:
+    # Shared: a run's loop waits for its removals at the end, also for tasks cancelled meanwhile.
     global _removals
     if _removals is None:
-        _removals = BlockingCallPool(REMOVAL_THREADS, grace=0.0, name="agentcompass-rm")
+        _removals = shared_pool(REMOVAL_THREADS, "agentcompass-rm")
     return _removals
 
 

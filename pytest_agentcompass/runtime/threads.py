@@ -16,12 +16,13 @@ import contextvars
 import functools
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["BlockingCallPool", "run_with_pool", "workers_for"]
+__all__ = ["BlockingCallPool", "drain_shared_pools", "run_with_pool", "shared_pool", "workers_for"]
 
 P = ParamSpec("P")
 
@@ -71,6 +72,7 @@ class BlockingCallPool(ThreadPoolExecutor):
         self._workers = 0
         self._idle = 0
         self._closed = False
+        self._draining = 0  # callers waiting in drain() or shutdown()
         lock = threading.Lock()
         # Two conditions on one lock: a finished call wakes a waiting shutdown,
         # never the idle workers (woken for nothing, they used to exit and be
@@ -119,13 +121,31 @@ class BlockingCallPool(ThreadPoolExecutor):
             finally:
                 with self._lock:
                     self._running.pop(future, None)
-                    if self._closed:
+                    if self._draining:
                         self._drained.notify_all()
 
     def in_flight(self) -> list[str]:
         """What is running now, by function name."""
         with self._lock:
             return [_describe(fn) for fn in self._running.values()]
+
+    def drain(self, timeout: float) -> list[str]:
+        """Wait up to ``timeout`` for the calls queued and running now; the ones still there, by name.
+
+        The pool stays open: a pool shared by the process outlives each run's loop.
+        """
+        with self._lock:
+            self._draining += 1
+            try:
+                deadline = time.monotonic() + timeout
+                while self._running or self._queue:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._drained.wait(timeout=remaining)
+                return [_describe(fn) for fn in (*self._running.values(), *(fn for _, _, fn in self._queue))]
+            finally:
+                self._draining -= 1
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False, timeout: float | None = None) -> None:
         """Take no new calls; with ``wait``, wait up to ``timeout`` (default: the grace) for running ones."""
@@ -137,13 +157,29 @@ class BlockingCallPool(ThreadPoolExecutor):
             self._lock.notify_all()
             if not wait:
                 return
-            deadline = time.monotonic() + (self.grace if timeout is None else timeout)
-            while self._running or self._queue:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._drained.wait(timeout=remaining)
-            self.abandoned = [_describe(fn) for fn in (*self._running.values(), *(fn for _, _, fn in self._queue))]
+        self.abandoned = self.drain(self.grace if timeout is None else timeout)
+
+
+#: Pools shared by the process (the removal of ``local`` workspaces): their
+#: calls outlive a task's cancellation, so a run's loop waits for them at its
+#: end like for its own pool's (:func:`drain_shared_pools`).
+_SHARED: weakref.WeakSet[BlockingCallPool] = weakref.WeakSet()
+
+
+def shared_pool(max_workers: int, name: str) -> BlockingCallPool:
+    """A pool for the whole process whose calls every run waits for when its loop ends."""
+    pool = BlockingCallPool(max_workers, grace=0.0, name=name)
+    _SHARED.add(pool)
+    return pool
+
+
+def drain_shared_pools(timeout: float) -> list[str]:
+    """Wait up to ``timeout`` in all for the shared pools' calls; those still running, by name."""
+    deadline = time.monotonic() + timeout
+    left: list[str] = []
+    for pool in list(_SHARED):
+        left += pool.drain(max(0.0, deadline - time.monotonic()))
+    return left
 
 
 def run_with_pool(coro: Coroutine[Any, Any, T], *, max_workers: int, grace: float) -> T:

@@ -54,6 +54,7 @@ class DistributedRun:
         self.states: dict[str, RequestRuntime] = {}
         #: Tasks that had a usable result before this session (reported as reused).
         self.recorded: dict[str, set[str]] = {}
+        self.ran_unbuilt: set[str] = set()  # requests it could not build whose tasks still ran on workers
         self.preflight_failed: set[str] = set()  # requests whose preflight failed here, in the controller
         self.service: PermitService | None = None
         self.session: pytest.Session | None = None
@@ -81,6 +82,12 @@ class DistributedRun:
     # -- the controller, before the workers start --------------------------------------
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if not self.run.is_worker and self.config.getvalue("dist") == "each":
+            # Every worker would run every task, all into one run directory.
+            raise pytest.UsageError(
+                "--agentcompass with --dist each would run every task once per worker into one run; "
+                "use --dist load (the default with -n), or run the config once per environment instead"
+            )
         self.session = session
 
     def _claim(self) -> None:
@@ -158,6 +165,10 @@ class DistributedRun:
 
         It also notes why a worker cancelled tasks (its deadline), for ``run_info.json``.
         """
+        if self.unbuilt and report.when == "setup":
+            parts = report.nodeid.split("::")
+            if len(parts) == 3 and parts[1] in self.unbuilt:
+                self.ran_unbuilt.add(parts[1])
         if report.when == "setup" and report.failed and self.cancelled is None:
             first = str(report.longrepr).split("\n", 1)[0]
             if first.startswith("cancelled: "):  # "cancelled: timeout: orchestration timeout of 2s reached"
@@ -215,10 +226,15 @@ class DistributedRun:
         self.run.runtimes = [s for s in (self._finalize(s, result) for s in self.states.values()) if s]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        # Usually the workers could not build it either: their collection error is the one message.
         for name, why in self.unbuilt.items():
+            if name not in self.ran_unbuilt:
+                continue
             terminalreporter.write_line(
-                f"agentcompass: request {name!r} ran on the workers but is not finalized: the xdist controller, "
-                f"which collects nothing, could not build it ({why})",
+                self.run.redactor.text(
+                    f"agentcompass: request {name!r} ran on the workers but is not finalized: the xdist controller, "
+                    f"which collects nothing, could not build it ({why})"
+                ),
                 yellow=True,
             )
 

@@ -213,6 +213,9 @@ class AttemptRunner:
                 stage, f"{stage.value} stage returned {type(value).__name__}, not RunResult", kind=ErrorKind.PROGRAMMING
             )
         problem = unserialisable(value)
+        if problem is None and value.task_id != self.task.task_id:
+            # Recorded under the wrong id, a result would be another task's, or no task's.
+            problem = f"task_id is {value.task_id!r}, not {self.task.task_id!r}"
         if problem is not None:
             message = f"{stage.value} stage returned a RunResult whose {problem}"
             raise StageFailure(stage, message, kind=ErrorKind.PROGRAMMING)

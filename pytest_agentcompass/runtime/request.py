@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import os
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -268,7 +270,7 @@ class RequestRuntime:
         except Exception as exc:
             log.warning("request %s: aggregate_metrics failed: %s", self.name, exc)
             metrics = {"error": f"aggregate_metrics failed: {type(exc).__name__}: {exc}"}
-        self.metrics = dict(metrics)
+        self.metrics = checked_metrics(metrics)
         self.usage = sum_usage(o.result.metadata.get("usage") for o in ordered)
         summary = {
             "request": self.name,
@@ -374,3 +376,44 @@ class StoredResults(Sequence[RunResult]):
             except (OSError, ValueError):
                 pass  # fall back to what is in memory
         return outcome.result
+
+
+def checked_metrics(metrics: Any) -> dict[str, Any]:
+    """``aggregate_metrics``' answer as JSON-safe metrics; what cannot be kept is named in ``error``.
+
+    ``summary.json`` must stay JSON (no ``NaN``) and a metric must mean what
+    it says (no ``repr`` of an object), so such a value becomes ``None``.
+    """
+    if not isinstance(metrics, Mapping):
+        kind = type(metrics).__name__
+        return {"error": f"aggregate_metrics returned {kind}, not a mapping of metric names to values"}
+    kept: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in metrics.items():
+        name = str(key)
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool | int):
+            value = int(value)  # numpy's integers, say
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool | int | float):
+            value = float(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{name!r} is {value}")
+            value = None
+        elif not _json_safe(value):
+            problems.append(f"{name!r} is a {type(value).__name__}, not a number, string or list")
+            value = None
+        kept[name] = value
+    if problems:
+        kept["error"] = "aggregate_metrics: " + "; ".join(problems)
+    return kept
+
+
+def _json_safe(value: Any) -> bool:
+    if value is None or isinstance(value, str | bool | int):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list | tuple):
+        return all(_json_safe(v) for v in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and _json_safe(v) for k, v in value.items())
+    return False

@@ -300,3 +300,36 @@ def test_the_deadline_under_xdist_cancels_what_is_left_and_records_it(pytester: 
     info = run_info(only_run(pytester, "a"))
     assert info["status"] == "timeout", info
     assert sorted(info["unfinished_tasks"]) == ["t0", "t1", "t2", "t3"]
+
+
+def test_a_request_that_cannot_be_built_is_one_masked_message_under_xdist(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "tok-5up3r-s3cr3t-value"
+    monkeypatch.setenv("DATA_TOKEN", secret)
+    pytester.makepyfile(
+        ld="""
+        from pytest_agentcompass import HarnessFreeBenchmark
+        class Ld(HarnessFreeBenchmark):
+            def __init__(self, url):
+                super().__init__(url=url)
+                self.url = url
+            def load_tasks(self, req):
+                raise ConnectionError(f"cannot download the dataset from {self.url}")
+        """
+    )
+    request = {"name": "r", "benchmark": {"id": "ld.py:Ld", "params": {"url": "https://h/d?token=${DATA_TOKEN}"}}}
+    write_config(pytester, [request])
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)
+    out = result.stdout.str() + result.stderr.str()
+    assert secret not in out
+    assert "ran on the workers" not in out  # nothing ran: the collection error is the one message
+    result.stdout.fnmatch_lines(["*ConnectionError: cannot download the dataset from https://h/d?token=***"])
+
+
+def test_dist_each_is_refused(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("a", trace, n=2)])
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", "--dist", "each")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--agentcompass with --dist each would run every task once per worker*"])
+    assert not read_trace(trace) and not (pytester.path / "runs").exists()

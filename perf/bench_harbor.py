@@ -31,7 +31,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import Measurement, measure, pytest_cmd
+from _common import Measurement, describe_filesystem, measure, pytest_cmd
 
 TASK_TOML = """version = "1.0"
 [metadata]
@@ -165,6 +165,7 @@ def main() -> None:
     from pytest_agentcompass.environments.docker_images import image_tag
 
     root = Path(tempfile.mkdtemp(prefix="bench-harbor-"))
+    print(f"task directories and run directory on: {describe_filesystem(root)}")
     tag = ""
     try:
         load_time(root, 1000)

@@ -11,19 +11,38 @@ import contextlib
 import re
 import socket
 import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .docker_images import BuildSpec
+from .docker_bases import has_image, rewrite_bases
 
-__all__ = ["LOG_TAIL_LINES", "REWRITTEN", "BuildJob"]
+__all__ = ["LOG_TAIL_LINES", "REWRITTEN", "BuildJob", "BuildSpec"]
 
 #: The name a Dockerfile with rewritten ``FROM`` lines gets in the build context.
 REWRITTEN = ".agentcompass.Dockerfile"
 #: Lines of the build log quoted in the error of a failed build.
 LOG_TAIL_LINES = 25
 _STEP_CONTAINER = re.compile(r"^\s*---> Running in ([0-9a-f]{12,64})\s*$")
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """One image to build: ``dockerfile`` (relative to ``context``) within ``timeout`` seconds."""
+
+    context: str
+    dockerfile: str = "Dockerfile"
+    timeout: float | None = None
+
+    @classmethod
+    def from_params(cls, value: Mapping[str, Any]) -> BuildSpec:
+        timeout = value.get("timeout")
+        return cls(
+            context=str(value["context"]),
+            dockerfile=str(value.get("dockerfile") or "Dockerfile"),
+            timeout=float(timeout) if timeout else None,
+        )
 
 
 class BuildJob:
@@ -69,8 +88,6 @@ class BuildJob:
 
     def run(self) -> None:
         from docker.utils.build import tar
-
-        from .docker_images import has_image, rewrite_bases  # here: that module imports this one
 
         api = self.client.api
         context = self.spec.context

@@ -185,6 +185,7 @@ def _start(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[str]:
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # even if this process ignores it
     )
 
 
@@ -361,16 +362,7 @@ def test_ctrl_c_on_the_controller_alone_cancels_the_workers_tasks(pytester: pyte
         task_concurrency=4,
         cleanup_grace_seconds=30,
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", "-n", "2"],
-        cwd=pytester.path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # even if this process ignores it
-    )
+    proc = _start(pytester, "-n", "2")
     _wait_for_event(trace, proc, "run_task")
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=GUARD)  # the tasks hang for good: only a cancel ends them

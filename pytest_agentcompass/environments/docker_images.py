@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import tempfile
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -145,9 +146,10 @@ class ImageBuilder:
         name = tag.replace(":", "-")
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
-        # xdist workers share the run directory: a lock file there makes the
-        # second worker wait for the first one's build instead of repeating it.
-        async with _file_lock(log_dir / f"{name}.lock" if log_dir else None):
+        # Processes of one host (xdist workers, whatever request they run) take
+        # turns per tag: the second waits for the first one's build instead of
+        # repeating it at the same moment.
+        async with _file_lock(Path(tempfile.gettempdir()) / f"agentcompass-build-{name}.lock"):
             if await asyncio.to_thread(has_image, client, tag):
                 return tag  # another worker built it meanwhile
             async with self._slots:
@@ -172,12 +174,14 @@ class ImageBuilder:
 
 
 @contextlib.asynccontextmanager
-async def _file_lock(path: Path | None) -> AsyncIterator[None]:
-    """An exclusive ``flock`` on ``path`` (nothing without a path), polled so no thread blocks on it."""
-    if path is None:
-        yield
-        return
-    with path.open("a") as handle:
+async def _file_lock(path: Path) -> AsyncIterator[None]:
+    """An exclusive ``flock`` on ``path``, polled so no thread blocks on it; the file goes with the lock.
+
+    Removed before it is unlocked: a process that opened the old file finds,
+    once it holds the lock, that it is no longer ``path``, and opens again.
+    """
+    while True:
+        handle = path.open("a")
         while True:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -185,9 +189,18 @@ async def _file_lock(path: Path | None) -> AsyncIterator[None]:
             except BlockingIOError:
                 await asyncio.sleep(_LOCK_POLL)
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            current = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            break
+        handle.close()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        handle.close()
 
 
 _shared: ImageBuilder | None = None

@@ -85,6 +85,18 @@ def test_image_built_once_per_run_and_not_again(
     assert not list((run_dir(pytester.path, "cached") / "images").glob("*.log"))  # nothing built this time
 
 
+def test_two_requests_under_xdist_build_a_shared_image_once(pytester: pytest.Pytester, own_images: list[Path]) -> None:
+    # Each request has its own run directory: the workers must still take turns per image.
+    tasks = pytester.path / "tasks"
+    first = write_task(tasks, "one", unique=True)
+    shutil.copytree(first, tasks / "two")
+    own_images.append(first)
+    write_config(pytester, [harbor_request("oracle", "tasks"), harbor_request("nop", "tasks", harness="nop")])
+    outcome(pytester, "-n", "2").assert_outcomes(passed=4)  # this task's verifier passes whatever the agent does
+    logs = list(pytester.path.glob("runs/*/*/images/*.log"))
+    assert len(logs) == 1 and logs[0].read_text().count("Successfully built") == 1, logs
+
+
 def test_failed_build_is_a_setup_error_of_its_tasks(pytester: pytest.Pytester, own_images: list[Path]) -> None:
     tasks = pytester.path / "tasks"
     broken = BUSYBOX_DOCKERFILE + "RUN echo build-went-wrong-here && exit 3\n"

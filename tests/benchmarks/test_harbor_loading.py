@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from harbor_tasks import harbor_request, write_task
 
+from pytest_agentcompass import ComponentRef, RunRequest, RunResult
 from pytest_agentcompass.benchmarks.harbor.taskdir import files_digest, find_task_dirs, parse_memory_mb, read_task
 from pytest_agentcompass.benchmarks.harbor.verifier import RewardError, parse_rewards
 
@@ -173,3 +174,21 @@ def test_storage_is_recorded_under_a_name_that_says_so(pytester: pytest.Pytester
     env = {t.task_id: benchmark._environment(benchmark.task(t)) for t in benchmark.load_tasks(None)}  # type: ignore[arg-type]
     assert env["big"]["storage_mb_recorded"] == 4096 and "storage_mb" not in env["big"]
     assert "storage_mb_recorded" not in env["small"]
+
+
+def test_a_separate_verifier_environment_is_said_not_applied(pytester: pytest.Pytester) -> None:
+    from pytest_agentcompass.benchmarks.harbor.benchmark import HarborBenchmark
+
+    tasks = pytester.path / "tasks"
+    toml = '[verifier]\ntimeout_sec = 60\nenvironment_mode = "separate"\n'
+    write_task(tasks, "apart", toml=toml)
+    write_task(tasks, "plain")
+    benchmark = HarborBenchmark(tasks)
+    loaded = benchmark.load_tasks(None)  # type: ignore[arg-type]
+    env = {t.task_id: benchmark._environment(benchmark.task(t)) for t in loaded}
+    assert env["apart"]["verifier_environment_mode_not_applied"] == "separate"
+    assert "verifier_environment_mode_not_applied" not in env["plain"]
+    results = [RunResult(t.task_id, score=1.0) for t in loaded]
+    req = RunRequest(name="r", benchmark=ComponentRef(id="harbor"))
+    note = benchmark.aggregate_metrics(results, req)["verifier_environment_mode"]
+    assert note.startswith("[verifier] environment_mode separate is not applied")

@@ -50,6 +50,11 @@ _SWAP_AND_VERIFY = (
     'rm -rf /tests "$2" && mkdir -p "$2" && chmod 777 "$2" && mv "$1" /tests'
     f' || {{ echo "{_SWAP_MARK}" >&2; exit {_SWAP_FAILED}; }}; exec bash /tests/test.sh'
 )
+#: A verifier container of its own (built from ``tests/``) is not built here: said once per request.
+SEPARATE_NOTE = (
+    "[verifier] environment_mode {modes} is not applied: the verifier ran in the task's own container "
+    "(plan: verifier_environment_mode_not_applied)"
+)
 STORAGE_NOTE = "recorded per task (plan: storage_mb_recorded), not applied: the provider sets no disk quota"
 #: Bytes of ``/logs/verifier`` read even when the artifact limit is lower: the reward must fit.
 REWARD_ROOM = 1024 * 1024
@@ -149,6 +154,8 @@ class HarborBenchmark(BaseBenchmark):
             env["storage_mb_recorded"] = parsed.storage_mb
         if parsed.gpus:
             env["gpus"] = parsed.gpus
+        if parsed.verifier_mode not in (None, "shared"):  # see SEPARATE_NOTE
+            env["verifier_environment_mode_not_applied"] = parsed.verifier_mode
         return env
 
     # -- attempt scope ---------------------------------------------------
@@ -276,6 +283,9 @@ class HarborBenchmark(BaseBenchmark):
             # Said once per request, not per task: no provider here sets a disk quota
             # (Docker can only on overlay2 over xfs with project quotas).
             metrics["storage_mb"] = STORAGE_NOTE
+        modes = {m for r in results if (m := (self._parsed.get(r.task_id) or _NO_TASK).verifier_mode)} - {"shared"}
+        if modes:
+            metrics["verifier_environment_mode"] = SEPARATE_NOTE.format(modes=", ".join(sorted(modes)))
         return metrics
 
 

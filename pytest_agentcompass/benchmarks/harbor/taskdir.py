@@ -63,6 +63,9 @@ class HarborTask:
     storage_mb: int | None = None
     gpus: int = 0
     allow_internet: bool = True
+    #: ``[verifier] environment_mode``: ``separate`` asks for a verifier container of its own
+    #: (built from ``tests/``), which this benchmark does not build: it is reported, not silent.
+    verifier_mode: str | None = None
     category: str | None = None
     tags: tuple[str, ...] = ()
     #: Everything else ``task.toml`` holds (``[metadata]``, unknown tables), kept as written.
@@ -281,6 +284,7 @@ def _from_config(path: Path, data: Mapping[str, Any], where: _Where) -> HarborTa
         storage_mb=_size_mb(environment, "storage", where),
         gpus=_number(environment, "environment", "gpus", where, integer=True) or 0,
         allow_internet=True if allow_internet is None else allow_internet,
+        verifier_mode=str(verifier["environment_mode"]) if verifier.get("environment_mode") else None,
         category=str(category) if category else None,
         tags=tuple(dict.fromkeys(tags)),
         config=data,

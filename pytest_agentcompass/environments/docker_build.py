@@ -24,6 +24,7 @@ __all__ = ["LOG_TAIL_LINES", "REWRITTEN", "BuildJob", "BuildSpec"]
 REWRITTEN = ".agentcompass.Dockerfile"
 #: Lines of the build log quoted in the error of a failed build.
 LOG_TAIL_LINES = 25
+_TERMINAL_CODES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _STEP_CONTAINER = re.compile(r"^\s*---> Running in ([0-9a-f]{12,64})\s*$")
 
 
@@ -147,7 +148,9 @@ class BuildJob:
             self.error = "the build ended without producing the image"
 
     def _log(self, text: str, log: Any) -> None:
-        self.lines.append(text)
+        # The log file keeps what the engine sent; the tail quoted in errors loses
+        # the terminal's colour codes and carriage returns.
+        self.lines.append(_TERMINAL_CODES.sub("", text).replace("\r\n", "\n").replace("\r", "\n"))
         if len(self.lines) > 4 * LOG_TAIL_LINES:
             del self.lines[:-LOG_TAIL_LINES]
         if log is not None:

@@ -89,7 +89,8 @@ class RequestNode(pytest.Collector):
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
         if isinstance(excinfo.value, AgentCompassError):
             return str(excinfo.value)
-        return f"request {self.req.name!r}: loading tasks failed\n{format_trace(excinfo.value)}"
+        exc = excinfo.value
+        return f"request {self.req.name!r}: loading tasks failed\n{format_trace(exc) or f'{type(exc).__name__}: {exc}'}"
 
 
 class TaskItem(pytest.Item):

@@ -56,12 +56,16 @@ class SessionConfig:
     network_policy: NetworkPolicy
     params: Mapping[str, Any] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Where to open it when the provider has a choice: a ``fresh`` evaluation asks for its task's.
+    placement: str | None = None
 
 
 class EnvironmentSession(abc.ABC):
     """One open sandbox. Every method is a coroutine and may be cancelled."""
 
     network_policy: NetworkPolicy = "full"
+    #: Where the session runs when the provider had a choice (a Docker engine of a pool), for the task detail.
+    placement: str | None = None
 
     @abc.abstractmethod
     async def exec(
@@ -131,6 +135,8 @@ class BaseEnvironment(abc.ABC):
         self.rootdir = rootdir or Path.cwd()
         #: ``spec.params`` validated by :attr:`params_model` (set by assembly; ``None`` without a model).
         self.params: Any = None
+        #: What the user should know after preflight (e.g. an engine left out), shown in the request's summary.
+        self.notes: list[str] = []
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -164,53 +164,59 @@ class ImageBuilder:
         self.max_parallel = max(1, max_parallel)
         #: Failed builds, per tag and run (log folder): later attempts of that run get the same error.
         #: Successes need no memo: the engine has the tag, which ``_build`` checks first.
-        self._failed: dict[tuple[str, Path | None], SessionError] = {}
+        self._failed: dict[tuple[str, Path | None, str], SessionError] = {}
         #: Images this run already has, by context and run: later attempts skip the digest and the lookups.
-        self._ready: dict[tuple[str, str, Path | None], str] = {}
+        self._ready: dict[tuple[str, str, Path | None, str], str] = {}
         # Futures and the semaphore belong to one event loop; an xdist worker
         # runs each task in a loop of its own, so they are renewed per loop.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots = asyncio.Semaphore(self.max_parallel)
-        self._builds: dict[str, asyncio.Future[str]] = {}
+        self._builds: dict[tuple[str, str], asyncio.Future[str]] = {}
 
-    async def ensure(self, client: Any, spec: BuildSpec, log_dir: Path | None) -> str:
-        """The tag of ``spec``'s image, built now unless the engine has it.
+    async def ensure(self, client: Any, spec: BuildSpec, log_dir: Path | None, engine: str = "") -> str:
+        """The tag of ``spec``'s image, built now unless the engine has it (``engine`` names the
+        engine of ``client`` when there are several: each gets its own build).
 
         :raises SessionError: when the build fails or times out, with the log tail.
         """
-        ready = self._ready.get((spec.context, spec.dockerfile, log_dir))
+        ready = self._ready.get((spec.context, spec.dockerfile, log_dir, engine))
         if ready is not None:
             return ready
         context = Path(spec.context)
         if not (context / spec.dockerfile).is_file():
             raise SessionError(f"no Dockerfile at {context / spec.dockerfile}")
         tag = await asyncio.to_thread(image_tag, client, context, spec.dockerfile)
-        failed = self._failed.get((tag, log_dir))
+        failed = self._failed.get((tag, log_dir, engine))
         if failed is not None:
             raise SessionError(str(failed))
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._loop, self._slots, self._builds = loop, asyncio.Semaphore(self.max_parallel), {}
-        build = self._builds.get(tag)
+        build = self._builds.get((tag, engine))
         if build is None:
-            build = self._builds[tag] = asyncio.ensure_future(self._build_once(client, spec, tag, log_dir))
+            build = self._builds[(tag, engine)] = asyncio.ensure_future(
+                self._build_once(client, spec, tag, log_dir, engine)
+            )
         # Shielded: one cancelled waiter must not cancel the build others wait for.
         return await asyncio.shield(build)
 
-    async def _build_once(self, client: Any, spec: BuildSpec, tag: str, log_dir: Path | None) -> str:
+    async def _build_once(self, client: Any, spec: BuildSpec, tag: str, log_dir: Path | None, engine: str) -> str:
         try:
-            self._ready[(spec.context, spec.dockerfile, log_dir)] = await self._build(client, spec, tag, log_dir)
+            ready = await self._build(client, spec, tag, log_dir, engine)
+            self._ready[(spec.context, spec.dockerfile, log_dir, engine)] = ready
             return tag
         except SessionError as exc:
-            self._failed[(tag, log_dir)] = exc
+            self._failed[(tag, log_dir, engine)] = exc
             raise
         finally:
-            self._builds.pop(tag, None)
+            self._builds.pop((tag, engine), None)
 
-    async def _build(self, client: Any, spec: BuildSpec, tag: str, log_dir: Path | None) -> str:
+    async def _build(self, client: Any, spec: BuildSpec, tag: str, log_dir: Path | None, engine: str) -> str:
         if await asyncio.to_thread(has_image, client, tag):
             return tag  # built by an earlier run
         name = tag.replace(":", "-")
+        if engine:  # one lock and log per engine: engines of a pool build side by side
+            name += "-" + hashlib.sha256(engine.encode()).hexdigest()[:8]
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
         # xdist workers share the run directory: a lock file there makes the
@@ -368,7 +374,7 @@ def has_image(client: Any, tag: str) -> bool:
     return True
 
 
-async def choose_image(client: Any, params: Mapping[str, Any], log_dir: Path | None) -> str:
+async def choose_image(client: Any, params: Mapping[str, Any], log_dir: Path | None, engine: str = "") -> str:
     """The image a session starts from: ``image``; else the task's prebuilt ``task_image`` when
     the engine has it; else one built from the task's ``build`` context; else ``task_image`` pulled.
 
@@ -386,7 +392,7 @@ async def choose_image(client: Any, params: Mapping[str, Any], log_dir: Path | N
         return str(prebuilt)
     if params.get("build"):
         builder = shared_builder(int(params.get("max_parallel_builds", 2)))
-        return await builder.ensure(client, BuildSpec.from_params(params["build"]), log_dir)
+        return await builder.ensure(client, BuildSpec.from_params(params["build"]), log_dir, engine)
     if prebuilt and params.get("pull"):
         await asyncio.to_thread(client.images.pull, prebuilt)
         return str(prebuilt)

@@ -96,6 +96,7 @@ class RequestRuntime:
             self.failed_status = RunStatus.ENVIRONMENT_ERROR
             where = "" if isinstance(exc, AgentCompassError) else f"environment {ctx.req.environment.id!r} preflight: "
             raise PreflightError(f"request {self.name!r}: {where}{_reason(exc)}") from None
+        self.notes.extend(getattr(ctx.provider, "notes", ()))
         try:
             if ctx.harness is not None:
                 await call_user(ctx.harness.preflight, ctx.req)

@@ -40,7 +40,7 @@ from ..types import ExecResult, ExecutionPlan, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, SessionPurpose, argv_list
 from .docker_files import get_tree, put_tree
 from .docker_images import choose_image
-from .docker_pool import Engine, EngineParams, EnginePool, engine_list
+from .docker_pool import Engine, EngineParams, EnginePool, check_engines, engine_list, engine_urls_as_mappings
 from .process import DEFAULT_OUTPUT_LIMIT, EXEC_MARKER, kill_marked
 
 if TYPE_CHECKING:
@@ -291,8 +291,13 @@ class DockerParams(ParamsModel):
 
     @field_validator("engines", mode="before")
     @classmethod
-    def _engines(cls, value: Any) -> list[EngineParams] | None:
-        return engine_list(value)
+    def _urls(cls, value: Any) -> Any:
+        return engine_urls_as_mappings(value)
+
+    @field_validator("engines")
+    @classmethod
+    def _engines(cls, value: list[EngineParams] | None) -> list[EngineParams] | None:
+        return check_engines(value)
 
 
 class DockerEnvironment(BaseEnvironment):

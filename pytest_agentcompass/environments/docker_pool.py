@@ -95,22 +95,33 @@ class EngineParams(ParamsModel):
         return self
 
 
-def engine_list(value: Any) -> list[EngineParams] | None:
-    """``params.engines`` as :class:`EngineParams` (URLs become mappings); duplicates are refused."""
-    if value is None:
+def engine_urls_as_mappings(value: Any) -> Any:
+    """Before validation: a URL in ``engines`` stands for ``{url: URL}``."""
+    if isinstance(value, list):
+        return [{"url": v} if isinstance(v, str) else v for v in value]
+    return value
+
+
+def check_engines(engines: list[EngineParams] | None) -> list[EngineParams] | None:
+    """After validation: a pool names each engine once, and at least one."""
+    if engines is None:
         return None
-    if not isinstance(value, list) or not value:
+    if not engines:
         raise ValueError("engines takes a non-empty list of engine URLs or {url, capacity, tls} mappings")
-    engines = [
-        v if isinstance(v, EngineParams) else EngineParams.model_validate({"url": v} if isinstance(v, str) else v)
-        for v in value
-    ]
     seen: set[str] = set()
     for engine in engines:
         if engine.url in seen:
             raise ValueError(f"engine {engine.url!r} is listed twice")
         seen.add(engine.url)
     return engines
+
+
+def engine_list(value: Any) -> list[EngineParams] | None:
+    """``params.engines`` as :class:`EngineParams`, validated (for a provider built without assembly)."""
+    if value is None:
+        return None
+    value = engine_urls_as_mappings(value)
+    return check_engines([v if isinstance(v, EngineParams) else EngineParams.model_validate(v) for v in value])
 
 
 def _docker() -> Any:
@@ -212,6 +223,7 @@ class EnginePool:
         self._lock = threading.Lock()
         self._images: dict[tuple[str, str], threading.Lock] = {}
         self._has: set[tuple[str, str]] = set()
+        self.run_id: str | None = None  # of the sessions' labels, for the notes
 
     def engine(self, name: str) -> Engine | None:
         return next((e for e in self.engines if e.name == name), None)
@@ -234,7 +246,7 @@ class EnginePool:
         for engine in self.engines:
             why = failed.get(engine.name)
             if why:
-                self._mark_down(engine, why)
+                self._mark_down(engine, why, mid_run=False)
                 self.notes.append(f"Docker engine {engine.name} left out: {why}; the run goes on with the others")
 
     def _preflight_ping(self, engine: Engine) -> str | None:
@@ -284,6 +296,7 @@ class EnginePool:
         """
         if not self.pooled:  # the environment's one engine: nothing to choose or count
             return await opener(self.engines[0], config)
+        self.run_id = self.run_id or config.labels.get("agentcompass.run")
         engine = await self._place(config.placement)
         try:
             image = config.params.get("image") or config.params.get("task_image")
@@ -341,13 +354,20 @@ class EnginePool:
                 await asyncio.to_thread(self._remove_orphans, engine)
                 engine.down = None
 
-    def _mark_down(self, engine: Engine, why: str) -> None:
+    def _mark_down(self, engine: Engine, why: str, *, mid_run: bool = True) -> None:
         with self._lock:
             if engine.down is not None:
                 return
             engine.down = why
             engine.next_probe = time.monotonic() + self.probe_interval
         log.warning("Docker engine %s stopped answering (%s): it gets no new sessions until it does", engine.name, why)
+        if mid_run:
+            remove = f"docker -H {engine.url} ps -aq --filter label=agentcompass.run={self.run_id or '<run id>'}"
+            self.notes.append(
+                f"Docker engine {engine.name} stopped answering during the run ({why}); its sessions failed as "
+                "environment errors. Containers it held are removed if it answers again during the run; "
+                f"else list them with: {remove}"
+            )
 
     async def fault(self, engine: Engine, exc: Exception) -> Exception:
         """``exc`` as the attempt should see it: a :class:`SessionError` naming the engine when
@@ -493,11 +513,10 @@ class PooledSession(EnvironmentSession):
         except SessionError:
             if self.engine.down is None:
                 raise
-            # The engine is gone: remove the container once it answers again (or say so at the end).
+            # The engine is gone (a note says so): its container is removed once it answers again.
             container = getattr(self.inner, "container", None)
             if container is not None and container.id not in self.engine.orphans:
                 self.engine.orphans.append(container.id)
-            raise
         finally:
             if not self._released:
                 self._released = True

@@ -242,18 +242,23 @@ class RequestRuntime:
         return TaskOutcome(request=self.name, task=task, result=result, passed=False)
 
     async def aclose(self) -> None:
-        """Release what the harness shares between tasks; a failure is a warning."""
+        """Release what the harness and the provider share between tasks; a failure is a warning."""
         harness = self.ctx.harness
-        if harness is None:
-            return
+        if harness is not None:
+            try:
+                await call_user(harness.aclose)
+            except Exception as exc:
+                log.warning("request %s: closing the harness failed: %s: %s", self.name, type(exc).__name__, exc)
         try:
-            await call_user(harness.aclose)
+            await self.ctx.provider.aclose()  # its clients (a pool of engines: the containers it still owes)
         except Exception as exc:
-            log.warning("request %s: closing the harness failed: %s: %s", self.name, type(exc).__name__, exc)
+            log.warning("request %s: closing the environment failed: %s: %s", self.name, type(exc).__name__, exc)
 
     # -- finalization ------------------------------------------------------
     async def finalize(self, status: str = "completed") -> dict[str, Any]:
         """Aggregate in task order and write ``summary.json`` and the final ``run_info.json``."""
+        # What the provider learned during the run (an engine that stopped answering).
+        self.notes.extend(n for n in getattr(self.ctx.provider, "notes", ()) if n not in self.notes)
         ordered = [self.outcomes[t.task_id] for t in self.tasks if t.task_id in self.outcomes]
         benchmark = self.ctx.benchmark
         if type(benchmark).aggregate_metrics is BaseBenchmark.aggregate_metrics:

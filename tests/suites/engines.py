@@ -1,0 +1,217 @@
+"""Extra Docker engines for tests: each a ``dockerd`` in a network namespace of its own.
+
+A second ``dockerd`` in the host's namespace would delete the main engine's
+``docker0`` bridge, so every engine here gets its own namespace, socket, data
+root and exec root, no bridge and no iptables rules. Sessions on them use
+``network_mode: none`` (the tests deny the network in every phase).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+IMAGE = "agentcompass-busybox:test"
+#: Seconds an engine may take to answer after it starts (a loaded machine is slow).
+START_TIMEOUT = 120.0
+
+
+class Unavailable(Exception):
+    """Extra engines cannot run here (the reason is the message)."""
+
+
+def _run(*argv: str, check: bool = True, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, check=check, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+
+class ExtraEngine:
+    """One ``dockerd`` under ``root`` in network namespace ``netns``."""
+
+    def __init__(self, root: Path, netns: str) -> None:
+        self.root = root
+        self.netns = netns
+        self.url = f"unix://{root}/docker.sock"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = (self.root / "dockerd.log").open("ab")
+        self.proc = subprocess.Popen(
+            [
+                "nsenter",
+                f"--net=/var/run/netns/{self.netns}",
+                "dockerd",
+                "--host",
+                self.url,
+                "--data-root",
+                str(self.root / "data"),
+                "--exec-root",
+                str(self.root / "exec"),
+                "--pidfile",
+                str(self.root / "dockerd.pid"),
+                "--bridge=none",
+                "--iptables=false",
+                "--ip-forward=false",
+                "--ip-masq=false",
+            ],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT
+        while _run("docker", "-H", self.url, "version", check=False).returncode != 0:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = (self.root / "dockerd.log").read_text(errors="replace")[-1500:]
+                self.stop()
+                raise Unavailable(f"dockerd did not start in netns {self.netns}:\n{tail}")
+            time.sleep(0.2)
+
+    def docker(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return _run("docker", "-H", self.url, *args, check=check)
+
+    def containers(self, label: str = "agentcompass") -> list[str]:
+        return self.docker("ps", "-aq", "--filter", f"label={label}").stdout.split()
+
+    def kill(self) -> None:
+        """SIGKILL the daemon (an engine that dies): its containers stay until it restarts."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+        # Its containerd too (as when the machine goes): a survivor would keep the next one from starting.
+        for pid in _processes_mentioning(f"{self.root}/exec/containerd/containerd.toml"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        # Reaped by nobody here (no init), its pid stays a zombie, which the next dockerd takes
+        # for a live containerd ("containerd is still running") and waits on forever.
+        (self.root / "exec/containerd/containerd.pid").unlink(missing_ok=True)
+        self.proc = None
+
+    def stop(self) -> None:
+        """Stop the daemon (it stops its containers and its containerd)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+class Engines:
+    """Two extra engines with the test image; ``close`` removes every trace of them."""
+
+    def __init__(self, count: int = 2) -> None:
+        for tool in ("dockerd", "nsenter", "ip", "docker"):
+            if shutil.which(tool) is None:
+                raise Unavailable(f"{tool} is not installed")
+        if os.geteuid() != 0:
+            raise Unavailable("starting dockerd needs root")
+        # Short: a Unix socket path is limited to 107 bytes.
+        self.root = Path(tempfile.mkdtemp(prefix="acpool-", dir="/tmp"))
+        self.engines: list[ExtraEngine] = []
+        self.netns: list[str] = []
+        try:
+            image = self.root / "image.tar"
+            _run("docker", "save", "-o", str(image), IMAGE)
+            for index in range(count):
+                name = f"{self.root.name}-{index}"
+                added = _run("ip", "netns", "add", name, check=False)
+                if added.returncode != 0:
+                    raise Unavailable(f"ip netns add failed: {added.stderr.strip()}")
+                self.netns.append(name)
+                _run("nsenter", f"--net=/var/run/netns/{name}", "ip", "link", "set", "lo", "up")
+                folder = self.root / f"e{index}"
+                folder.mkdir()
+                engine = ExtraEngine(folder, name)
+                self.engines.append(engine)
+                engine.start()
+                engine.docker("load", "-i", str(image))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for engine in self.engines:
+            engine.stop()
+        for engine in self.engines:
+            # dockerd mounts its data root on itself; containers' shims may outlive a killed daemon.
+            _run("umount", "--recursive", "--lazy", str(engine.root / "data"), check=False)
+            for pid in _processes_mentioning(f"{engine.root}/exec"):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for name in self.netns:
+            _run("ip", "netns", "del", name, check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    """Processes whose command line holds ``text`` (the shims of one engine's exec root)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+class TcpProxy:
+    """A loopback TCP port forwarding to a Unix socket: a ``tcp://`` engine for tests."""
+
+    def __init__(self, unix_path: str) -> None:
+        self.unix_path = unix_path
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.url = f"tcp://127.0.0.1:{self.port}"
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX)
+            try:
+                upstream.connect(self.unix_path)
+            except OSError:
+                client.close()
+                continue
+            for source, target in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pipe, args=(source, target), daemon=True).start()
+
+    def close(self) -> None:
+        self._closed = True
+        self.server.close()
+
+
+def _pipe(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            target.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock in (source, target):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()

@@ -184,7 +184,9 @@ class Engine:
             ca = str(tls.ca_cert) if tls.ca_cert else None
             options["tls"] = docker.tls.TLSConfig(client_cert=cert, ca_cert=ca, verify=tls.verify)
         if urlsplit(self.url).scheme == "ssh":
-            options["use_ssh_client"] = True  # the system's ssh (its config, agent and known_hosts)
+            # In process through paramiko (``~/.ssh/config``, keys, agent and ``known_hosts``
+            # apply; an unknown host is refused): no ssh process per connection.
+            options["use_ssh_client"] = False
         return docker.DockerClient(**options)
 
     def probe(self) -> str | None:
@@ -374,6 +376,12 @@ class EnginePool:
         the engine does not answer any more (marked down), else ``exc`` itself."""
         why = engine.down or await asyncio.to_thread(engine.probe)
         if why is None:
+            if type(exc).__name__ == "ChannelException":  # paramiko: the SSH server refused one more channel
+                return SessionError(
+                    f"the SSH server of engine {engine.name} refused another channel ({exc}): raise MaxSessions "
+                    "in its sshd_config (10 by default; each API call and running exec holds one) or lower "
+                    "this engine's capacity"
+                )
             return exc
         self._mark_down(engine, why)
         return SessionError(f"the Docker engine {engine.name} stopped answering ({why}); {_reason(exc)}")

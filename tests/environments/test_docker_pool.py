@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engines import IMAGE, Engines, TcpProxy, Unavailable
+from engines import IMAGE, Engines, SshLoopback, TcpProxy, Unavailable
 
 from pytest_agentcompass import EnvironmentSpec
 from pytest_agentcompass.environments.base import SessionConfig
@@ -310,4 +310,30 @@ def test_a_resumed_run_sweeps_every_engine(pytester: pytest.Pytester, engines: E
     result = run_pytest(pytester)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*removed 2 environment(s) or process(es) left behind by run*"])
+    assert a.containers() == [] and b.containers() == []
+
+
+def test_an_ssh_engine_takes_sessions(pytester: pytest.Pytester, engines: Engines, tmp_path: Path) -> None:
+    pytest.importorskip("paramiko", reason="ssh:// engines need paramiko (pip install 'docker[ssh]')")
+    a, b = engines.engines
+    try:
+        ssh = SshLoopback(tmp_path, a.url)  # engine A, reached as a remote engine over SSH
+    except Unavailable as exc:
+        pytest.skip(f"no sshd on loopback: {exc}")
+    try:
+        write_config(pytester, [pool_request([ssh.url, b.url], n=4, sleep={"*": 1})], task_concurrency=4)
+        env = {**os.environ, "HOME": str(ssh.home), "PYTHONPATH": os.pathsep.join(sys.path)}
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider"],
+            cwd=pytester.path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    finally:
+        ssh.close()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {d["metadata"]["placement"]["task"] for d in details(pytester).values()} == {ssh.url, b.url}
     assert a.containers() == [] and b.containers() == []

@@ -215,3 +215,58 @@ def _pipe(source: socket.socket, target: socket.socket) -> None:
             except OSError:
                 pass
             sock.close()
+
+
+class SshLoopback:
+    """``sshd`` on a loopback port whose only key logs in as root with ``DOCKER_HOST`` set to
+    ``engine_url``: ``ssh://root@127.0.0.1:PORT`` is then that engine, as a remote one would be.
+
+    ``home`` is the client side (``.ssh`` with the key, ``known_hosts`` and a config): run the
+    client with ``HOME`` pointing there.
+    """
+
+    def __init__(self, root: Path, engine_url: str) -> None:
+        sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+        if not Path(sshd).exists():
+            raise Unavailable("openssh-server is not installed (apt-get install openssh-server)")
+        self.root = root
+        self.home = root / "home"
+        ssh_dir = self.home / ".ssh"
+        ssh_dir.mkdir(parents=True)
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(root / "host_key"))
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ssh_dir / "id_ed25519"))
+        public = (ssh_dir / "id_ed25519.pub").read_text().strip()
+        (root / "authorized_keys").write_text(f'environment="DOCKER_HOST={engine_url}" {public}\n')
+        with socket.create_server(("127.0.0.1", 0)) as probe:
+            self.port = probe.getsockname()[1]
+        host_key = (root / "host_key.pub").read_text().split()
+        (ssh_dir / "known_hosts").write_text(f"[127.0.0.1]:{self.port} {host_key[0]} {host_key[1]}\n")
+        (root / "sshd_config").write_text(
+            f"ListenAddress 127.0.0.1\nPort {self.port}\nHostKey {root / 'host_key'}\n"
+            f"PidFile {root / 'sshd.pid'}\nAuthorizedKeysFile {root / 'authorized_keys'}\n"
+            "PermitRootLogin prohibit-password\nPasswordAuthentication no\nPermitUserEnvironment yes\n"
+            "StrictModes no\nUsePAM no\nMaxSessions 100\nMaxStartups 100\n"
+        )
+        Path("/run/sshd").mkdir(exist_ok=True)  # its privilege separation directory
+        self.proc = subprocess.Popen(
+            [sshd, "-D", "-e", "-f", str(root / "sshd_config")],
+            stdout=subprocess.DEVNULL,
+            stderr=(root / "sshd.log").open("wb"),
+            start_new_session=True,
+        )
+        self.url = f"ssh://root@127.0.0.1:{self.port}"
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.close()
+                    raise Unavailable(f"sshd did not start: {(root / 'sshd.log').read_text()[-800:]}") from None
+                time.sleep(0.1)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # the listener and the connections it forked
+            self.proc.wait()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,8 @@ class PoolTasks(HarnessFreeBenchmark):
     def _log(self, event: str, task: TaskSpec, engine: str | None) -> None:
         if self.events:
             with Path(self.events).open("a") as fh:
-                fh.write(json.dumps({"event": event, "task": task.task_id, "engine": engine}) + "\n")
+                record = {"event": event, "task": task.task_id, "engine": engine, "t": time.time()}
+                fh.write(json.dumps(record) + "\n")
 
     async def run_task(
         self, task: TaskSpec, prepared: PreparedTask, env: EnvironmentSession, req: RunRequest, plan: ExecutionPlan

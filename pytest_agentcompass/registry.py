@@ -152,7 +152,7 @@ class Registry:
         if target.endswith(".py") or "/" in target:
             path = Path(target)
             if not path.is_absolute():
-                bases = [b for b in (self.config_dir, self.rootdir) if b is not None]
+                bases = list(dict.fromkeys(b for b in (self.config_dir, self.rootdir) if b is not None))
                 tried = [(base / path).resolve() for base in bases]
                 path = next((p for p in tried if p.is_file()), tried[0])
                 if not path.is_file():

@@ -62,6 +62,10 @@ class RunHandle(Protocol):
         """Fire ``pytest_agentcompass_request_finalized`` for a finalized request."""
         ...
 
+    def usage_error(self, exc: Exception) -> pytest.UsageError:
+        """The error pytest prints for ``exc``, ``${VAR}`` values masked."""
+        ...
+
 
 #: The active run of this pytest session; set in ``pytest_configure`` when
 #: ``--agentcompass`` is given, removed in ``pytest_unconfigure``.

@@ -28,6 +28,7 @@ __all__ = [
     "TaskStorageError",
     "emit_reports",
     "phase_problems",
+    "redact_longrepr",
     "redact_report",
 ]
 
@@ -160,6 +161,13 @@ def redact_report(report: TestReport, item: pytest.Item, redactor: Redactor) -> 
     if not redactor:
         return
     item.user_properties[:] = [(k, redactor.text(v) if isinstance(v, str) else v) for k, v in item.user_properties]
+    redact_longrepr(report, redactor)
+
+
+def redact_longrepr(report: TestReport | pytest.CollectReport, redactor: Redactor) -> None:
+    """Mask ``${VAR}`` values in a report's failure text and sections (a collection error's too)."""
+    if not redactor:
+        return
     if report.longrepr is not None and not isinstance(report.longrepr, tuple):
         text = str(report.longrepr)
         masked = redactor.text(text)

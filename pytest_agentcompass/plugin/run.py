@@ -27,7 +27,7 @@ from ..runtime.orchestrator import OrchestrationResult, Orchestrator
 from ..runtime.request import RequestRuntime
 from .gates import GateItem
 from .nodes import ConfigFile, TaskItem
-from .outcomes import emit_reports, redact_report
+from .outcomes import emit_reports, redact_longrepr, redact_report
 from .progress import Progress
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ class AgentCompassRun:
         try:
             self.runtimes = self._build_runtimes(items)
         except AgentCompassError as exc:
-            raise pytest.UsageError(str(exc)) from None
+            raise self.usage_error(exc) from None
         orchestration = self.orchestration
         thresholds = {r.name: r.ctx.req.execution.pass_threshold for r in self.runtimes}
         orchestrator: Orchestrator
@@ -345,9 +345,24 @@ class AgentCompassRun:
         redact_report(report, item, self.redactor)
         return report
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        # Before the terminal and junit keep it: a component id or a task loader's error may hold a ${VAR} value.
+        redact_longrepr(report, self.redactor)
+
+    def usage_error(self, exc: Exception) -> pytest.UsageError:
+        """The error pytest prints for ``exc`` (a broken run directory, a claimed run), secrets masked."""
+        return pytest.UsageError(self.redactor.text(str(exc)))
+
     # -- summary -------------------------------------------------------------------------
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        write_terminal_summary(terminalreporter, self.runtimes, self.result, self.ci.summary_lines if self.ci else None)
+        write_terminal_summary(
+            terminalreporter,
+            self.runtimes,
+            self.result,
+            self.ci.summary_lines if self.ci else None,
+            mask=self.redactor.text,
+        )
 
 
 def _check_stop(session: pytest.Session) -> None:

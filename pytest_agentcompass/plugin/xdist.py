@@ -103,7 +103,7 @@ class DistributedRun:
                 self.states[req.name] = self.run.runtime(setup, set(), resume=True)
             except AgentCompassError as exc:
                 self._release()
-                raise pytest.UsageError(str(exc)) from None
+                raise self.run.usage_error(exc) from None
         from ..permit_service import PermitService
 
         self.service = PermitService()

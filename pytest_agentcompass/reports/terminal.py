@@ -23,14 +23,17 @@ def write_terminal_summary(
     runtimes: Sequence[RequestRuntime],
     result: OrchestrationResult | None,
     extra: Callable[[RequestRuntime], list[str]] | None = None,
+    mask: Callable[[str], str] = str,
 ) -> None:
     """Write counts, metrics, notes and the run directory of each request to ``tr``.
 
     :param extra: More lines per request (baseline changes, gates).
+    :param mask: Applied to every line: a preflight reason or a note may hold a ``${VAR}`` value.
     """
     if not runtimes:
         return
     tr.section("agentcompass")
+    tr = _Masked(tr, mask)
     for state in runtimes:
         counts = state.counts()
         line = (
@@ -79,3 +82,13 @@ def write_terminal_summary(
             f"(daemon threads, they end with the process): {', '.join(calls)}",
             yellow=True,
         )
+
+
+class _Masked:
+    """A terminal reporter whose ``write_line`` masks each line first."""
+
+    def __init__(self, tr: Any, mask: Callable[[str], str]) -> None:
+        self._tr, self._mask = tr, mask
+
+    def write_line(self, line: str, **markup: bool) -> None:
+        self._tr.write_line(self._mask(line), **markup)

@@ -17,7 +17,7 @@ from ..types import RunResult, RunStatus, TaskSpec, to_jsonable
 from .context import RequestContext
 from .logs import capture_task_logs
 from .planner import BenchmarkPlanError
-from .store import RunStore, copy_details, killed_runs, now, read_json, release_run_dir
+from .store import RunStore, copy_details, killed_runs, now, read_json, record_killed, release_run_dir
 from .task import TaskOutcome, outcome_from_detail, run_task
 
 __all__ = ["RequestRuntime", "StoredResults"]
@@ -143,6 +143,9 @@ class RequestRuntime:
             swept = await self.ctx.provider.sweep(run_id)
             if swept:
                 self.notes.append(f"removed {swept} environment(s) or process(es) left behind by run {run_id}")
+            if run_id != store.run_dir.name:  # swept once: later runs leave it alone
+                reason = f"its process was killed; run {self.ctx.run_id} removed what it left behind"
+                record_killed(store.run_dir.parent / run_id, reason)
         # What the interrupted run already finished, told apart from what ``reuse`` copies in.
         own = {p.stem for p in store.details_dir.glob("*.json")} if self.resumed else set()
         if self.reuse_dir is not None:

@@ -8,7 +8,8 @@ from pathlib import Path
 __all__ = ["format_trace"]
 
 _PACKAGE = str(Path(__file__).resolve().parent.parent)
-_SKIP = (_PACKAGE, "/asyncio/", "/contextlib.py")
+# pytest's and pluggy's frames too: an error in load_tasks happens under collection.
+_SKIP = (_PACKAGE, "/asyncio/", "/contextlib.py", "/_pytest/", "/pluggy/")
 _MAX_FRAMES = 12
 
 

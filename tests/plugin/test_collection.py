@@ -200,6 +200,7 @@ def test_load_tasks_exception_shows_user_frames(pytester: pytest.Pytester) -> No
     result.stdout.fnmatch_lines(
         ["*request 'r': loading tasks failed*", "*bench.py*load_tasks*", "*FileNotFoundError: dataset.jsonl*"]
     )
+    assert "_pytest" not in result.stdout.str()  # only the user's frames
 
 
 def test_registered_ids_through_the_hook(pytester: pytest.Pytester, trace: Path) -> None:

@@ -237,3 +237,32 @@ def test_secrets_are_masked_in_every_report(
     assert "key *** was refused" in junit and "calling the model with key ***" in junit
     for path in (pytester.path / "runs").rglob("*"):
         assert not path.is_file() or secret not in path.read_text(), path
+
+
+def test_secrets_are_masked_in_errors_outside_tasks(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Three places a ${VAR} value surfaced before: a collection error (a component id built from it),
+    # the summary's preflight reason, and the usage error of an unusable output_dir.
+    secret = "sk-live-9876543210"
+    monkeypatch.setenv("LEAKY_KEY", secret)
+    pytester.makepyfile(leaky=LEAKY)
+    requests = [
+        {"name": "bad", "benchmark": {"id": "leaky_${LEAKY_KEY}.py:Leaky"}},
+        {
+            "name": "pre",
+            "benchmark": {"id": "leaky.py:Leaky", "params": {"key": "k"}},
+            "environment": {"id": "docker", "params": {"image": "img-${LEAKY_KEY}"}},
+        },
+    ]
+    write_config(pytester, requests)
+    result = pytester.runpytest_subprocess(
+        "--agentcompass=agentcompass.yaml", "-rA", "--junitxml=j.xml", "--continue-on-collection-errors"
+    )
+    out = result.stdout.str() + result.stderr.str()
+    assert secret not in out and secret not in (pytester.path / "j.xml").read_text()
+    result.stdout.fnmatch_lines(["*no such file 'leaky_***.py'*", "*docker*img-****"])
+
+    write_config(pytester, requests[1:], output_dir="/proc/${LEAKY_KEY}")
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert secret not in result.stdout.str() + result.stderr.str()
+    result.stderr.fnmatch_lines(["*cannot write the run directory /proc/***/*"])

@@ -122,5 +122,12 @@ def test_a_run_completed_in_between_does_not_hide_the_killed_one(
         (new_run,) = [p for p in (pytester.path / "runs" / "r").iterdir() if p.name != killed_run]
         notes = json.loads((new_run / "run_info.json").read_text())["notes"]
         assert any(f"left behind by run {killed_run}" in note for note in notes)
+        # Recorded as swept: still resumable (not completed), never swept again.
+        killed = json.loads((pytester.path / "runs" / "r" / killed_run / "run_info.json").read_text())
+        assert killed["status"] == "interrupted" and new_run.name in killed["stop_reason"]
+        rerun(pytester, env, "--agentcompass-new-run")
+        newest = max((p for p in (pytester.path / "runs" / "r").iterdir()), key=lambda p: p.name)
+        notes = json.loads((newest / "run_info.json").read_text())["notes"]
+        assert not any("left behind" in note for note in notes)
     finally:
         finish(daemons)

@@ -15,6 +15,7 @@ from .runs import (
     killed_runs,
     new_run_id,
     now,
+    record_killed,
     release_run_dir,
 )
 
@@ -31,5 +32,6 @@ __all__ = [
     "new_run_id",
     "now",
     "read_json",
+    "record_killed",
     "release_run_dir",
 ]

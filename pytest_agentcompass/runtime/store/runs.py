@@ -30,8 +30,10 @@ __all__ = [
     "find_resumable_run",
     "find_reusable_run",
     "iter_runs",
+    "killed_runs",
     "new_run_id",
     "now",
+    "record_killed",
     "release_run_dir",
 ]
 
@@ -88,6 +90,27 @@ def killed_runs(run_dir: Path, *, include_current: bool) -> list[str]:
         if not any(isinstance(pid, int) and pid > 0 and _alive(pid) for pid in (holder, info.get("pid"))):
             found.append(path.name)
     return found
+
+
+def record_killed(run_dir: Path, reason: str) -> bool:
+    """Record in a killed run's ``run_info.json`` that it ended ``interrupted``, once it has been swept.
+
+    It stays resumable (only ``completed`` ends that), but no later run sweeps
+    it again. Done under the run's lock, so a process resuming it at the same
+    moment wins and nothing is written.
+    """
+    if str(run_dir) in _held or not _take_lock(run_dir):
+        return False
+    try:
+        store = RunStore(run_dir)
+        info = store.read_run_info()
+        if info.get("status") not in ("created", "running"):
+            return False
+        info.update(status="interrupted", stop_reason=reason, finished_at=info.get("finished_at") or now())
+        store.write_run_info(info)
+        return True
+    finally:
+        release_run_dir(run_dir)
 
 
 def find_reusable_run(request_dir: Path, spec: str, current: Path | None = None) -> Path:

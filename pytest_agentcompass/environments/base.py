@@ -108,6 +108,10 @@ class EnvironmentSession(abc.ABC):
         """A human pointer to the session (path, container id), for kept environments."""
         return repr(self)
 
+    async def detach(self) -> None:
+        """The attempt is done with a session it keeps (``keep_environment``): give back what
+        counts it (a provider's slot) without closing it."""
+
 
 class BaseEnvironment(abc.ABC):
     """An Environment provider.

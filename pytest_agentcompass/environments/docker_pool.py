@@ -526,9 +526,13 @@ class PooledSession(EnvironmentSession):
             if container is not None and container.id not in self.engine.orphans:
                 self.engine.orphans.append(container.id)
         finally:
-            if not self._released:
-                self._released = True
-                self.pool._release(self.engine)
+            await self.detach()
+
+    async def detach(self) -> None:
+        """Give the engine's slot back (at close, or when the attempt keeps the container)."""
+        if not self._released:
+            self._released = True
+            self.pool._release(self.engine)
 
     def describe(self) -> str:
         return f"{self.inner.describe()} on {self.engine.name}"

@@ -178,6 +178,7 @@ class AttemptRunner:
             self.record.placement[purpose] = env.placement
         if self.ctx.req.execution.keep_environment:
             self.record.kept_environments.append(f"{purpose}: {env.describe()}")
+            stack.push_async_callback(self._cleanup, f"releasing the kept {purpose} environment", env.detach)
         else:
             what = f"closing the {purpose} environment {env.describe()}"
             stack.push_async_callback(self._cleanup, what, env.close)

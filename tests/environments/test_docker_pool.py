@@ -337,3 +337,19 @@ def test_an_ssh_engine_takes_sessions(pytester: pytest.Pytester, engines: Engine
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert {d["metadata"]["placement"]["task"] for d in details(pytester).values()} == {ssh.url, b.url}
     assert a.containers() == [] and b.containers() == []
+
+
+def test_kept_containers_give_their_engine_slot_back(pytester: pytest.Pytester, engines: Engines) -> None:
+    a = engines.engines[0]
+    request = pool_request([{"url": a.url, "capacity": 1}], n=3)
+    request["execution"]["keep_environment"] = True
+    write_config(pytester, [request], task_concurrency=3)
+    try:
+        result = pytester.runpytest_subprocess(
+            "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", timeout=300
+        )
+        result.assert_outcomes(passed=3)  # a kept container does not hold its slot past its attempt
+        assert len(a.containers()) == 3
+    finally:
+        for container in a.containers():
+            a.docker("rm", "-f", container)

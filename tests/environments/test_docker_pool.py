@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 from engines import IMAGE, Engines, SshLoopback, TcpProxy, Unavailable
 
-from pytest_agentcompass import EnvironmentSpec
+from pytest_agentcompass import BaseEnvironment, EnvironmentSpec
 from pytest_agentcompass.environments.base import SessionConfig
 from pytest_agentcompass.environments.docker import DockerEnvironment
 from pytest_agentcompass.errors import SessionError
+from pytest_agentcompass.testing import EnvironmentConformance
 
 from conftest import SUITES, write_config
 
@@ -353,3 +354,35 @@ def test_kept_containers_give_their_engine_slot_back(pytester: pytest.Pytester, 
     finally:
         for container in a.containers():
             a.docker("rm", "-f", container)
+
+
+class TestPooledSessionOverTcp(EnvironmentConformance):
+    """The provider contract through the pool, on the main engine reached over ``tcp://``: a remote
+    engine to the pool, so a timed-out command is killed from inside its container only."""
+
+    @pytest.fixture(autouse=True)
+    def _proxy(self) -> Iterator[None]:
+        if not main_engine_ready():
+            pytest.skip("no Docker engine with the test image (run scripts/start-docker.sh)")
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        if not host.startswith("unix://"):
+            pytest.skip(f"the main engine is not on a Unix socket here ({host})")
+        self.proxy = TcpProxy(host.removeprefix("unix://"))
+        yield
+        self.proxy.close()
+
+    def make_provider(self, tmp_path: Path) -> BaseEnvironment:
+        self.mark = uuid.uuid4().hex
+        return DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE, "engines": [self.proxy.url]}))
+
+    def labels(self) -> dict[str, str]:
+        return {"agentcompass.conformance": self.mark}
+
+    def leaked(self, provider: BaseEnvironment, tmp_path: Path) -> list[Any]:
+        found = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=agentcompass.conformance={self.mark}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return found.stdout.split()

@@ -38,9 +38,10 @@ from ..config import ParamsModel
 from ..errors import PreflightError, SessionError
 from ..types import ExecResult, ExecutionPlan, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, SessionPurpose, argv_list
+from .docker_engine import Engine, EngineParams, check_engines, engine_list, engine_urls_as_mappings
 from .docker_files import get_tree, put_tree
 from .docker_images import choose_image
-from .docker_pool import Engine, EngineParams, EnginePool, check_engines, engine_list, engine_urls_as_mappings
+from .docker_pool import EnginePool
 from .process import DEFAULT_OUTPUT_LIMIT, EXEC_MARKER, kill_marked
 
 if TYPE_CHECKING:

@@ -1,11 +1,11 @@
 """A pool of Docker engines behind the ``docker`` provider: placement, health and images.
 
 Without ``params.engines`` the pool holds one engine, the one the environment
-names (``DOCKER_HOST``), and sessions are opened on it directly, as always. With it, each
-session goes to the least-loaded engine that answers and has a free slot
-(fewest sessions per slot of ``capacity``; an engine without a capacity counts
-as one slot); a ``fresh`` evaluation asks for its task's engine through
-``SessionConfig.placement``.
+names (``DOCKER_HOST``), and sessions are opened on it directly, as always.
+With it, each session goes to the least-loaded engine that answers and has a
+free slot (fewest sessions per slot of ``capacity``; an engine without a
+capacity counts as one slot); a ``fresh`` evaluation asks for its task's
+engine through ``SessionConfig.placement``.
 
 Faults: an engine that does not answer at preflight is left out with a note
 (the run fails only when none answers); one that stops answering mid-run
@@ -28,188 +28,17 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
-
-from ..config import ConfigPath, ParamsModel
 from ..errors import PreflightError, SessionError
-from ..limits import CapacityPermits, capacity_for
 from ..types import ExecResult, NetworkPolicy
 from .base import EnvironmentSession, SessionConfig
+from .docker_engine import Engine, EngineParams, copy_image, has_image, reason, remove_container
 
-__all__ = ["Engine", "EngineParams", "EnginePool", "EngineTLS", "PooledSession", "engine_list"]
+__all__ = ["EnginePool", "Opener", "PooledSession"]
 
 log = logging.getLogger("pytest_agentcompass")
 
-#: Seconds a health probe may take before the engine counts as not answering.
-PROBE_TIMEOUT = 10.0
-_SCHEMES = ("unix", "tcp", "ssh", "http", "https")
-
-
-class EngineTLS(ParamsModel):
-    """TLS files of a ``tcp://`` engine (paths relative to the config file)."""
-
-    ca_cert: ConfigPath | None = None
-    client_cert: ConfigPath | None = None
-    client_key: ConfigPath | None = None
-    #: Check the engine's certificate against ``ca_cert`` (or the system's CAs).
-    verify: bool = True
-
-    @model_validator(mode="after")
-    def _files(self) -> EngineTLS:
-        if (self.client_cert is None) != (self.client_key is None):
-            raise ValueError("client_cert and client_key go together")
-        for name in ("ca_cert", "client_cert", "client_key"):
-            path = getattr(self, name)
-            if path is not None and not Path(path).is_file():
-                raise ValueError(f"{name}: no file at {path}")
-        return self
-
-
-class EngineParams(ParamsModel):
-    """One engine of ``environment.params.engines``: a URL, or this mapping."""
-
-    #: ``unix:///path/docker.sock``, ``tcp://host:2376`` or ``ssh://user@host``.
-    url: str
-    #: Sessions open at once on this engine, run-wide; ``0``: no limit.
-    capacity: int = Field(default=0, ge=0)
-    tls: EngineTLS | None = None
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        scheme = urlsplit(value).scheme
-        if scheme not in _SCHEMES:
-            raise ValueError(f"{value!r} is not an engine URL (unix://, tcp:// or ssh://)")
-        if scheme != "unix" and not urlsplit(value).hostname:
-            raise ValueError(f"{value!r} names no host")
-        return value
-
-    @model_validator(mode="after")
-    def _tls_for_tcp(self) -> EngineParams:
-        if self.tls is not None and urlsplit(self.url).scheme not in ("tcp", "https"):
-            raise ValueError(f"tls applies to tcp:// engines, not to {self.url!r}")
-        return self
-
-
-def engine_urls_as_mappings(value: Any) -> Any:
-    """Before validation: a URL in ``engines`` stands for ``{url: URL}``."""
-    if isinstance(value, list):
-        return [{"url": v} if isinstance(v, str) else v for v in value]
-    return value
-
-
-def check_engines(engines: list[EngineParams] | None) -> list[EngineParams] | None:
-    """After validation: a pool names each engine once, and at least one."""
-    if engines is None:
-        return None
-    if not engines:
-        raise ValueError("engines takes a non-empty list of engine URLs or {url, capacity, tls} mappings")
-    seen: set[str] = set()
-    for engine in engines:
-        if engine.url in seen:
-            raise ValueError(f"engine {engine.url!r} is listed twice")
-        seen.add(engine.url)
-    return engines
-
-
-def engine_list(value: Any) -> list[EngineParams] | None:
-    """``params.engines`` as :class:`EngineParams`, validated (for a provider built without assembly)."""
-    if value is None:
-        return None
-    value = engine_urls_as_mappings(value)
-    return check_engines([v if isinstance(v, EngineParams) else EngineParams.model_validate(v) for v in value])
-
-
-def _docker() -> Any:
-    try:
-        import docker
-    except ImportError:
-        raise PreflightError(
-            "the docker provider needs the Docker SDK: pip install 'pytest-agentcompass[docker]'"
-        ) from None
-    return docker
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
-
-
-class Engine:
-    """One Docker engine: its client, its run-wide slots and whether it answers."""
-
-    def __init__(self, spec: EngineParams | None) -> None:
-        self.spec = spec
-        #: ``None``: the environment's engine (``DOCKER_HOST`` or the local socket).
-        self.url = spec.url if spec else os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        self.capacity = spec.capacity if spec else 0
-        # Same kernel (a Unix socket): a timed-out exec's processes can also be killed from here.
-        self.local = urlsplit(self.url).scheme == "unix"
-        self.permits: CapacityPermits = capacity_for(f"docker-engine:{self.url}", self.capacity)
-        #: Sessions placed here by this process and not closed yet (placement's load).
-        self.assigned = 0
-        self.down: str | None = None  # why it does not answer, while it does not
-        self.next_probe = 0.0
-        #: Containers whose removal failed while the engine was down: removed when it answers.
-        self.orphans: list[str] = []
-        self._client: Any = None
-        self._probe_client: Any = None
-        self._lock = threading.Lock()
-
-    @property
-    def name(self) -> str:
-        return self.url
-
-    def client(self) -> Any:
-        """The SDK client (made on first use; blocking: call from a worker thread)."""
-        with self._lock:
-            if self._client is None:
-                self._client = self._make(timeout=None)
-            return self._client
-
-    def _make(self, timeout: float | None) -> Any:
-        docker = _docker()
-        if self.spec is None:
-            return docker.from_env(timeout=int(timeout)) if timeout else docker.from_env()
-        options: dict[str, Any] = {"base_url": self.url}
-        if timeout:
-            options["timeout"] = int(timeout)
-        tls = self.spec.tls
-        if tls is not None:
-            cert = (str(tls.client_cert), str(tls.client_key)) if tls.client_cert and tls.client_key else None
-            ca = str(tls.ca_cert) if tls.ca_cert else None
-            options["tls"] = docker.tls.TLSConfig(client_cert=cert, ca_cert=ca, verify=tls.verify)
-        if urlsplit(self.url).scheme == "ssh":
-            # In process through paramiko (``~/.ssh/config``, keys, agent and ``known_hosts``
-            # apply; an unknown host is refused): no ssh process per connection.
-            options["use_ssh_client"] = False
-        return docker.DockerClient(**options)
-
-    def probe(self) -> str | None:
-        """Why the engine does not answer a ping within :data:`PROBE_TIMEOUT`, or ``None``."""
-        try:
-            with self._lock:
-                if self._probe_client is None:
-                    self._probe_client = self._make(timeout=PROBE_TIMEOUT)
-                probe = self._probe_client
-            probe.ping()
-        except Exception as exc:
-            return _reason(exc)
-        return None
-
-    def close(self) -> None:
-        with self._lock:
-            clients, self._client, self._probe_client = (self._client, self._probe_client), None, None
-        for client in clients:
-            if client is not None:
-                client.close()
-
-
-#: ``opener(engine, config)``: opens the provider's session on ``engine``.
 Opener = Callable[[Engine, SessionConfig], Awaitable[EnvironmentSession]]
 
 
@@ -262,13 +91,13 @@ class EnginePool:
                     f"the Docker engine at {engine.url} is not reachable ({type(exc).__name__}); "
                     "start it (scripts/start-docker.sh does) or set DOCKER_HOST"
                 )
-            return f"not reachable ({_reason(exc)})"
+            return f"not reachable ({reason(exc)})"
         return None
 
     def _spread_image(self, image: str, pull: bool, skip: set[str]) -> dict[str, str]:
         """Make ``image`` available on every engine not in ``skip``; why it failed, per engine."""
         engines = [e for e in self.engines if e.name not in skip]
-        having = [e for e in engines if _has_image(e.client(), image)]
+        having = [e for e in engines if has_image(e.client(), image)]
         failed: dict[str, str] = {}
         if not having and not pull:
             where = engines[0].url if not self.pooled else "any engine of the pool"
@@ -279,7 +108,7 @@ class EnginePool:
                 continue
             try:
                 if having:
-                    _copy_image(having[0].client(), engine.client(), image)
+                    copy_image(having[0].client(), engine.client(), image)
                 else:
                     engine.client().images.pull(image)
                 self._has.add((engine.name, image))
@@ -287,7 +116,7 @@ class EnginePool:
                 if not self.pooled:
                     raise  # the SDK's own error, as the single engine always reported it
                 how = "copying" if having else "pulling"
-                failed[engine.name] = f"{how} image {image!r} failed ({_reason(exc)})"
+                failed[engine.name] = f"{how} image {image!r} failed ({reason(exc)})"
         return failed
 
     # -- placement -------------------------------------------------------
@@ -384,7 +213,7 @@ class EnginePool:
                 )
             return exc
         self._mark_down(engine, why)
-        return SessionError(f"the Docker engine {engine.name} stopped answering ({why}); {_reason(exc)}")
+        return SessionError(f"the Docker engine {engine.name} stopped answering ({why}); {reason(exc)}")
 
     # -- images ----------------------------------------------------------
     def _ensure_image(self, engine: Engine, image: str) -> None:
@@ -399,15 +228,15 @@ class EnginePool:
             if key in self._has:
                 return
             client = engine.client()
-            if not _has_image(client, image):
+            if not has_image(client, image):
                 source = next(
-                    (e for e in self.engines if e is not engine and e.down is None and _has_image(e.client(), image)),
+                    (e for e in self.engines if e is not engine and e.down is None and has_image(e.client(), image)),
                     None,
                 )
                 if source is None:
                     return
                 log.info("copying image %s from engine %s to %s", image, source.name, engine.name)
-                _copy_image(source.client(), client, image)
+                copy_image(source.client(), client, image)
             self._has.add(key)
 
     # -- cleanup ---------------------------------------------------------
@@ -421,7 +250,7 @@ class EnginePool:
             client = engine.client()
             leftovers = client.containers.list(all=True, filters={"label": f"agentcompass.run={run_id}"})
             for container in leftovers:
-                _remove(client, container.id)
+                remove_container(client, container.id)
         except Exception as exc:
             if not self.pooled:
                 raise
@@ -433,7 +262,7 @@ class EnginePool:
         while engine.orphans:
             container_id = engine.orphans.pop()
             try:
-                _remove(engine.client(), container_id)
+                remove_container(engine.client(), container_id)
             except Exception as exc:
                 log.warning("Docker engine %s: container %s was not removed: %s", engine.name, container_id[:12], exc)
 
@@ -536,29 +365,3 @@ class PooledSession(EnvironmentSession):
 
     def describe(self) -> str:
         return f"{self.inner.describe()} on {self.engine.name}"
-
-
-def _has_image(client: Any, image: str) -> bool:
-    try:
-        client.images.get(image)
-    except Exception as exc:
-        if type(exc).__name__ in ("ImageNotFound", "NotFound"):
-            return False
-        raise
-    return True
-
-
-def _copy_image(source: Any, target: Any, image: str) -> None:
-    """``docker save image`` on ``source`` streamed into ``docker load`` on ``target``."""
-    stream = source.api.get_image(image)
-    target.api.load_image(stream)
-    if not _has_image(target, image):
-        raise SessionError(f"loading image {image!r} did not produce it")
-
-
-def _remove(client: Any, container_id: str) -> None:
-    try:
-        client.api.remove_container(container_id, force=True, v=True)
-    except Exception as exc:
-        if type(exc).__name__ != "NotFound":
-            raise

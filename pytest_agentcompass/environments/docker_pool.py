@@ -28,12 +28,14 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..errors import PreflightError, SessionError
 from ..types import ExecResult, NetworkPolicy
 from .base import EnvironmentSession, SessionConfig
 from .docker_engine import Engine, EngineParams, copy_image, has_image, reason, remove_container
+from .docker_images import BuildSpec, from_lines, local_base
 
 __all__ = ["EnginePool", "Opener", "PooledSession"]
 
@@ -133,6 +135,9 @@ class EnginePool:
             image = config.params.get("image") or config.params.get("task_image")
             if image:
                 await asyncio.to_thread(self._ensure_image, engine, str(image))
+            build = config.params.get("build")
+            if build and not config.params.get("image"):
+                await asyncio.to_thread(self._ensure_bases, engine, BuildSpec.from_params(build))
             session = await opener(engine, config)
         except Exception as exc:
             self._release(engine)
@@ -238,6 +243,23 @@ class EnginePool:
                 log.info("copying image %s from engine %s to %s", image, source.name, engine.name)
                 copy_image(source.client(), client, image)
             self._has.add(key)
+
+    def _ensure_bases(self, engine: Engine, spec: BuildSpec) -> None:
+        """Copy to ``engine`` the images a task's Dockerfile builds ``FROM`` that it lacks and another
+        engine has (no registry needed), so the builder can build there; once per engine and context."""
+        key = (engine.name, f"build:{spec.context}:{spec.dockerfile}")
+        if key in self._has:
+            return
+        dockerfile = Path(spec.context, spec.dockerfile)
+        if dockerfile.is_file():  # else the builder says so
+            for _, _, name in from_lines(dockerfile.read_text(encoding="utf-8", errors="replace")):
+                if local_base(engine.client(), name) is None:
+                    for source in self.engines:
+                        found = local_base(source.client(), name) if source is not engine and not source.down else None
+                        if found is not None:
+                            self._ensure_image(engine, found)
+                            break
+        self._has.add(key)
 
     # -- cleanup ---------------------------------------------------------
     async def sweep(self, run_id: str) -> int:

@@ -389,3 +389,28 @@ class TestPooledSessionOverTcp(EnvironmentConformance):
             check=True,
         )
         return found.stdout.split()
+
+
+def test_task_images_build_on_each_engine_from_bases_copied_there(pytester: pytest.Pytester, engines: Engines) -> None:
+    a, b = engines.engines
+    base = f"agentcompass-pool-base:{uuid.uuid4().hex[:8]}"  # only engine A has it, as a local base image
+    a.docker("tag", IMAGE, base)
+    context = pytester.path / "context"
+    context.mkdir()
+    (context / "hello").write_text("hi\n")
+    # No RUN: the extra engines have no bridge network to run build steps on.
+    (context / "Dockerfile").write_text(f"FROM {base}\nCOPY hello /hello\n")
+    request = pool_request([a.url, b.url], n=4, sleep={"*": 1}, build=str(context))
+    del request["environment"]["params"]["image"]
+    write_config(pytester, [request], task_concurrency=4)
+    try:
+        result = run_pytest(pytester)
+        result.assert_outcomes(passed=4)
+        assert {d["metadata"]["placement"]["task"] for d in details(pytester).values()} == {a.url, b.url}
+        tags = {e.url: e.docker("images", "--format", "{{.Tag}}", "agentcompass-task").stdout.split() for e in (a, b)}
+        assert len(tags[a.url]) == 1 and tags[a.url] == tags[b.url]  # the same context digest, built on each
+    finally:
+        for engine in (a, b):
+            for image in engine.docker("images", "-q", "agentcompass-task").stdout.split():
+                engine.docker("rmi", "-f", image, check=False)
+            engine.docker("rmi", base, check=False)

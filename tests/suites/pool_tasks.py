@@ -19,6 +19,7 @@ class PoolTasks(HarnessFreeBenchmark):
     ``events``: a JSON-lines file of ``start``/``end`` per task and engine, written while the
     session is open, so the sessions an engine held at once can be counted from it.
     ``started``: a folder where each task leaves ``<task>@<engine-index>`` once running.
+    ``build``: a build context every task's image is built from (as Harbor tasks bring).
     """
 
     def __init__(
@@ -29,6 +30,7 @@ class PoolTasks(HarnessFreeBenchmark):
         started: str = "",
         engines: list[str] | None = None,
         mode: str = "none",
+        build: str = "",
     ) -> None:
         super().__init__(n=n)
         self.n = n
@@ -37,6 +39,12 @@ class PoolTasks(HarnessFreeBenchmark):
         self.started = started
         self.engines = engines or []
         self.evaluation_environment_mode = mode  # type: ignore[misc]
+        self.build = build
+
+    def adjust_plan(self, plan: ExecutionPlan, task: TaskSpec, req: RunRequest) -> ExecutionPlan:
+        if not self.build:
+            return plan
+        return dataclasses.replace(plan, environment={"build": {"context": self.build}})  # each task's image
 
     def load_tasks(self, req: RunRequest) -> list[TaskSpec]:
         return [TaskSpec(f"t{i}") for i in range(self.n)]

@@ -50,7 +50,7 @@ TASKS = [
         "fix-script",
         "The script add.sh should print the sum of its two arguments, but `sh add.sh 3 4` prints the wrong "
         "number. Fix add.sh.",
-        {"add.sh": 'echo $(( $1 - $2 ))\n'},
+        {"add.sh": "echo $(( $1 - $2 ))\n"},
         '[ "$(sh add.sh 3 4)" = "7" ] && [ "$(sh add.sh 10 -2)" = "8" ]',
     ),
 ]

@@ -223,7 +223,7 @@ def test_a_dead_engine_takes_work_again_once_it_answers(engines: Engines) -> Non
         await on_b.close()  # the engine is gone: its container is removed once it answers again
         assert provider.pool.engines[1].orphans == [on_b.container.id]
         assert (await _open_close(provider, dataclasses_replace(config, placement=b.url))) == a.url
-        await asyncio.to_thread(b.start)
+        b.start()  # from this thread, which outlives the engine (it dies with the thread that starts it)
         while (await _open_close(provider, dataclasses_replace(config, placement=b.url))) != b.url:
             await asyncio.sleep(0.02)  # the next probe (every 10 ms here) finds it answering
         assert provider.pool.engines[1].orphans == []

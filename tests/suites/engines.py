@@ -63,6 +63,7 @@ class ExtraEngine:
             stdout=log,
             stderr=log,
             start_new_session=True,
+            preexec_fn=_die_with_parent,  # a test process killed outright takes its engines along
         )
         log.close()
         deadline = time.monotonic() + START_TIMEOUT
@@ -145,9 +146,12 @@ class Engines:
     def close(self) -> None:
         for engine in self.engines:
             engine.stop()
+        # dockerd mounts its data root on itself and each container's network namespace under its
+        # exec root; a killed daemon leaves them mounted (deepest first, so parents come free).
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+        for mount in sorted((m for m in mounts if m.startswith(f"{self.root}/")), reverse=True):
+            _run("umount", "--lazy", mount, check=False)
         for engine in self.engines:
-            # dockerd mounts its data root on itself; containers' shims may outlive a killed daemon.
-            _run("umount", "--recursive", "--lazy", str(engine.root / "data"), check=False)
             for pid in _processes_mentioning(f"{engine.root}/exec"):
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -156,6 +160,13 @@ class Engines:
         for name in self.netns:
             _run("ip", "netns", "del", name, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _die_with_parent() -> None:
+    """SIGTERM this child (nsenter, then the dockerd it becomes) when the process that started it dies."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def _processes_mentioning(text: str) -> list[int]:

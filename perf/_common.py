@@ -13,6 +13,8 @@ from pathlib import Path
 
 __all__ = [
     "Measurement",
+    "child_env",
+    "describe_filesystem",
     "interleaved",
     "measure",
     "print_medians",
@@ -31,6 +33,33 @@ class Measurement:
     tail: str
 
 
+def describe_filesystem(path: Path) -> str:
+    """``<fstype> (<device> on <mount point>)`` for ``path``: file system speed decides much of a task's cost."""
+    target = os.path.realpath(path)
+    best = ("", "unknown", "?")
+    try:
+        with open("/proc/self/mounts") as mounts:  # Linux; elsewhere the type stays unknown
+            for line in mounts:
+                device, mount, fstype = line.split()[:3]
+                mount = mount.replace("\\040", " ")
+                inside = target == mount or target.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best[0]):
+                    best = (mount, fstype, device)
+    except OSError:
+        pass
+    return f"{best[1]} ({best[2]} on {best[0] or '?'})"
+
+
+def child_env() -> dict[str, str]:
+    """The children's environment: as a user's install has it, with bytecode caches.
+
+    Without them every run would compile the plugin's modules and pytest
+    would assertion-rewrite them again (an entry-point plugin is rewritten),
+    which is a cost of this machine's setting, not of the plugin.
+    """
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def pytest_cmd(*args: str) -> list[str]:
     # Plugins that are installed here but unrelated to the comparison stay out of both sides.
     return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *args]
@@ -39,7 +68,7 @@ def pytest_cmd(*args: str) -> list[str]:
 def measure(cmd: list[str], cwd: Path) -> Measurement:
     """Wall time and peak RSS of one child process (``ru_maxrss`` of that child alone)."""
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -70,6 +99,10 @@ def write_suite(root: Path, module: str, source: str, concurrency: int, request:
 
 def interleaved(root: Path, repeat: int, extra: tuple[str, ...] = ()) -> Iterator[tuple[Measurement, Measurement]]:
     """(plain, plugin) pairs, alternated so a noisy neighbour hurts both sides alike; ``extra`` goes to both."""
+    print(f"run directory and workspaces on: {describe_filesystem(root)}")
+    # Unmeasured: writes the bytecode caches both sides then find (see child_env).
+    measure(pytest_cmd("--collect-only", "plain"), root)
+    measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--collect-only", *extra), root)
     for _ in range(repeat):
         base = measure(pytest_cmd("plain", *extra), root)
         plugin = measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off", *extra), root)

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import measure
+from _common import describe_filesystem, measure
 
 CHILD = """
 import asyncio, sys
@@ -54,6 +54,7 @@ def main() -> None:
     repo = Path(__file__).resolve().parents[1]
     results: dict[str, list[tuple[float, float]]] = {"bare": [], "reaped": []}
     with tempfile.TemporaryDirectory() as tmp:
+        print(f"workspaces on: {describe_filesystem(Path(tmp))}")
         for _ in range(args.repeat):
             for side in ("bare", "reaped"):  # interleaved: a noisy neighbour hurts both alike
                 run = measure([sys.executable, "-c", CHILD, str(args.n), side, tmp], repo)

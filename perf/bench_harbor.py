@@ -9,7 +9,10 @@ the WORKDIR, read the reward, copy the log folders out, remove the
 container. The plugin side is ``pytest --agentcompass`` with the ``oracle``
 harness; the bare side is a plain Python script on the SDK. Rounds alternate,
 so a noisy neighbour hurts both sides alike; medians of wall and CPU time
-(CPU of the child process: the engine's own work is not in it).
+(CPU of the child process: the engine's own work is not in it). On a loaded
+engine wall time says little, so both sides also count their requests to the
+engine per attempt (``COUNT_CALLS``: every HTTP request the SDK sends, by
+kind), which does not depend on the load.
 
     python perf/bench_harbor.py --n 20 --repeat 5
 """
@@ -17,6 +20,8 @@ so a noisy neighbour hurts both sides alike; medians of wall and CPU time
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -26,7 +31,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import Measurement, measure, pytest_cmd
+from _common import Measurement, describe_filesystem, measure, pytest_cmd
 
 TASK_TOML = """version = "1.0"
 [metadata]
@@ -45,7 +50,29 @@ TEST = """#!/bin/bash
 if [ "$(cat /app/hello.txt)" = "Hello, world!" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
 """
 
+#: Counts the SDK's HTTP requests by kind and writes them to ``$COUNT_CALLS`` at exit; loaded by
+#: both sides (``bare.py`` imports it, the plugin run finds it as the rootdir's ``conftest.py``).
+COUNT_CALLS = r"""
+import atexit, collections, json, os, re
+import requests.adapters
+
+_counts = collections.Counter()
+_send = requests.adapters.HTTPAdapter.send
+
+
+def _counting_send(self, request, *args, **kwargs):
+    path = re.sub(r"^/v[0-9.]+/", "/", request.path_url.split("?")[0])
+    kind = re.sub(r"/(containers|exec|images|networks)/[^/]+", r"/\1/{id}", path)
+    _counts[f"{request.method} {kind}"] += 1
+    return _send(self, request, *args, **kwargs)
+
+
+requests.adapters.HTTPAdapter.send = _counting_send
+atexit.register(lambda: open(os.environ["COUNT_CALLS"], "w").write(json.dumps(_counts)))
+"""
+
 BARE = r"""
+import count_calls
 import io, sys, tarfile
 from pathlib import Path
 import docker
@@ -101,6 +128,8 @@ def write_tasks(root: Path, n: int) -> None:
         (task / "tests" / "test.sh").write_text(TEST)
         (task / "solution" / "solve.sh").write_text(SOLVE)
     (root / "bare.py").write_text(BARE)
+    (root / "count_calls.py").write_text(COUNT_CALLS)
+    (root / "conftest.py").write_text("import count_calls  # noqa: F401\n")
     (root / "agentcompass.yaml").write_text(
         "output_dir: runs\ntask_concurrency: 1\nrequests:\n"
         "  - name: bench\n    benchmark: {id: harbor, params: {path: tasks}}\n"
@@ -136,6 +165,7 @@ def main() -> None:
     from pytest_agentcompass.environments.docker_images import image_tag
 
     root = Path(tempfile.mkdtemp(prefix="bench-harbor-"))
+    print(f"task directories and run directory on: {describe_filesystem(root)}")
     tag = ""
     try:
         load_time(root, 1000)
@@ -148,12 +178,18 @@ def main() -> None:
         print(f"first run (one image build, {args.n} tasks): {first.seconds:.2f}s, CPU {first.cpu_seconds:.2f}s")
         pairs: list[tuple[Measurement, Measurement]] = []
         for _ in range(args.repeat):
+            os.environ["COUNT_CALLS"] = str(root / "bare-calls.json")
             bare = measure([sys.executable, "bare.py", tag, "tasks"], root)
+            os.environ["COUNT_CALLS"] = str(root / "plugin-calls.json")
             plugin = measure(plugin_cmd, root)
             for name, run in (("bare SDK", bare), ("agentcompass", plugin)):
                 if run.returncode != 0:
                     raise SystemExit(f"{name} run failed (exit {run.returncode}): {run.tail}")
             pairs.append((bare, plugin))
+        for side in ("bare", "plugin"):  # the last round's (every round makes the same requests)
+            calls = json.loads((root / f"{side}-calls.json").read_text())
+            shown = ", ".join(f"{k} {v / args.n:g}" for k, v in sorted(calls.items()) if v >= args.n)
+            print(f"engine requests per attempt, {side}: {sum(calls.values()) / args.n:g} ({shown})")
         builds = list((root / "runs" / "bench").glob("*/images/*.log"))
         print(f"build logs over all runs: {len(builds)} (1 expected: the cached runs build nothing)")
         ratios = [p.seconds / b.seconds for b, p in pairs]

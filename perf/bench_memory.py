@@ -20,7 +20,10 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 50_000])
     parser.add_argument("--output-kb", type=int, default=0, help="size of each task's output (default: tiny)")
     args = parser.parse_args()
-    print(f"{'tasks':>8} {'plain RSS':>10} {'plugin RSS':>11} {'plugin/plain':>13} {'plugin s':>9} {'KB/task':>8}")
+    print(
+        f"{'tasks':>8} {'plain RSS':>10} {'plugin RSS':>11} {'plugin/plain':>13} {'KB/task':>8}"
+        f" {'plain wall/CPU':>15} {'plugin wall/CPU':>16}"
+    )
     first: tuple[int, float] | None = None
     for n in args.sizes:
         with tempfile.TemporaryDirectory() as tmp:
@@ -35,7 +38,8 @@ def main() -> None:
             first = first or (n, plugin.peak_rss_mb)
             print(
                 f"{n:>8} {base.peak_rss_mb:>9.1f}M {plugin.peak_rss_mb:>10.1f}M "
-                f"{plugin.peak_rss_mb / base.peak_rss_mb:>12.2f}x {plugin.seconds:>9.1f} {per_task:>8}"
+                f"{plugin.peak_rss_mb / base.peak_rss_mb:>12.2f}x {per_task:>8}"
+                f" {base.seconds:>7.1f}/{base.cpu_seconds:<6.1f}s {plugin.seconds:>8.1f}/{plugin.cpu_seconds:<6.1f}s"
             )
 
 

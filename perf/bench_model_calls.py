@@ -29,6 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from _common import describe_filesystem
+
 BODY = json.dumps(
     {
         "id": "chatcmpl-1",
@@ -186,6 +188,7 @@ def main() -> None:
         print(wall, cpu)
         return
     port_file = Path(f"/tmp/bench-model-calls-{os.getpid()}.port")
+    print(f"no run directory: the children only call the server (port file on {describe_filesystem(Path('/tmp'))})")
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port_file)])
     try:
         while not port_file.exists() or not port_file.read_text():

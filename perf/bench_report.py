@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from _common import measure
+from _common import describe_filesystem, measure
 
 from pytest_agentcompass.runtime.store import RunStore
 
@@ -126,6 +126,7 @@ def main() -> None:
         raise SystemExit("chromium is not installed (apt-get install -y chromium)")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        print(f"run directories on: {describe_filesystem(root)}")
         runs = {"small": root / "bench/small", "large": root / "bench/large"}
         write_run(runs["small"], 100)
         write_run(runs["large"], args.n)

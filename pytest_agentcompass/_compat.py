@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import logging
+import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -34,9 +37,20 @@ def _inline() -> frozenset[Any]:
     return frozenset(getattr(base, name) for base, names_ in names.items() for name in names_)
 
 
+#: Whether a plain function is a coroutine function, asked once per function
+#: (three lifecycle methods per task; ``inspect`` takes microseconds each time).
+_ASYNC: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
 def _is_async(fn: Callable[..., Any]) -> bool:
-    # iscoroutinefunction sees through bound methods and functools.partial;
-    # an object with ``async def __call__`` needs the second look.
+    target = getattr(fn, "__func__", fn)  # a bound method is async if its function is
+    if type(target) is types.FunctionType:
+        known = _ASYNC.get(target)
+        if known is None:
+            known = _ASYNC[target] = inspect.iscoroutinefunction(target)
+        return known
+    # iscoroutinefunction sees through functools.partial; an object with
+    # ``async def __call__`` needs the second look.
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
@@ -55,7 +69,9 @@ async def call_user(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any
         return await fn(*args, **kwargs)
     if getattr(fn, "__func__", None) in _inline():
         return await maybe_await(fn(*args, **kwargs))
-    call = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+    # asyncio.to_thread without its Task: the executor's future is awaited (shielded) directly.
+    context = contextvars.copy_context()
+    call = asyncio.get_running_loop().run_in_executor(None, functools.partial(context.run, fn, *args, **kwargs))
     try:
         result = await asyncio.shield(call)
     except asyncio.CancelledError:

@@ -50,13 +50,13 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class ParamsModel(BaseModel):
     """Base for a component's ``params_model``: unknown keys are errors, as everywhere in the config."""
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, defer_build=True)
 
 
 def _relative_to_config(value: Path, info: ValidationInfo) -> Path:
@@ -247,6 +247,11 @@ def _has(holder: dict[Any, Any] | list[Any], key: Any) -> bool:
     return key in holder if isinstance(holder, dict) else isinstance(key, int) and 0 <= key < len(holder)
 
 
+def _text_line(data: bytes, offset: int) -> int:
+    """The 1-based line of byte ``offset`` in ``data``."""
+    return data.count(b"\n", 0, offset) + 1
+
+
 def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> LoadedConfig:
     """Read, expand and validate a config file.
 
@@ -257,6 +262,11 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read agentcompass config {file}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        line = _text_line(file.read_bytes(), exc.start)
+        raise ConfigError(
+            f"{file}:{line}: not UTF-8 text (byte {exc.object[exc.start]:#04x}); save it as UTF-8"
+        ) from None
     try:
         node = yaml.compose(text)
         data = yaml.safe_load(text)

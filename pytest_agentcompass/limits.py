@@ -187,13 +187,16 @@ def use_permit_service(address: str) -> None:
     _service = PermitClient(address)
 
 
-def on_run_stop(callback: Callable[[str], None]) -> None:
-    """Call ``callback(reason)`` (from another thread) when the run stops starting tasks (``-x`` elsewhere)."""
+def on_run_stop(callback: Callable[[str, bool], None]) -> None:
+    """Call ``callback(reason, interrupt)`` (from another thread) when the run stops starting tasks.
+
+    ``-x`` elsewhere is a stop; a Ctrl-C the controller alone received is an interrupt.
+    """
     with _registry_lock:
         if _service is not None:
             _service.on_stop = callback
             if _service.stopped is not None:
-                callback(_service.stopped)
+                callback(_service.stopped, _service.interrupted)
 
 
 def task_slots(limit: int) -> CapacityPermits | None:

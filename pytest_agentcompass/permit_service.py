@@ -14,10 +14,12 @@ forgets its waiters.
 The protocol is one line per message::
 
     client: acquire <id> <key> <limit> | cancel <id> | release <key> | slot <id> <key> <qps>
-    server: grant <id> | slot <id> <delay seconds> | stop <reason>
+    server: grant <id> | slot <id> <delay seconds> | stop <reason> | interrupt <reason>
 
 ``stop`` is the run-wide ``-x``: the controller saw enough failures, so every
 worker stops starting tasks (the ones running finish), as one process would.
+``interrupt`` is a Ctrl-C that reached the controller alone (``kill -INT``):
+every worker cancels what runs, within the cleanup grace, as one process would.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ import asyncio
 import contextlib
 import itertools
 import os
+import secrets
 import selectors
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -57,8 +61,13 @@ class PermitService:
     """Counts permits and spaces open slots for every process of one session (the controller)."""
 
     def __init__(self) -> None:
-        self._dir = tempfile.mkdtemp(prefix="agentcompass-")
-        self.address = os.path.join(self._dir, "permits.sock")
+        self._dir: str | None = None
+        if sys.platform.startswith("linux"):
+            # An abstract socket: no file, so a controller killed by -9 leaves nothing behind.
+            self.address = f"\0agentcompass-permits-{os.getpid()}-{secrets.token_hex(8)}"
+        else:
+            self._dir = tempfile.mkdtemp(prefix="agentcompass-")
+            self.address = os.path.join(self._dir, "permits.sock")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(self.address)
         self._listener.listen(64)
@@ -77,15 +86,17 @@ class PermitService:
         self._thread = threading.Thread(target=self._serve, name="agentcompass-permits", daemon=True)
         self._thread.start()
 
-    def stop_all(self, reason: str) -> None:
-        """Tell every process, now and later ones, to start no more tasks. Idempotent."""
+    def stop_all(self, reason: str, *, interrupt: bool = False) -> None:
+        """Tell every process, now and later ones, to start no more tasks (``interrupt``: and cancel
+        the running ones). Idempotent, except that an interrupt still follows a stop."""
+        kind = "interrupt" if interrupt else "stop"
         with self._lock:
-            if self._stop is not None:
+            if self._stop is not None and (self._stop.startswith("interrupt ") or not interrupt):
                 return
-            self._stop = " ".join(reason.split()) or "stopped"
+            self._stop = f"{kind} {' '.join(reason.split()) or kind}"
             conns = [k.data for k in self._selector.get_map().values() if isinstance(k.data, _Conn)]
         for conn in conns:
-            self._send(conn, f"stop {self._stop}")
+            self._send(conn, self._stop)
 
     def close(self) -> None:
         """Stop serving and remove the socket's folder. Idempotent."""
@@ -95,7 +106,8 @@ class PermitService:
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
         self._thread.join(timeout=5)
-        shutil.rmtree(self._dir, ignore_errors=True)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     # -- the serving thread ------------------------------------------------------
     def _serve(self) -> None:
@@ -124,7 +136,7 @@ class PermitService:
                 self._selector.register(sock, selectors.EVENT_READ, conn)
                 stop = self._stop
             if stop is not None:  # a replacement worker joins a run that is stopping
-                self._send(conn, f"stop {stop}")
+                self._send(conn, stop)
 
     def _read(self, conn: _Conn) -> None:
         try:
@@ -206,9 +218,11 @@ class PermitClient:
         self._waiting: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future[float], str]] = {}
         self._abandoned: dict[str, str] = {}  # id -> key of acquires cancelled while in flight
         self._closed = False
-        #: Called (in a reader thread) with the reason when the run stops starting tasks.
-        self.on_stop: Callable[[str], None] | None = None
+        #: Called (in a reader thread) with the reason, and whether running tasks are
+        #: cancelled too (an interrupt), when the run stops starting tasks.
+        self.on_stop: Callable[[str, bool], None] | None = None
         self.stopped: str | None = None
+        self.interrupted = False
         self._reader = threading.Thread(target=self._read, name="agentcompass-permits-client", daemon=True)
         self._reader.start()
 
@@ -274,10 +288,11 @@ class PermitClient:
             buffer += data
             *lines, buffer = buffer.split(b"\n")
             for line in lines:
-                if line.startswith(b"stop "):
-                    self.stopped = line[5:].decode()
+                if line.startswith((b"stop ", b"interrupt ")):
+                    kind, _, reason = line.decode().partition(" ")
+                    self.stopped, self.interrupted = reason, kind == "interrupt"
                     if self.on_stop is not None:
-                        self.on_stop(self.stopped)
+                        self.on_stop(reason, self.interrupted)
                     continue
                 kind, ident, *rest = line.decode().split()
                 with self._lock:

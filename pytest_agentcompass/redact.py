@@ -25,6 +25,13 @@ MASK = "***"
 #: Secrets shorter than this are masked as whole values only, never inside other text.
 MIN_SECRET_LENGTH = 8
 
+#: Output caps cut text anywhere, a secret too: a piece of one at least this long
+#: is masked where text was cut, that is where it is not followed (for what
+#: begins a secret) or preceded (for what ends one) by a letter or digit:
+#: the text's edge, a line's, a quote. A secret that merely shares a prefix
+#: with other text (``https://``) goes on with a letter there, and is kept.
+FRAGMENT = 6
+
 _lock = threading.Lock()
 _runtime: frozenset[str] = frozenset()
 
@@ -75,12 +82,15 @@ class Redactor:
         if any(not secret.isprintable() or '"' in secret or "\\" in secret for secret in secrets):
             return True
         blob = json.dumps(value, ensure_ascii=False, default=str)
-        return any(secret in blob for secret in secrets)
+        # A piece a cut left behind starts or ends like the secret (see :meth:`text`).
+        return any(secret[:FRAGMENT] in blob or secret[-FRAGMENT:] in blob for secret in secrets)
 
     def text(self, value: str) -> str:
         for secret in self._secrets:
             if secret in value:
                 value = value.replace(secret, MASK)
+            if secret[:FRAGMENT] in value or secret[-FRAGMENT:] in value:
+                value = _mask_cut_fragments(value, secret)
         return value
 
     def apply(self, value: Any, *, whole_values: bool = False) -> Any:
@@ -112,3 +122,29 @@ class SecretLogFilter(logging.Filter):
             if masked != message:
                 record.msg, record.args = masked, None
         return True
+
+
+def _mask_cut_fragments(value: str, secret: str) -> str:
+    """Mask the pieces of ``secret`` that a cut left in ``value`` (see :data:`FRAGMENT`)."""
+    head, size = secret[:FRAGMENT], len(secret)
+    start = value.find(head)
+    while start != -1:
+        end, matched = start + FRAGMENT, FRAGMENT
+        while end < len(value) and matched < size and value[end] == secret[matched]:
+            end, matched = end + 1, matched + 1
+        if end == len(value) or not value[end].isalnum():
+            value = value[:start] + MASK + value[end:]
+            end = start + len(MASK)
+        start = value.find(head, end)
+    tail = secret[-FRAGMENT:]
+    end = value.find(tail)
+    while end != -1:
+        stop = end + FRAGMENT
+        begin, matched = end, FRAGMENT
+        while begin > 0 and matched < size and value[begin - 1] == secret[size - matched - 1]:
+            begin, matched = begin - 1, matched + 1
+        if begin == 0 or not value[begin - 1].isalnum():
+            value = value[:begin] + MASK + value[stop:]
+            stop = begin + len(MASK)
+        end = value.find(tail, stop)
+    return value

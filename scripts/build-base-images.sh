@@ -2,7 +2,8 @@
 # Build, without any registry, the base images published Harbor / Terminal-Bench
 # tasks start FROM (ubuntu:24.04, python:3.1x-slim, ...): one Debian bookworm
 # root file system (mmdebstrap, from the Debian mirror) with python3, pytest,
-# bash and the usual tools, imported once and tagged under every name below.
+# bash and the usual tools, imported once; then a small layer (base-image/)
+# with an offline uv/uvx stand-in, tagged under every name below.
 # Idempotent and quick when the images exist. Needs root (or sudo) for apt.
 #
 #   scripts/build-base-images.sh            # the default names
@@ -12,19 +13,25 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
-# Bump VERSION when the contents change: names tagged from an older build are moved.
+# Bump VERSION when the root file system changes, TOOLS when base-image/ does:
+# names tagged from an older build are moved.
 VERSION=3
-BASE="agentcompass-base:bookworm-v$VERSION"
+TOOLS=2
+ROOTFS="agentcompass-base:bookworm-v$VERSION"
+BASE="agentcompass-base:bookworm-v$VERSION-tools$TOOLS"
 LABEL="org.agentcompass.base"
-NAMES=(ubuntu:24.04 ubuntu:22.04 debian:bookworm debian:bookworm-slim
-       python:3.11-slim python:3.12-slim python:3.13-slim python:3.12 python:3.11 "$@")
+HERE="$(cd "$(dirname "$0")" && pwd)"
+NAMES=(ubuntu:24.04 ubuntu:22.04 ubuntu:latest debian:bookworm debian:bookworm-slim debian:12 debian:12-slim
+       python:3.11-slim python:3.12-slim python:3.13-slim python:3.11 python:3.12 python:3.13
+       python:3.11-slim-bookworm python:3.12-slim-bookworm python:3.13-slim-bookworm
+       python:3.11-bookworm python:3.12-bookworm python:3.13-bookworm "$@")
 PACKAGES="bash,coreutils,ca-certificates,curl,wget,git,procps,python3,python3-pytest,python3-pip,python3-venv,jq,less,patch,diffutils,findutils,grep,sed,gawk,tar,gzip,xz-utils,file,unzip"
 # The pytest published verifiers pin, and the CTRF report plugin they call
 # (pytest --ctrf ...; it needs pytest 8). Best effort: fetched with the host's
 # pip when it reaches an index, else the image keeps Debian's pytest 7 alone.
 WHEELS="pytest==8.4.1 pytest-json-ctrf==0.3.5"
 
-if ! docker image inspect "$BASE" >/dev/null 2>&1; then
+if ! docker image inspect "$ROOTFS" >/dev/null 2>&1; then
     if ! command -v mmdebstrap >/dev/null 2>&1; then
         $SUDO apt-get update -qq
         DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mmdebstrap >/dev/null
@@ -50,7 +57,11 @@ if ! docker image inspect "$BASE" >/dev/null 2>&1; then
         --change 'ENV LANG=C.UTF-8' \
         --change "LABEL $LABEL=$VERSION" \
         --change 'CMD ["bash"]' \
-        "$work/rootfs.tar" "$BASE" >/dev/null
+        "$work/rootfs.tar" "$ROOTFS" >/dev/null
+fi
+if ! docker image inspect "$BASE" >/dev/null 2>&1; then
+    docker build --quiet --build-arg "ROOTFS=$ROOTFS" --label "$LABEL=$VERSION-tools$TOOLS" \
+        -t "$BASE" "$HERE/base-image" >/dev/null
 fi
 
 ours() {  # the name exists and was tagged by this script (any version)

@@ -8,20 +8,20 @@ leak can always be found with ``docker ps -a --filter label=agentcompass``.
 Params: ``image``, ``workdir`` (default ``/work``; ``null`` for the image's
 WORKDIR), ``mem_limit``, ``nano_cpus``, ``output_limit`` (bytes kept per
 stream), ``pull`` (pull a missing image instead of failing preflight),
-``max_parallel_builds``, ``engines`` (a pool of engines, see :mod:`.docker_pool`)
-and ``probe_interval``. A benchmark may give each task its own image, or a
+``max_parallel_builds``. A benchmark may give each task its own image, or a
 build context (built by :mod:`.docker_images`), and limits (``cpus``,
 ``memory_mb``) through ``ExecutionPlan.environment``; what the config sets wins.
 
 Network policies ``full`` (the default bridge network) and ``disabled`` (no
-network) are supported and switched live by disconnecting and reconnecting
-the bridge.
+network) are supported. A container starts with its plan's baseline policy:
+on the bridge for ``full``, with no network at all (``network_mode none``,
+faster to start and remove) for ``disabled``; a later phase that needs the
+network attaches the bridge, and one that does not detaches it again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import io
 import logging
 import os
@@ -36,8 +36,8 @@ from pydantic import Field, field_validator
 
 from ..config import ParamsModel
 from ..errors import PreflightError, SessionError
-from ..types import ExecResult, ExecutionPlan, NetworkPolicy
-from .base import BaseEnvironment, EnvironmentSession, SessionConfig, SessionPurpose, argv_list
+from ..types import ExecResult, NetworkPolicy
+from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
 from .docker_engine import Engine, EngineParams, check_engines, engine_list, engine_urls_as_mappings
 from .docker_files import get_tree, put_tree
 from .docker_images import choose_image
@@ -54,12 +54,14 @@ _KEEPALIVE = ["sleep", "2147483647"]
 log = logging.getLogger("pytest_agentcompass")
 
 # Runs inside the container with the token as $1: every process whose
-# environment holds it is killed, again until none is left (one may fork).
+# environment holds it is stopped, then killed, again until none is left (one
+# may fork). Stopped first, since the scan is slow and visits pids in name
+# order: a shell whose child died first would otherwise run its next command.
 _KILLER = (
-    "n=1; i=0; while [ $n -gt 0 ] && [ $i -lt 20 ]; do n=0; i=$((i+1)); "
+    "n=1; i=0; while [ $n -gt 0 ] && [ $i -lt 20 ]; do n=0; i=$((i+1)); s=; "
     'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = $$ ] && continue; '
-    f'if grep -q "{EXEC_MARKER}=$1" "$d/environ" 2>/dev/null; then kill -9 "$p" 2>/dev/null && n=$((n+1)); fi; '
-    "done; done"
+    f'if grep -q "{EXEC_MARKER}=$1" "$d/environ" 2>/dev/null; then kill -STOP "$p" 2>/dev/null && s="$s $p"; fi; '
+    'done; for p in $s; do kill -9 "$p" 2>/dev/null && n=$((n+1)); done; done'
 )
 
 
@@ -92,6 +94,8 @@ class DockerSession(EnvironmentSession):
         self.workdir = workdir
         self.network_policy = policy
         self.output_limit = output_limit
+        #: Created with ``network_mode none`` and not attached since (the bridge must wait for it to go).
+        self._on_none = policy == "disabled"
         self._closed = False
         self._removal: asyncio.Future[None] | None = None
 
@@ -113,31 +117,36 @@ class DockerSession(EnvironmentSession):
         # Every process of this exec inherits the token, so a kill can find
         # them all inside the container, setsid'd and double-forked ones too.
         token = secrets.token_hex(16)
-        created = await asyncio.to_thread(
-            api.exec_create,
-            self.container.id,
-            argv_list(argv),
-            environment={**(env or {}), EXEC_MARKER: token},
-            workdir=self._path(cwd) if cwd else self.workdir,
-            user=user or "",
-        )
-        exec_id = created["Id"]
+        options = {
+            "environment": {**(env or {}), EXEC_MARKER: token},
+            "workdir": self._path(cwd) if cwd else self.workdir,
+            "user": user or "",
+        }
+        exec_id = ""
         started = time.monotonic()
         buffers = {"out": bytearray(), "err": bytearray()}
         cut = {"out": False, "err": False}
 
-        def pump(stream: Any) -> None:
+        def start() -> Any:
+            nonlocal exec_id
+            exec_id = api.exec_create(self.container.id, argv_list(argv), **options)["Id"]
+            return api.exec_start(exec_id, stream=True, demux=True)
+
+        def pump(stream: Any) -> dict[str, Any]:
+            """Read the output to its end (every writer gone), then the exit code."""
             for out, err in stream:
                 for key, chunk in (("out", out), ("err", err)):
                     if chunk:
                         room = self.output_limit - len(buffers[key])
                         buffers[key] += chunk[: max(room, 0)]
                         cut[key] = cut[key] or len(chunk) > room
+            return dict(api.exec_inspect(exec_id))
 
-        # A task of its own, so a cancel landing while the call is in flight
-        # still learns that the exec started, and kills it.
-        starting = asyncio.ensure_future(asyncio.to_thread(api.exec_start, exec_id, stream=True, demux=True))
-        reader: asyncio.Future[None] | None = None
+        # One worker-thread call creates and starts the exec, one reads it to
+        # the end. The start is a task of its own, so a cancel landing while
+        # it is in flight still learns that the exec started, and kills it.
+        starting = asyncio.ensure_future(asyncio.to_thread(start))
+        reader: asyncio.Future[dict[str, Any]] | None = None
         timed_out = False
         try:
             stream = await asyncio.shield(starting)
@@ -149,9 +158,10 @@ class DockerSession(EnvironmentSession):
         finally:
             if reader is None or not reader.done():  # timed out or cancelled: kill the exec's processes
                 # Shielded: a second cancel must not leave the processes running.
-                await asyncio.shield(asyncio.ensure_future(self._stop(exec_id, token, starting, reader, pump)))
-        info = await asyncio.to_thread(api.exec_inspect, exec_id)
-        code = info.get("ExitCode")
+                stop = self._stop(lambda: exec_id, token, starting, reader, pump)
+                await asyncio.shield(asyncio.ensure_future(stop))
+        assert reader is not None
+        code = (await reader).get("ExitCode")
         return ExecResult(
             exit_code=-9 if timed_out or code is None else int(code),
             stdout=bytes(buffers["out"]).decode("utf-8", "replace"),
@@ -164,17 +174,17 @@ class DockerSession(EnvironmentSession):
 
     async def _stop(
         self,
-        exec_id: str,
+        exec_id: Callable[[], str],
         token: str,
         starting: asyncio.Future[Any],
-        reader: asyncio.Future[None] | None,
-        pump: Callable[[Any], None],
+        reader: asyncio.Future[dict[str, Any]] | None,
+        pump: Callable[[Any], dict[str, Any]],
     ) -> None:
         try:
             stream = await starting
         except Exception:
             return  # never started
-        await asyncio.to_thread(self._kill_exec, exec_id, token)
+        await asyncio.to_thread(self._kill_exec, exec_id(), token)
         # Every writer is dead: the stream ends now (read it to the end, also when nobody did yet).
         await (reader if reader is not None else asyncio.to_thread(pump, stream))
 
@@ -184,7 +194,7 @@ class DockerSession(EnvironmentSession):
         for _ in range(50):
             # Where this process sees the container's processes (same host, enough rights), do it here;
             # the token in their environment makes sure they are the exec's and nobody else's.
-            if self.local:
+            if self.local:  # a Unix-socket engine: same kernel
                 kill_marked(token, EXEC_MARKER)
             try:
                 killer = api.exec_create(self.container.id, ["sh", "-c", _KILLER, "killer", token])
@@ -242,12 +252,18 @@ class DockerSession(EnvironmentSession):
     async def set_network_policy(self, policy: NetworkPolicy) -> None:
         if policy == self.network_policy:
             return
-        network = self.client.networks.get(BRIDGE)
-        if policy == "disabled":
-            await asyncio.to_thread(network.disconnect, self.container, force=True)
-        else:
-            await asyncio.to_thread(network.connect, self.container)
+        await asyncio.to_thread(self._switch_network, policy)
         self.network_policy = policy
+
+    def _switch_network(self, policy: NetworkPolicy) -> None:
+        api, container = self.client.api, self.container.id
+        if policy == "disabled":
+            api.disconnect_container_from_network(container, BRIDGE, force=True)
+            return
+        if self._on_none:  # "none" admits no other network: leave it once, then the bridge can join
+            api.disconnect_container_from_network(container, "none")
+            self._on_none = False
+        api.connect_container_to_network(container, BRIDGE)
 
     async def close(self) -> None:
         self._closed = True
@@ -258,6 +274,29 @@ class DockerSession(EnvironmentSession):
 
     def describe(self) -> str:
         return f"container {self.container.short_id} ({self.container.name})"
+
+
+def _create(client: Any, image: str, options: dict[str, Any], host: dict[str, Any]) -> Any:
+    """Create and start a container; a container that does not start is removed again."""
+    api = client.api
+    created = api.create_container(image, host_config=api.create_host_config(**host), **options)
+    # The model without the inspect ``containers.create`` would make: the id and name are all it needs.
+    container = client.containers.prepare_model({"Id": created["Id"], "Name": "/" + options["name"]})
+    try:
+        api.start(created["Id"])
+    except BaseException:
+        _remove(container)
+        raise
+    return container
+
+
+async def _discard(starting: asyncio.Future[Any]) -> None:
+    """Remove the container ``starting`` gives, once it gives one (its open was cancelled or failed)."""
+    try:
+        container = await starting
+    except BaseException:
+        return  # nothing was created, or _create removed it
+    await asyncio.to_thread(_remove, container)
 
 
 def _remove(container: Any) -> None:
@@ -309,17 +348,6 @@ class DockerEnvironment(BaseEnvironment):
     supported_network_policies = frozenset({"full", "disabled"})
     dynamic_network_policy = True
 
-    def build_config(
-        self, plan: ExecutionPlan, purpose: SessionPurpose, labels: Mapping[str, str] | None = None
-    ) -> SessionConfig:
-        config = super().build_config(plan, purpose, labels)
-        policies = {plan.baseline_network_policy, plan.run_network_policy}
-        if plan.evaluation_environment_mode != "none":
-            policies.add(plan.evaluation_network_policy)
-        if policies == {"disabled"}:
-            config = dataclasses.replace(config, params={**config.params, "network_never": True})
-        return config
-
     def __init__(self, spec: EnvironmentSpec, rootdir: Path | None = None) -> None:
         super().__init__(spec, rootdir)
         #: WORKDIR of the images this provider started (an image does not change under its tag in a run).
@@ -345,9 +373,8 @@ class DockerEnvironment(BaseEnvironment):
         """Open one container on ``engine`` (placement picked it)."""
         params = config.params
         client = await asyncio.to_thread(engine.client)
-        image = await choose_image(
-            client, params, self.run_dir / "images" if self.run_dir else None, engine=engine.name
-        )
+        log_dir = self.run_dir / "images" if self.run_dir else None
+        image = await choose_image(client, params, log_dir, engine=engine.name if self.pool.pooled else "")
         workdir = params.get("workdir", "/work")
         from_image = workdir is None
         if from_image:  # the image's own WORKDIR (published task verifiers rely on it): it exists
@@ -356,46 +383,41 @@ class DockerEnvironment(BaseEnvironment):
                 attrs = (await asyncio.to_thread(client.images.get, image)).attrs
                 workdir = self._workdirs[image] = (attrs.get("Config") or {}).get("WorkingDir") or "/"
         workdir = str(workdir)
+        # Started with the baseline policy: with no network at all when that is "disabled"
+        # (a later phase that needs the network attaches the bridge then).
+        isolated = config.network_policy == "disabled"
+        # Named here, so nothing has to be read back from the engine after the create.
+        name = f"agentcompass-{secrets.token_hex(6)}"
+        host: dict[str, Any] = {"init": True, "network_mode": "none" if isolated else BRIDGE}  # init reaps orphans
+        if isolated:  # the engine writes no /etc/hosts line for the hostname without a network
+            host["extra_hosts"] = {name: "127.0.0.1"}
+        for key in ("mem_limit", "nano_cpus"):
+            if params.get(key) is not None:
+                host[key] = params[key]
+        if params.get("nano_cpus") is None and params.get("cpus"):
+            host["nano_cpus"] = int(float(params["cpus"]) * 1e9)
+        if params.get("mem_limit") is None and params.get("memory_mb"):
+            host["mem_limit"] = f"{int(params['memory_mb'])}m"
         options: dict[str, Any] = {
             "command": _KEEPALIVE,
             "entrypoint": [],  # an image's ENTRYPOINT would wrap the keepalive
-            "detach": True,
-            "init": True,  # reap the orphans an agent leaves behind
-            "working_dir": workdir,
+            "working_dir": workdir,  # the engine creates it
+            "hostname": name,
             "labels": {"agentcompass": "1", **config.labels},
-            # On the bridge, then disconnected if need be: a container created
-            # with network_mode "none" can never be connected later, so that
-            # is used only when no phase of the attempt needs the network.
-            "network_mode": "none" if params.get("network_never") else BRIDGE,
+            "name": name,
+            "detach": True,
         }
-        for key in ("mem_limit", "nano_cpus"):
-            if params.get(key) is not None:
-                options[key] = params[key]
-        if params.get("nano_cpus") is None and params.get("cpus"):
-            options["nano_cpus"] = int(float(params["cpus"]) * 1e9)
-        if params.get("mem_limit") is None and params.get("memory_mb"):
-            options["mem_limit"] = f"{int(params['memory_mb'])}m"
-        container = await asyncio.to_thread(client.containers.create, image, **options)
+        # One worker-thread call creates and starts; shielded, so a cancel meanwhile still
+        # learns of the container and removes it.
+        starting = asyncio.ensure_future(asyncio.to_thread(_create, client, image, options, host))
         try:
-            await asyncio.to_thread(container.start)
-            policy: NetworkPolicy = "disabled" if params.get("network_never") else "full"
-            session = DockerSession(
-                client,
-                container,
-                workdir,
-                policy,
-                int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT)),
-                local=engine.local,
-            )
-            if not params.get("network_never"):
-                await session.set_network_policy(config.network_policy)
-            if not from_image:
-                await session.exec(["mkdir", "-p", workdir])
+            container = await asyncio.shield(starting)
         except BaseException:
-            # Created but not handed over: remove it before re-raising (even on cancel).
-            await asyncio.shield(asyncio.to_thread(_remove, container))
+            await asyncio.shield(asyncio.ensure_future(_discard(starting)))
             raise
-        return session
+        policy: NetworkPolicy = "disabled" if isolated else "full"
+        output_limit = int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
+        return DockerSession(client, container, workdir, policy, output_limit, local=engine.local)
 
     async def sweep(self, run_id: str) -> int:
         return await self.pool.sweep(run_id)

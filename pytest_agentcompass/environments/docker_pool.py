@@ -34,8 +34,9 @@ from typing import Any
 from ..errors import PreflightError, SessionError
 from ..types import ExecResult, NetworkPolicy
 from .base import EnvironmentSession, SessionConfig
+from .docker_bases import from_lines, local_base
+from .docker_build import BuildSpec
 from .docker_engine import Engine, EngineParams, copy_image, has_image, reason, remove_container
-from .docker_images import BuildSpec, from_lines, local_base
 
 __all__ = ["EnginePool", "Opener", "PooledSession"]
 

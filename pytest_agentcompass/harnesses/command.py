@@ -51,7 +51,7 @@ def _argv(value: str | list[str], what: str) -> list[str]:
 
 
 class CommandParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     #: The agent's command line: a list, or a string split like a shell would. ``{instruction}`` is the prompt.
     command: str | list[str]

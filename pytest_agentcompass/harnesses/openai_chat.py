@@ -136,7 +136,7 @@ class ModelHarness(BaseHarness):
 
 
 class OpenAIChatParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     #: Sent before the task prompt; none by default.
     system_prompt: str | None = None

@@ -24,6 +24,9 @@ __all__ = ["OracleHarness"]
 
 #: Characters of the solution's output kept in the result.
 _TAIL = 2000
+#: solve.sh's output (stdout and stderr, in order) to the result and to /logs/agent/oracle.txt;
+#: its exit code stays the pipeline's.
+_SOLVE = "set -o pipefail; bash /solution/solve.sh 2>&1 | tee /logs/agent/oracle.txt"
 
 
 class OracleParams(ParamsModel):
@@ -46,6 +49,7 @@ class OracleHarness(BaseHarness):
         plan: ExecutionPlan,
     ) -> RunResult:
         from ..benchmarks.harbor.benchmark import harbor_task
+        from ..benchmarks.harbor.taskdir import expand_env
         from ..benchmarks.harbor.verifier import run_as_root, tail, upload_tree
 
         if "path" not in task.metadata:
@@ -58,13 +62,19 @@ class OracleHarness(BaseHarness):
                 status=RunStatus.INFERENCE_ERROR,
                 error=f"{solution / 'solve.sh'} does not exist: the task has no reference solution",
             )
+        environ = expand_env(parsed.solution_env, "solution", parsed)
         await upload_tree(env, solution, "/solution")
-        outcome = await run_as_root(env, ["bash", "/solution/solve.sh"], environ=parsed.solution_env)
-        # Kept where Harbor keeps it, so it is copied with the agent's logs.
-        await env.write_text("/logs/agent/oracle.txt", outcome.stdout + outcome.stderr)
+        # The transcript is kept where Harbor keeps it (copied out with the agent's
+        # logs), written by tee in the same exec rather than uploaded after it.
+        outcome = await run_as_root(env, ["bash", "-c", _SOLVE], environ=environ)
         # The verifier decides: a failing solve.sh is recorded, not an inference error.
         return RunResult(
             task_id=task.task_id,
             output=tail(outcome.stdout, _TAIL),
-            metadata={"agent": {"exit_code": outcome.exit_code, "stderr": tail(outcome.stderr, _TAIL)}},
+            metadata={
+                "agent": {
+                    "exit_code": outcome.exit_code,
+                    **({"stderr": tail(outcome.stderr, _TAIL)} if outcome.stderr else {}),
+                }
+            },
         )

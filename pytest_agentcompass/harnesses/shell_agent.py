@@ -54,7 +54,7 @@ SHELL_TOOL: dict[str, Any] = {
 
 
 class ShellAgentParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     max_turns: int = Field(default=30, ge=1)  # model calls per task
     max_total_tokens: int | None = Field(default=None, ge=1)  # stop once the task used this many tokens

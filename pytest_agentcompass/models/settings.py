@@ -26,7 +26,7 @@ class ModelSettings(BaseModel):
     silence. Parameters this list lacks go through ``extra_body``.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     base_url: str | None = None  # default: $OPENAI_BASE_URL, else OpenAI's own
     api_key: str | None = Field(default=None, repr=False)  # default: $OPENAI_API_KEY

@@ -13,6 +13,7 @@ import pytest
 
 if TYPE_CHECKING:
     from ..config import LoadedConfig, Orchestration, RunRequest
+    from ..redact import Redactor
     from ..runtime.assembly import RequestSetup
     from ..runtime.orchestrator import OrchestrationResult
     from ..runtime.request import RequestRuntime
@@ -29,6 +30,8 @@ class RunHandle(Protocol):
     run_id: str
     runtimes: list[RequestRuntime]
     result: OrchestrationResult | None
+    #: Masks the config's ``${VAR}`` values in whatever pytest prints.
+    redactor: Redactor
     #: The xdist glue (``xdist.DistributedRun``) when ``-n`` is in use.
     distributed: Any
 
@@ -60,6 +63,10 @@ class RunHandle(Protocol):
 
     def request_finalized(self, state: RequestRuntime) -> None:
         """Fire ``pytest_agentcompass_request_finalized`` for a finalized request."""
+        ...
+
+    def say(self, line: str) -> None:
+        """A line on the terminal while tasks run, even under ``-q``."""
         ...
 
     def usage_error(self, exc: Exception) -> pytest.UsageError:

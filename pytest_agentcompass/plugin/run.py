@@ -262,7 +262,7 @@ class AgentCompassRun:
             elif event == "prepared" and state.resumed:
                 progress.clear()
                 done = f"{state.resumed_done} of {len(state.wanted)} tasks done"
-                self._say(f"agentcompass: {state.name}: resuming {state.store.run_dir} ({done})")
+                self.say(f"agentcompass: {state.name}: resuming {state.store.run_dir} ({done})")
 
         progress = self._progress()
         for state in self.runtimes:
@@ -296,9 +296,12 @@ class AgentCompassRun:
         root.addHandler(handler)
         # Every finished task leaves long-lived objects (outcomes, reports); with
         # the default thresholds that triggers a full collection every few
-        # hundred tasks over an ever larger heap. Young generations still run.
+        # hundred tasks over an ever larger heap. The young generation is
+        # collected less often too: with hundreds of tasks in flight, each of
+        # its collections walks their live coroutines and frames again (+0.3 s
+        # of CPU for 10,000 tasks at 500 at a time); cycles are rare here.
         gc_thresholds = gc.get_threshold()
-        gc.set_threshold(gc_thresholds[0], gc_thresholds[1], max(gc_thresholds[2], 100))
+        gc.set_threshold(max(gc_thresholds[0], 5_000), gc_thresholds[1], max(gc_thresholds[2], 100))
         try:
             with route_task_output():
                 self.result = drive(orchestrator)
@@ -323,7 +326,7 @@ class AgentCompassRun:
             for setup in setups
         ]
 
-    def _say(self, line: str) -> None:
+    def say(self, line: str) -> None:
         """A line on the terminal while tasks run, even under ``-q``."""
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         if terminal is not None:

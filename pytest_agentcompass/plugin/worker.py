@@ -104,7 +104,7 @@ class WorkerLoop:
             shared=True,
             slots=task_slots(concurrency),
         )
-        on_run_stop(lambda reason: self.events.put(("stop", reason)))
+        on_run_stop(lambda reason, interrupt: self.events.put(("interrupt" if interrupt else "stop", reason)))
 
     def _runtimes(self, items: list[TaskItem], run_dirs: dict[str, str]) -> dict[str, RequestRuntime]:
         wanted: dict[str, set[str]] = {}
@@ -212,6 +212,8 @@ class WorkerLoop:
             elif kind == "stop":
                 self.stopped = value
                 self.orchestrator.stop_threadsafe(value)
+            elif kind == "interrupt":  # a Ctrl-C reached the controller alone: as if it reached us
+                self.orchestrator.interrupt()
             elif kind == "done":
                 return value  # type: ignore[no-any-return]
 

@@ -52,8 +52,9 @@ class DistributedRun:
         self.config = run.config
         #: The controller's runtime of each request whose run directory it claimed.
         self.states: dict[str, RequestRuntime] = {}
-        #: Tasks that had a usable result before this session (reported as reused).
-        self.recorded: dict[str, set[str]] = {}
+        #: Tasks that had a usable result before this session: task id -> resumed (else reused).
+        self.recorded: dict[str, dict[str, bool]] = {}
+        self.ran_unbuilt: set[str] = set()  # requests it could not build whose tasks still ran on workers
         self.preflight_failed: set[str] = set()  # requests whose preflight failed here, in the controller
         self.service: PermitService | None = None
         self.session: pytest.Session | None = None
@@ -81,6 +82,12 @@ class DistributedRun:
     # -- the controller, before the workers start --------------------------------------
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if not self.run.is_worker and self.config.getvalue("dist") == "each":
+            # Every worker would run every task, all into one run directory.
+            raise pytest.UsageError(
+                "--agentcompass with --dist each would run every task once per worker into one run; "
+                "use --dist load (the default with -n), or run the config once per environment instead"
+            )
         self.session = session
 
     def _claim(self) -> None:
@@ -150,7 +157,10 @@ class DistributedRun:
             except Exception as exc:  # reported with the summary; the tasks still run
                 state.failed = f"request {name!r}: preparing the run directory failed: {type(exc).__name__}: {exc}"
             state.pending.clear()  # the workers run them
-            self.recorded[name] = set(state.outcomes)
+            self.recorded[name] = {task_id: o.resumed for task_id, o in state.outcomes.items()}
+            if state.resumed and state.failed is None:
+                done = f"{state.resumed_done} of {len(state.wanted)} tasks done"
+                self.run.say(f"agentcompass: {name}: resuming {state.store.run_dir} ({done})")
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -158,6 +168,10 @@ class DistributedRun:
 
         It also notes why a worker cancelled tasks (its deadline), for ``run_info.json``.
         """
+        if self.unbuilt and report.when == "setup":
+            parts = report.nodeid.split("::")
+            if len(parts) == 3 and parts[1] in self.unbuilt:
+                self.ran_unbuilt.add(parts[1])
         if report.when == "setup" and report.failed and self.cancelled is None:
             first = str(report.longrepr).split("\n", 1)[0]
             if first.startswith("cancelled: "):  # "cancelled: timeout: orchestration timeout of 2s reached"
@@ -167,6 +181,15 @@ class DistributedRun:
             self.service.stop_all(str(session.shouldfail or session.shouldstop))
 
     # -- the controller, at the end -----------------------------------------------------
+    def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
+        """A Ctrl-C on the controller: the workers cancel their tasks, within the cleanup grace.
+
+        Before ``pytest_sessionfinish``, where xdist tears the workers down.
+        A Ctrl-C in a terminal reaches the workers too; ``kill -INT`` only this process.
+        """
+        if self.service is not None and not self.run.is_worker:
+            self.service.stop_all("interrupted by the user", interrupt=True)
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         from .gates import WORKER_GATES
@@ -215,10 +238,15 @@ class DistributedRun:
         self.run.runtimes = [s for s in (self._finalize(s, result) for s in self.states.values()) if s]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        # Usually the workers could not build it either: their collection error is the one message.
         for name, why in self.unbuilt.items():
+            if name not in self.ran_unbuilt:
+                continue
             terminalreporter.write_line(
-                f"agentcompass: request {name!r} ran on the workers but is not finalized: the xdist controller, "
-                f"which collects nothing, could not build it ({why})",
+                self.run.redactor.text(
+                    f"agentcompass: request {name!r} ran on the workers but is not finalized: the xdist controller, "
+                    f"which collects nothing, could not build it ({why})"
+                ),
                 yellow=True,
             )
 
@@ -227,14 +255,16 @@ class DistributedRun:
         if not state.prepared:
             release_run_dir(state.store.run_dir)
             return None
-        recorded = self.recorded.get(state.name, set())
+        recorded = self.recorded.get(state.name, {})
         by_id = {t.task_id: t for t in state.tasks}
         for detail in state.store.iter_details():
             task = by_id.get(str(detail.get("task_id")))
             if task is None or detail.get("fingerprint") != state.ctx.task_fingerprint(task):
                 continue
             outcome = outcome_from_detail(state.name, task, detail, state.store.detail_path(task.task_id))
-            outcome.reused = task.task_id in recorded
+            # Recorded before this session: kept from the run it resumes, or copied by reuse.
+            outcome.resumed = recorded.get(task.task_id) is True
+            outcome.reused = recorded.get(task.task_id) is False
             outcome.slim()
             state.outcomes[task.task_id] = outcome
         missing = [t for t in state.wanted if t not in state.outcomes]
@@ -250,6 +280,9 @@ class DistributedRun:
         elif result.status != "completed" or missing:
             status = result.status if result.status != "completed" else "interrupted"
             reason = result.reason or f"{len(missing)} task(s) ended without a result (a worker was lost)"
+            for task in state.tasks:  # counted as errors in the summary, as in process
+                if task.task_id in missing:
+                    state.outcomes[task.task_id] = state.cancelled_outcome(task, f"{status}: {reason}")
             state.stop(status, reason)
             state.notes.append(f"{status}: {reason}; the next run resumes it")
             return state

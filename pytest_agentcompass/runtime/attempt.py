@@ -180,20 +180,22 @@ class AttemptRunner:
             self.record.kept_environments.append(f"{purpose}: {env.describe()}")
             stack.push_async_callback(self._cleanup, f"releasing the kept {purpose} environment", env.detach)
         else:
-            what = f"closing the {purpose} environment {env.describe()}"
-            stack.push_async_callback(self._cleanup, what, env.close)
+            # Described only if closing fails: most sessions close fine.
+            stack.push_async_callback(
+                self._cleanup, lambda: f"closing the {purpose} environment {env.describe()}", env.close
+            )
         return env
 
     async def _switch(self, env: EnvironmentSession, policy: NetworkPolicy) -> None:
         if env.network_policy != policy:
             await env.set_network_policy(policy)
 
-    async def _cleanup(self, what: str, action: Callable[[], Awaitable[Any]]) -> None:
+    async def _cleanup(self, what: str | Callable[[], str], action: Callable[[], Awaitable[Any]]) -> None:
         """Run a cleanup step; its failure is a warning, never the task's error."""
         try:
             await action()
         except Exception as exc:
-            message = f"{what}: {type(exc).__name__}: {exc}"
+            message = f"{what if isinstance(what, str) else what()}: {type(exc).__name__}: {exc}"
             log.warning("task %s: %s", self.task.task_id, message)
             self.record.cleanup_errors.append(message)
 
@@ -222,6 +224,9 @@ class AttemptRunner:
                 stage, f"{stage.value} stage returned {type(value).__name__}, not RunResult", kind=ErrorKind.PROGRAMMING
             )
         problem = unserialisable(value)
+        if problem is None and value.task_id != self.task.task_id:
+            # Recorded under the wrong id, a result would be another task's, or no task's.
+            problem = f"task_id is {value.task_id!r}, not {self.task.task_id!r}"
         if problem is not None:
             message = f"{stage.value} stage returned a RunResult whose {problem}"
             raise StageFailure(stage, message, kind=ErrorKind.PROGRAMMING)

@@ -11,7 +11,7 @@ import threading
 import time
 
 from .orchestrator import OrchestrationResult, Orchestrator
-from .threads import BlockingCallPool, workers_for
+from .threads import BlockingCallPool, drain_shared_pools, workers_for
 
 __all__ = ["drive"]
 
@@ -81,10 +81,13 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
             spent = 0.0 if started is None else time.monotonic() - started
             # One grace for everything cancellation waits on: async tasks first, then threads.
             left = 0.0 if orchestrator.result.forced else max(0.0, pool.grace - spent)
+            ending = time.monotonic()
             pool.shutdown(wait=True, cancel_futures=True, timeout=left)
-            orchestrator.result.abandoned_calls = pool.abandoned
-            if pool.abandoned:
-                log.warning("blocking calls still running after the cleanup grace: %s", ", ".join(pool.abandoned))
+            # Then what cancelled tasks left in the process's shared pools (workspaces being removed).
+            shared = drain_shared_pools(max(0.0, left - (time.monotonic() - ending)))
+            abandoned = orchestrator.result.abandoned_calls = [*pool.abandoned, *shared]
+            if abandoned:
+                log.warning("blocking calls still running after the cleanup grace: %s", ", ".join(abandoned))
     return orchestrator.result
 
 

@@ -138,7 +138,12 @@ class Orchestrator:
         self._poke(lambda: self.stop(reason))
 
     def interrupt(self) -> None:
-        """Cancel like a first Ctrl-C (cleanup within the grace); callable from any thread."""
+        """Cancel like a first Ctrl-C (cleanup within the grace); callable from any thread.
+
+        Idempotent: one Ctrl-C may arrive twice under xdist (the signal, and the controller's word).
+        """
+        if self._interrupted:
+            return
         self._interrupted = True
         main = self._main
         if main is not None:
@@ -275,7 +280,11 @@ class Orchestrator:
                 await self._wait(self._dispatchable)
                 continue
             if self.slots is not None:
-                await self.slots.acquire()
+                try:
+                    await self.slots.acquire()
+                except ConnectionError as exc:  # the run-wide permits went with the process serving them
+                    self.stop(str(exc))
+                    return
                 state = self._select_state()  # others may have taken the work meanwhile
                 if state is None:
                     self.slots.release()

@@ -69,6 +69,8 @@ class Planner:
         self.benchmark = benchmark
         self.provider = provider
         self.recipes = list(recipes)
+        # Dumped once: the request's timeouts are the same for every plan (each plan gets its own copy).
+        self._timeouts = req.execution.timeouts.model_dump()
 
     def plan(self, task: TaskSpec, attempt_index: int) -> ExecutionPlan:
         """A new plan for attempt ``attempt_index`` of ``task``.
@@ -78,7 +80,6 @@ class Planner:
         """
         req = self.req
         network = req.environment.network
-        timeouts = req.execution.timeouts
         try:
             benchmark_plan = self.benchmark.make_benchmark_plan(task, req)
         except Exception as exc:
@@ -90,7 +91,7 @@ class Planner:
             baseline_network_policy=network.baseline,
             run_network_policy=network.run or network.baseline,
             evaluation_network_policy=network.evaluation or network.baseline,
-            timeouts=timeouts.model_dump(),
+            timeouts=dict(self._timeouts),
             benchmark_plan=benchmark_plan,
             components={
                 "benchmark": req.benchmark.id,

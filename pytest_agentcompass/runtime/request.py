@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import os
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, Literal, overload
 
 from .._compat import call_user
 from ..benchmark import BaseBenchmark
@@ -58,6 +60,8 @@ class RequestRuntime:
         self.order = order or {}
         self.config_dump = config_dump
         self.reuse_dir = reuse_dir
+        #: A shared run's ``reuse`` source, read once from ``run_info.json`` (False: none).
+        self._reuse_source: Path | Literal[False] | None = None
         self.resumed = resumed
         self.pending: deque[TaskSpec] = deque()
         self.active: dict[str, TaskSpec] = {}
@@ -218,7 +222,22 @@ class RequestRuntime:
             return None  # none yet (the common case), or cut short by a kill
         if not isinstance(detail, dict) or detail.get("fingerprint") != self.ctx.task_fingerprint(task):
             return None
-        return outcome_from_detail(self.name, task, detail, path)
+        return outcome_from_detail(self.name, task, detail, path, resumed=not self._copied_by_reuse(path))
+
+    def _copied_by_reuse(self, path: Path) -> bool:
+        """Whether the owner copied the detail at ``path`` from a ``reuse`` source (else this run made it).
+
+        The owner names the source in ``run_info.json``; a copy is byte for byte.
+        """
+        if self._reuse_source is None:
+            info = self.store.read_run_info()
+            self._reuse_source = Path(info["reused_from"]) if info.get("reused_from") else False
+        if self._reuse_source is False:
+            return False
+        try:
+            return (self._reuse_source / "details" / path.name).read_bytes() == path.read_bytes()
+        except OSError:
+            return False
 
     # -- tasks -----------------------------------------------------------
     async def run(self, task: TaskSpec) -> TaskOutcome:
@@ -274,7 +293,7 @@ class RequestRuntime:
         except Exception as exc:
             log.warning("request %s: aggregate_metrics failed: %s", self.name, exc)
             metrics = {"error": f"aggregate_metrics failed: {type(exc).__name__}: {exc}"}
-        self.metrics = dict(metrics)
+        self.metrics = checked_metrics(metrics)
         self.usage = sum_usage(o.result.metadata.get("usage") for o in ordered)
         summary = {
             "request": self.name,
@@ -380,3 +399,44 @@ class StoredResults(Sequence[RunResult]):
             except (OSError, ValueError):
                 pass  # fall back to what is in memory
         return outcome.result
+
+
+def checked_metrics(metrics: Any) -> dict[str, Any]:
+    """``aggregate_metrics``' answer as JSON-safe metrics; what cannot be kept is named in ``error``.
+
+    ``summary.json`` must stay JSON (no ``NaN``) and a metric must mean what
+    it says (no ``repr`` of an object), so such a value becomes ``None``.
+    """
+    if not isinstance(metrics, Mapping):
+        kind = type(metrics).__name__
+        return {"error": f"aggregate_metrics returned {kind}, not a mapping of metric names to values"}
+    kept: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in metrics.items():
+        name = str(key)
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool | int):
+            value = int(value)  # numpy's integers, say
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool | int | float):
+            value = float(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{name!r} is {value}")
+            value = None
+        elif not _json_safe(value):
+            problems.append(f"{name!r} is a {type(value).__name__}, not a number, string or list")
+            value = None
+        kept[name] = value
+    if problems:
+        kept["error"] = "aggregate_metrics: " + "; ".join(problems)
+    return kept
+
+
+def _json_safe(value: Any) -> bool:
+    if value is None or isinstance(value, str | bool | int):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list | tuple):
+        return all(_json_safe(v) for v in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and _json_safe(v) for k, v in value.items())
+    return False

@@ -16,14 +16,18 @@ import contextvars
 import functools
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["BlockingCallPool", "run_with_pool", "workers_for"]
+__all__ = ["BlockingCallPool", "drain_shared_pools", "run_with_pool", "shared_pool", "workers_for"]
 
 P = ParamSpec("P")
+
+#: How long an idle worker waits for the next call before it exits.
+IDLE_SECONDS = 2.0
 T = TypeVar("T")
 
 
@@ -60,24 +64,34 @@ class BlockingCallPool(ThreadPoolExecutor):
         self.grace = grace
         #: Calls still running when a waiting shutdown gave up on them.
         self.abandoned: list[str] = []
-        self._queue: deque[tuple[Future[Any], Callable[[], Any], str]] = deque()
-        self._running: dict[Future[Any], str] = {}
+        #: Threads started so far (a worker that idles past its linger exits; a later burst starts new ones).
+        self.started = 0
+        # Each call keeps the function it was given: named only when someone asks (rarely).
+        self._queue: deque[tuple[Future[Any], Callable[[], Any], Callable[..., Any]]] = deque()
+        self._running: dict[Future[Any], Callable[..., Any]] = {}
         self._workers = 0
         self._idle = 0
         self._closed = False
-        self._lock = threading.Condition()
+        self._draining = 0  # callers waiting in drain() or shutdown()
+        lock = threading.Lock()
+        # Two conditions on one lock: a finished call wakes a waiting shutdown,
+        # never the idle workers (woken for nothing, they used to exit and be
+        # started again by the next burst: hundreds of threads per 1,000 tasks).
+        self._lock = threading.Condition(lock)
+        self._drained = threading.Condition(lock)
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         future: Future[T] = Future()
         with self._lock:
             if self._closed:
                 raise RuntimeError("cannot schedule new calls after shutdown")
-            self._queue.append((future, lambda: fn(*args, **kwargs), _describe(fn)))
+            self._queue.append((future, lambda: fn(*args, **kwargs), fn))
             if self._idle:
                 self._lock.notify()
             # Each queued call needs its own thread: one that blocks must not hold up the next.
             if len(self._queue) > self._idle and self._workers < self._max_workers:
                 self._workers += 1
+                self.started += 1
                 name = f"{self._thread_name_prefix}-{self._workers}"
                 threading.Thread(target=self._work, name=name, daemon=True).start()
         return future
@@ -87,15 +101,17 @@ class BlockingCallPool(ThreadPoolExecutor):
             with self._lock:
                 if not self._queue and not self._closed:
                     self._idle += 1
-                    self._lock.wait(timeout=2.0)  # linger briefly: calls come in bursts
+                    deadline = time.monotonic() + IDLE_SECONDS  # linger: calls come in bursts
+                    while not self._queue and not self._closed and (left := deadline - time.monotonic()) > 0:
+                        self._lock.wait(timeout=left)
                     self._idle -= 1
                 if not self._queue:
                     self._workers -= 1
                     return
-                future, call, description = self._queue.popleft()
+                future, call, fn = self._queue.popleft()
                 if not future.set_running_or_notify_cancel():
                     continue
-                self._running[future] = description
+                self._running[future] = fn
             try:
                 result = call()
             except BaseException as exc:  # handed to the awaiting coroutine, like the stock executor
@@ -105,12 +121,31 @@ class BlockingCallPool(ThreadPoolExecutor):
             finally:
                 with self._lock:
                     self._running.pop(future, None)
-                    self._lock.notify_all()
+                    if self._draining:
+                        self._drained.notify_all()
 
     def in_flight(self) -> list[str]:
         """What is running now, by function name."""
         with self._lock:
-            return list(self._running.values())
+            return [_describe(fn) for fn in self._running.values()]
+
+    def drain(self, timeout: float) -> list[str]:
+        """Wait up to ``timeout`` for the calls queued and running now; the ones still there, by name.
+
+        The pool stays open: a pool shared by the process outlives each run's loop.
+        """
+        with self._lock:
+            self._draining += 1
+            try:
+                deadline = time.monotonic() + timeout
+                while self._running or self._queue:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._drained.wait(timeout=remaining)
+                return [_describe(fn) for fn in (*self._running.values(), *(fn for _, _, fn in self._queue))]
+            finally:
+                self._draining -= 1
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False, timeout: float | None = None) -> None:
         """Take no new calls; with ``wait``, wait up to ``timeout`` (default: the grace) for running ones."""
@@ -122,13 +157,29 @@ class BlockingCallPool(ThreadPoolExecutor):
             self._lock.notify_all()
             if not wait:
                 return
-            deadline = time.monotonic() + (self.grace if timeout is None else timeout)
-            while self._running or self._queue:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._lock.wait(timeout=remaining)
-            self.abandoned = [*self._running.values(), *(d for _, _, d in self._queue)]
+        self.abandoned = self.drain(self.grace if timeout is None else timeout)
+
+
+#: Pools shared by the process (the removal of ``local`` workspaces): their
+#: calls outlive a task's cancellation, so a run's loop waits for them at its
+#: end like for its own pool's (:func:`drain_shared_pools`).
+_SHARED: weakref.WeakSet[BlockingCallPool] = weakref.WeakSet()
+
+
+def shared_pool(max_workers: int, name: str) -> BlockingCallPool:
+    """A pool for the whole process whose calls every run waits for when its loop ends."""
+    pool = BlockingCallPool(max_workers, grace=0.0, name=name)
+    _SHARED.add(pool)
+    return pool
+
+
+def drain_shared_pools(timeout: float) -> list[str]:
+    """Wait up to ``timeout`` in all for the shared pools' calls; those still running, by name."""
+    deadline = time.monotonic() + timeout
+    left: list[str] = []
+    for pool in list(_SHARED):
+        left += pool.drain(max(0.0, deadline - time.monotonic()))
+    return left
 
 
 def run_with_pool(coro: Coroutine[Any, Any, T], *, max_workers: int, grace: float) -> T:

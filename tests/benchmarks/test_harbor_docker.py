@@ -100,15 +100,35 @@ def test_failed_build_is_a_setup_error_of_its_tasks(pytester: pytest.Pytester, o
     assert "build log:" in error and "images" in error
 
 
-def test_build_timeout(pytester: pytest.Pytester, own_images: list[Path]) -> None:
+def test_build_timeout_stops_the_build(
+    pytester: pytest.Pytester, own_images: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     tasks = pytester.path / "tasks"
     # Unique, so no layer cached by an earlier run can stand in for the slow step.
-    slow = BUSYBOX_DOCKERFILE + f"RUN echo {uuid.uuid4().hex} && sleep 60\n"
+    marker = uuid.uuid4().hex
+    # The last echo prints "finished-42-...", which the step's own text in the log does not hold.
+    slow = BUSYBOX_DOCKERFILE + f"RUN echo started-{marker} && sleep 90 && echo finished-$((6*7))-{marker}\n"
     own_images.append(write_task(tasks, "slow", dockerfile=slow, build_timeout=2, unique=True))
     write_config(pytester, [harbor_request("slow", "tasks")])
+    scratch = pytester.path / "tmp"  # where the build context's tar file is written
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
     result = outcome(pytester)
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*building the image of*timed out after 2s*"])
+    result.stdout.fnmatch_lines(
+        ["*ERROR at setup of slow::slow*", "*timed out after 2s*build_timeout_sec*the build was stopped*"]
+    )
+    error = details(pytester.path, "slow")["slow"]["error"]
+    log = next((run_dir(pytester.path, "slow") / "images").glob("*.log")).read_text()
+    # The error ends with the log's tail (how far the build got before the timeout depends on the load).
+    assert error.rstrip().endswith(log.rstrip().rpartition("\n")[2])
+    # Stopped, not waited for: the step never got to its end, in the log or in the engine.
+    assert f"finished-42-{marker}" not in log
+    running = subprocess.run(
+        ["docker", "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Command}}"], capture_output=True, text=True
+    ).stdout
+    assert [line for line in running.splitlines() if marker in line] == []
+    assert list(scratch.iterdir()) == []
 
 
 @pytest.mark.parametrize(
@@ -133,6 +153,14 @@ def test_unusable_reward_is_an_evaluation_error(pytester: pytest.Pytester, test:
     detail = details(pytester.path, "rewards")["t"]
     assert detail["status"] == "evaluation_error" and detail["score"] is None
     assert "exit_code" in detail["attempt_results"]["0"]["metadata"]["verifier"]
+
+
+def test_crlf_verifier_is_named_as_such(pytester: pytest.Pytester) -> None:
+    write_task(pytester.path / "tasks", "crlf", test="#!/bin/bash\r\necho 1 > /logs/verifier/reward.txt\r\n")
+    write_config(pytester, [harbor_request("crlf", "tasks")])
+    result = outcome(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*test.sh has Windows (CRLF) line endings*"])
 
 
 def test_reward_json_mean_and_named_key(pytester: pytest.Pytester) -> None:
@@ -207,6 +235,34 @@ echo "mem=$mem cpu=$cpu pwd=$PWD user=$(id -u) flavour=$FLAVOUR"
     result.assert_outcomes(passed=1)
 
 
+def test_env_tables_take_host_variables_and_keep_them_secret(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "judge-key-" + uuid.uuid4().hex
+    monkeypatch.setenv("HARBOR_TEST_JUDGE_KEY", secret)
+    monkeypatch.delenv("HARBOR_TEST_UNSET", raising=False)
+    tasks = pytester.path / "tasks"
+    test = (
+        '#!/bin/bash\necho "key=$JUDGE_KEY mode=$MODE"\n'
+        '[ "$JUDGE_KEY" = "$EXPECTED" ] && echo 1 > /logs/verifier/reward.txt\n'
+    )
+    for name, key in (("set", "${HARBOR_TEST_JUDGE_KEY}"), ("unset", "${HARBOR_TEST_UNSET}")):
+        task = write_task(tasks, name, test=test)
+        toml = (task / "task.toml").read_text()
+        env = f'[verifier.env]\nJUDGE_KEY = "{key}"\nMODE = "${{HARBOR_TEST_UNSET:-fallback}}"\nEXPECTED = "{secret}"\n'
+        (task / "task.toml").write_text(toml + env)
+    write_config(pytester, [harbor_request("env", "tasks")])
+    result = outcome(pytester)
+    result.assert_outcomes(passed=1, errors=1)  # a task that cannot be verified is an error, not a 0
+    result.stdout.fnmatch_lines(["*[[]verifier[]] env needs the environment variable HARBOR_TEST_UNSET*"])
+    done = details(pytester.path, "env")
+    assert done["set"]["score"] == 1.0
+    assert "mode=fallback" in done["set"]["metadata"]["verifier"]["stdout_tail"]
+    folder = run_dir(pytester.path, "env")
+    # The key the verifier printed is masked in everything the run wrote.
+    assert not [p for p in folder.rglob("*") if p.is_file() and secret in p.read_text(errors="replace")]
+
+
 def test_command_harness_sees_instruction_but_not_tests(pytester: pytest.Pytester) -> None:
     write_task(
         pytester.path / "tasks",
@@ -237,6 +293,16 @@ try:
     (context / "extra.txt").write_text("x")
     changed = image_tag(client, context)
     assert changed != on_busybox
+    deep = context / "src" / "pkg" / "deep"
+    deep.mkdir(parents=True)
+    (deep / "mod.py").write_text("a")
+    nested = image_tag(client, context)
+    assert nested != changed
+    (deep / "mod.py").write_text("b")  # same size, same name, new content
+    assert image_tag(client, context) != nested
+    (deep / "mod.py").chmod(0o755)
+    assert image_tag(client, context) not in (nested, changed)
+    changed = image_tag(client, context)
     other, _ = client.images.build(fileobj=io.BytesIO(f"FROM {BUSYBOX}\\nLABEL o={{base}}\\n".encode()), rm=True)
     other.tag(base)  # the same name on another image: another tag
     assert image_tag(client, context) != changed

@@ -23,7 +23,10 @@ def test_published_shapes_are_read_with_unknown_keys_kept() -> None:
     assert (task.cpus, task.memory_mb, task.storage_mb, task.gpus) == (1.0, 1024, 4096, 0)
     assert task.verifier_env == {"PAGE_SIZE": "3"} and task.solution_env == {} and task.workdir == "/app"
     assert task.config["environment"]["mcp_servers"] == [] and task.config["schema_version"] == "1.1"
-    assert read_task(REALISTIC / "csv-summary").memory_mb == 2048  # the deprecated memory = "2G"
+    csv = read_task(REALISTIC / "csv-summary")
+    assert (csv.memory_mb, csv.storage_mb) == (2048, 10240)  # the deprecated memory = "2G", storage = "10G"
+    word = read_task(REALISTIC / "word-frequency")  # schema 1.1 with [[task.authors]], artifacts, empty env tables
+    assert word.error is None and word.config["artifacts"] == [] and word.verifier_env["EXPECTED_TOP_N"]
     assert read_task(REALISTIC / "git-recover-commit").allow_internet is False  # network_mode = "none"
 
 
@@ -115,13 +118,58 @@ def test_unknown_param_is_refused(pytester: pytest.Pytester) -> None:
     assert "INTERNALERROR" not in result.stdout.str()
 
 
-def test_editing_a_task_changes_its_fingerprint_input(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "task.toml",
+        "instruction.md",
+        "tests/test.sh",
+        "tests/helpers/deep/check.py",
+        "solution/solve.sh",
+        "solution/data/answer.txt",
+        "environment/Dockerfile",
+        "environment/src/app/deep/module.py",
+    ],
+)
+def test_editing_any_file_of_a_task_changes_its_fingerprint_input(tmp_path: Path, rel: str) -> None:
     import os
 
     task = write_task(tmp_path, "t")
+    for extra in ("tests/helpers/deep/check.py", "solution/data/answer.txt", "environment/src/app/deep/module.py"):
+        (task / extra).parent.mkdir(parents=True, exist_ok=True)
+        (task / extra).write_text("one\n")
     before = files_digest(task)
     assert files_digest(task) == before
-    test = task / "tests" / "test.sh"
-    test.write_text(test.read_text() + "# edited\n")
-    os.utime(test, ns=(1, 1))  # a different size and time
+    edited = task / rel
+    info = edited.stat()
+    # The same size and the same modification time: only the content (or, deep in
+    # environment/, where stat is all that is read, the time of the edit) tells.
+    edited.write_text(edited.read_text()[:-1] + "X")
+    if rel.startswith("environment/"):
+        os.utime(edited, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000))
+    else:
+        os.utime(edited, ns=(info.st_atime_ns, info.st_mtime_ns))
     assert files_digest(task) != before
+
+
+def test_a_new_file_or_an_executable_bit_changes_the_fingerprint_input(tmp_path: Path) -> None:
+    task = write_task(tmp_path, "t")
+    before = files_digest(task)
+    (task / "environment" / "nested" / "more").mkdir(parents=True)
+    (task / "environment" / "nested" / "more" / "new.txt").write_text("")
+    added = files_digest(task)
+    assert added != before
+    (task / "tests" / "test.sh").chmod(0o755)
+    assert files_digest(task) != added
+
+
+def test_storage_is_recorded_under_a_name_that_says_so(pytester: pytest.Pytester) -> None:
+    from pytest_agentcompass.benchmarks.harbor.benchmark import HarborBenchmark
+
+    tasks = pytester.path / "tasks"
+    write_task(tasks, "big", environment="storage_mb = 4096\n")
+    write_task(tasks, "small")
+    benchmark = HarborBenchmark(tasks)
+    env = {t.task_id: benchmark._environment(benchmark.task(t)) for t in benchmark.load_tasks(None)}  # type: ignore[arg-type]
+    assert env["big"]["storage_mb_recorded"] == 4096 and "storage_mb" not in env["big"]
+    assert "storage_mb_recorded" not in env["small"]

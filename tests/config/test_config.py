@@ -80,6 +80,13 @@ def test_missing_file(tmp_path: Path) -> None:
         load_config(tmp_path / "nope.yaml")
 
 
+def test_a_file_that_is_not_utf8_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(GOOD.encode() + b"    mode: caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml:4: not UTF-8 text \(byte 0xe9\); save it as UTF-8"):
+        load_config(path)
+
+
 def test_env_vars_expand_and_missing_ones_are_named(tmp_path: Path) -> None:
     text = GOOD + "    model: {id: gpt, params: {api_key: '${KEY}', base: 'http://${HOST}/v1'}}\n"
     loaded = load_config(write(tmp_path, text), environ={"KEY": "sk-secret-123", "HOST": "localhost"})

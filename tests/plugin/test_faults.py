@@ -197,3 +197,40 @@ def test_an_unusable_output_dir_is_named(pytester: pytest.Pytester, trace: Path,
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*cannot write the run directory {output}/r/*"])
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+@pytest.mark.parametrize(
+    ("returned", "message"),
+    [
+        ("None", "*metrics: error=aggregate_metrics returned NoneType, not a mapping of metric names to values*"),
+        (
+            "{'acc': float('nan'), 'obj': object(), 'n': 3}",
+            "*metrics: acc=None, obj=None, n=3, error=aggregate_metrics: 'acc' is nan; 'obj' is a object*",
+        ),
+    ],
+)
+def test_aggregate_metrics_answers_that_are_not_metrics_are_named(
+    pytester: pytest.Pytester, returned: str, message: str
+) -> None:
+    body = (
+        ANSWERS
+        + f"""
+    def aggregate_metrics(self, results, req):
+        return {returned}
+"""
+    )
+    result = run(pytester, [bench_request(pytester, body)])
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines([message])
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    assert "error" in strict_json(run_dir / "summary.json")["metrics"]
+    assert not (run_dir / "run.lock").exists()
+
+
+def test_a_result_for_another_task_is_an_error(pytester: pytest.Pytester) -> None:
+    body = ANSWERS.replace('RunResult(task.task_id, output="x")', 'RunResult("other", output="x")')
+    result = run(pytester, [bench_request(pytester, body)])
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(["*inference stage returned a RunResult whose task_id is 'other', not 't0'*"])
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    assert json.loads((run_dir / "details/t1.json").read_text())["task_id"] == "t1"

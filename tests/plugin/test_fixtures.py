@@ -156,3 +156,17 @@ def test_agentcompass_results_is_unknown_without_the_option(pytester: pytest.Pyt
     # Without --agentcompass the plugin registers nothing, so the fixture is unknown.
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*fixture 'agentcompass_results' not found*"])
+
+
+def test_agentcompass_results_under_xdist_is_an_error_that_points_at_gates(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(bench=BENCH)
+    (pytester.path / "agentcompass.yaml").write_text(config("bench.py:Echo", "{n: 2}"))
+    pytester.makepyfile(
+        test_gate="""
+        def test_bar(agentcompass_results):
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "test_gate.py", "-n", "2")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*agentcompass_results is not available under xdist (-n)*gates:*"])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -266,3 +268,47 @@ def test_secrets_are_masked_in_errors_outside_tasks(pytester: pytest.Pytester, m
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert secret not in result.stdout.str() + result.stderr.str()
     result.stderr.fnmatch_lines(["*cannot write the run directory /proc/***/*"])
+
+
+@pytest.mark.parametrize("environment", ["local", "docker"])
+def test_a_secret_cut_by_an_output_cap_is_masked_in_pieces(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, environment: str
+) -> None:
+    # The cap cuts inside the secret: what is left of it is still a secret.
+    if environment == "docker" and not os.environ.get("CI"):
+        probe = subprocess.run(["docker", "image", "inspect", "agentcompass-busybox:test"], capture_output=True)
+        if probe.returncode:
+            pytest.skip("no Docker engine with the test image (run scripts/start-docker.sh)")
+    secret = "Q7" + "x9Zk" * 29 + "E"
+    monkeypatch.setenv("LONG_TOKEN", secret)
+    pytester.makepyfile(
+        cut="""
+        import dataclasses
+        from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+        class Cut(HarnessFreeBenchmark):
+            evaluation_environment_mode = "none"
+            def __init__(self, token):
+                super().__init__(token=token)
+                self.token = token
+            def load_tasks(self, req):
+                return [TaskSpec("t0")]
+            async def run_task(self, task, prepared, env, req, plan):
+                out = await env.exec(["sh", "-c", f"printf '%0150d' 0; echo {self.token}; printf '%0150d' 0"])
+                assert out.stdout_truncated
+                return RunResult(task.task_id, output=out.stdout)
+            def evaluate(self, task, prepared, result, req, plan, env=None):
+                return dataclasses.replace(result, score=0.0)
+        """
+    )
+    env: dict[str, object] = {"id": environment, "params": {"output_limit": 200}}
+    if environment == "docker":
+        env["params"] = {"output_limit": 200, "image": "agentcompass-busybox:test"}
+    request = {"name": "r", "benchmark": {"id": "cut.py:Cut", "params": {"token": "${LONG_TOKEN}"}}, "environment": env}
+    write_config(pytester, [request])
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-rA", "--junitxml=j.xml")
+    result.assert_outcomes(failed=1)
+    pieces = (secret[:8], secret[-8:])
+    texts = [result.stdout.str(), result.stderr.str(), (pytester.path / "j.xml").read_text()]
+    texts += [p.read_text() for p in (pytester.path / "runs").rglob("*") if p.is_file()]
+    assert not [t for t in texts for piece in pieces if piece in t]
+    result.stdout.fnmatch_lines(["*0000****"])

@@ -185,6 +185,7 @@ def _start(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[str]:
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # even if this process ignores it
     )
 
 
@@ -224,7 +225,7 @@ def test_a_killed_worker_gives_its_permits_back_and_the_run_resumes(pytester: py
 
     resumed = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)
     resumed.assert_outcomes(passed=4)
-    resumed.stdout.fnmatch_lines(["*a: 4 tasks, 4 passed, 0 failed, 0 errors, 3 reused*"])
+    resumed.stdout.fnmatch_lines(["*a: 4 tasks, 4 passed, 0 failed, 0 errors, 3 resumed*"])
     assert only_run(pytester, "a") == run, "the interrupted run was resumed, not replaced"
     assert run_info(run)["status"] == "completed"
     ran = [e["task"] for e in read_trace(trace) if e["event"] == "run_task"]
@@ -300,3 +301,77 @@ def test_the_deadline_under_xdist_cancels_what_is_left_and_records_it(pytester: 
     info = run_info(only_run(pytester, "a"))
     assert info["status"] == "timeout", info
     assert sorted(info["unfinished_tasks"]) == ["t0", "t1", "t2", "t3"]
+
+
+def test_a_request_that_cannot_be_built_is_one_masked_message_under_xdist(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "tok-5up3r-s3cr3t-value"
+    monkeypatch.setenv("DATA_TOKEN", secret)
+    pytester.makepyfile(
+        ld="""
+        from pytest_agentcompass import HarnessFreeBenchmark
+        class Ld(HarnessFreeBenchmark):
+            def __init__(self, url):
+                super().__init__(url=url)
+                self.url = url
+            def load_tasks(self, req):
+                raise ConnectionError(f"cannot download the dataset from {self.url}")
+        """
+    )
+    request = {"name": "r", "benchmark": {"id": "ld.py:Ld", "params": {"url": "https://h/d?token=${DATA_TOKEN}"}}}
+    write_config(pytester, [request])
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)
+    out = result.stdout.str() + result.stderr.str()
+    assert secret not in out
+    assert "ran on the workers" not in out  # nothing ran: the collection error is the one message
+    result.stdout.fnmatch_lines(["*ConnectionError: cannot download the dataset from https://h/d?token=***"])
+
+
+def test_dist_each_is_refused(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("a", trace, n=2)])
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", "--dist", "each")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--agentcompass with --dist each would run every task once per worker*"])
+    assert not read_trace(trace) and not (pytester.path / "runs").exists()
+
+
+def test_a_resumed_run_under_xdist_says_resumed_not_reused(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("a", trace, n=6, wrong=["t1"])], task_concurrency=1)
+    first = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-x", timeout=GUARD)
+    first.assert_outcomes(passed=1, failed=1)  # t0, t1, then -x stops the run
+    resumed = pytester.runpytest_subprocess(
+        "--agentcompass=agentcompass.yaml", "-n", "2", "--junitxml=j.xml", timeout=GUARD
+    )
+    resumed.assert_outcomes(passed=5, failed=1)
+    resumed.stdout.fnmatch_lines(
+        ["*agentcompass: a: resuming *(2 of 6 tasks done)*", "*a: 6 tasks, 5 passed, 1 failed, 0 errors, 2 resumed*"]
+    )
+    assert " reused" not in resumed.stdout.str() and "reused from" not in resumed.stdout.str()
+    props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "j.xml").iter("property")}
+    assert props.get("agentcompass.reused") in (None, "False")
+
+
+def test_ctrl_c_on_the_controller_alone_cancels_the_workers_tasks(pytester: pytest.Pytester, trace: Path) -> None:
+    # `kill -INT <controller>`: the workers never see the signal; the controller tells them.
+    flag = pytester.path / "hang"
+    flag.touch()
+    write_config(
+        pytester,
+        [tracing_request("a", trace, n=4, hang_if={"file": str(flag)})],
+        task_concurrency=4,
+        cleanup_grace_seconds=30,
+    )
+    proc = _start(pytester, "-n", "2")
+    _wait_for_event(trace, proc, "run_task")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=GUARD)  # the tasks hang for good: only a cancel ends them
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "Traceback" not in out and "INTERNALERROR" not in out, out
+    assert "a: 4 tasks, 0 passed, 0 failed, 4 errors" in out, out
+    run = only_run(pytester, "a")
+    assert run_info(run)["status"] == "interrupted"
+    flag.unlink()
+    resumed = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)
+    resumed.assert_outcomes(passed=4)
+    assert only_run(pytester, "a") == run

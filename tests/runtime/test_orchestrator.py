@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,19 @@ Log = list[tuple[str, str, float]]
 
 
 class Recorder(HarnessFreeBenchmark):
-    def __init__(self, log: Log, name: str, delays: list[float], fail_first: set[str] | None = None) -> None:
+    def __init__(
+        self,
+        log: Log,
+        name: str,
+        delays: list[float],
+        fail_first: set[str] | None = None,
+        until: dict[str, Callable[[], bool]] | None = None,
+    ) -> None:
         super().__init__()
         self.log, self.name, self.delays = log, name, delays
         self.fail_first = set(fail_first or ())
+        #: task -> a condition it runs until (an event, not a duration: the machine may be slow).
+        self.until = dict(until or {})
 
     def load_tasks(self, req: RunRequest) -> list[TaskSpec]:
         return [TaskSpec(f"{self.name}{i}") for i in range(len(self.delays))]
@@ -42,6 +52,11 @@ class Recorder(HarnessFreeBenchmark):
     async def run_task(self, task: TaskSpec, prepared: Any, env: Any, req: Any, plan: Any) -> RunResult:
         self.log.append(("start", task.task_id, time.monotonic()))
         await asyncio.sleep(self.delays[int(task.task_id[len(self.name) :])])
+        condition = self.until.get(task.task_id)
+        for _ in range(6000):  # a guard against a hang, not a measurement
+            if condition is None or condition():
+                break
+            await asyncio.sleep(0.01)
         self.log.append(("end", task.task_id, time.monotonic()))
         if task.task_id in self.fail_first:
             self.fail_first.discard(task.task_id)
@@ -85,8 +100,10 @@ def make_state(
     return RequestRuntime(ctx, tasks, {t.task_id for t in tasks}, config_dump={})
 
 
-def orchestrate(states: list[RequestRuntime], workers: int, **kwargs: Any) -> tuple[Orchestrator, Log]:
-    events: Log = []
+def orchestrate(
+    states: list[RequestRuntime], workers: int, events: Log | None = None, **kwargs: Any
+) -> tuple[Orchestrator, Log]:
+    events = [] if events is None else events
 
     def on_event(event: str, state: RequestRuntime) -> None:
         events.append((event, state.name, time.monotonic()))
@@ -102,17 +119,22 @@ def starts(log: Log) -> list[str]:
     return [task for kind, task, _ in log if kind == "start"]
 
 
+def started(log: Log) -> set[tuple[str, str]]:
+    return {(kind, task) for kind, task, _ in log}
+
+
 def test_declaration_order_priority_with_overlap(tmp_path: Path) -> None:
     log: Log = []
-    a = Recorder(log, "a", [0.05, 0.3, 0.05, 0.05])
+    # a1 runs until b0 has started: that b0 can start while a1 runs is what is tested.
+    a = Recorder(log, "a", [0.05, 0.0, 0.05, 0.05], until={"a1": lambda: ("start", "b0") in started(log)})
     b = Recorder(log, "b", [0.05, 0.05, 0.05])
     orchestrate([make_state(tmp_path, a), make_state(tmp_path, b)], workers=2)
     order = starts(log)
     assert order[:4] == ["a0", "a1", "a2", "a3"]  # all of a is dispatched before any of b
     assert set(order[4:]) == {"b0", "b1", "b2"}
-    a1_end = next(t for kind, task, t in log if kind == "end" and task == "a1")
-    b0_start = next(t for kind, task, t in log if kind == "start" and task == "b0")
-    assert b0_start < a1_end  # a later request overlaps active tasks of an earlier one
+    events = [(kind, task) for kind, task, _ in log]
+    # A later request overlaps active tasks of an earlier one (else a1 would have waited out its guard).
+    assert events.index(("start", "b0")) < events.index(("end", "a1"))
 
 
 def test_not_round_robin(tmp_path: Path) -> None:
@@ -140,12 +162,14 @@ def test_pipelined_preparation(tmp_path: Path) -> None:
 
 def test_finalization_waits_for_earlier_pending_but_not_their_active_tasks(tmp_path: Path) -> None:
     log: Log = []
-    a = Recorder(log, "a", [0.6, 0.05, 0.05])
+    events: Log = []
+    # a0 runs until b is finalized: that b can be, while a0 runs, is what is tested.
+    a = Recorder(log, "a", [0.0, 0.05, 0.05], until={"a0": lambda: ("finalized", "b") in started(events)})
     b = Recorder(log, "b", [0.05])
-    _, events = orchestrate([make_state(tmp_path, a), make_state(tmp_path, b)], workers=3)
+    orchestrate([make_state(tmp_path, a), make_state(tmp_path, b)], workers=3, events=events)
     finalized = {name: t for kind, name, t in events if kind == "finalized"}
     a0_end = next(t for kind, task, t in log if kind == "end" and task == "a0")
-    assert finalized["b"] < a0_end < finalized["a"]  # b finalizes while a0 is still active
+    assert finalized["b"] <= a0_end <= finalized["a"]  # b finalizes while a0 is still active
 
 
 def test_a_request_with_nothing_pending_waits_for_earlier_pending(tmp_path: Path) -> None:

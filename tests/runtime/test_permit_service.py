@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,30 @@ def service() -> Iterator[PermitService]:
     svc = PermitService()
     yield svc
     svc.close()
-    assert not os.path.exists(svc.address), "the socket's folder is removed"
+    with pytest.raises(OSError):  # nothing listens there any more
+        PermitClient(svc.address)
+
+
+def test_a_service_killed_by_sigkill_leaves_no_file(tmp_path: Path) -> None:
+    code = (
+        "from pytest_agentcompass.permit_service import PermitService\n"
+        "s = PermitService()\nprint(s.address, flush=True)\ninput()"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert proc.stdout is not None
+    address = proc.stdout.readline().rstrip("\n")
+    PermitClient(address).close()  # it serves
+    proc.kill()
+    proc.wait()
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(OSError):
+        PermitClient(address)
 
 
 def test_permits_are_counted_over_clients_first_come_first_served(service: PermitService) -> None:
@@ -155,19 +179,24 @@ def test_stop_reaches_every_process_including_later_ones(service: PermitService)
     import queue
     import time
 
-    seen: queue.SimpleQueue[str] = queue.SimpleQueue()
+    seen: queue.SimpleQueue[tuple[str, bool]] = queue.SimpleQueue()
     early = PermitClient(service.address)
-    early.on_stop = seen.put
+    early.on_stop = lambda reason, interrupt: seen.put((reason, interrupt))
     late: PermitClient | None = None
     try:
         service.stop_all("stopping after 1 failures")
-        assert seen.get(timeout=60) == "stopping after 1 failures"
+        assert seen.get(timeout=60) == ("stopping after 1 failures", False)
         late = PermitClient(service.address)  # a replacement worker joins after the stop
         for _ in range(6000):  # a guard, not a measurement
             if late.stopped:
                 break
             time.sleep(0.01)
-        assert late.stopped == "stopping after 1 failures"
+        assert late.stopped == "stopping after 1 failures" and not late.interrupted
+        # A Ctrl-C after -x still reaches everyone (running tasks are cancelled); a second one is nothing new.
+        service.stop_all("interrupted by the user", interrupt=True)
+        service.stop_all("interrupted by the user", interrupt=True)
+        assert seen.get(timeout=60) == ("interrupted by the user", True)
+        assert seen.empty()
     finally:
         early.close()
         if late is not None:

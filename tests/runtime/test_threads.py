@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pytest_agentcompass.runtime.threads import BlockingCallPool, run_with_pool
+from pytest_agentcompass.runtime.threads import BlockingCallPool, drain_shared_pools, run_with_pool, shared_pool
 
 
 def test_every_queued_call_gets_its_own_thread() -> None:
@@ -20,6 +20,32 @@ def test_every_queued_call_gets_its_own_thread() -> None:
     assert sorted(f.result() for f in futures) == list(range(30))
     pool.shutdown()
     assert pool.abandoned == []
+
+
+def test_idle_workers_stay_for_the_next_burst(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A long linger: only a worker woken for nothing and leaving could start a third thread.
+    monkeypatch.setattr("pytest_agentcompass.runtime.threads.IDLE_SECONDS", 60.0)
+    pool = BlockingCallPool(64, grace=1)
+    for _ in range(20):
+        barrier = threading.Barrier(2, timeout=10)  # each round needs two threads at once
+        futures = [pool.submit(barrier.wait) for _ in range(2)]
+        assert sorted(f.result() for f in futures) == [0, 1]
+    assert pool.started == 2
+    pool.shutdown()
+    assert pool.abandoned == []
+
+
+def test_a_shared_pool_is_drained_without_closing_it() -> None:
+    pool = shared_pool(4, "test-shared")
+    release = threading.Event()
+    held = pool.submit(release.wait)
+    assert drain_shared_pools(0.0) == ["threading.Event.wait"]  # still running: named, not waited for
+    releaser = threading.Thread(target=lambda: (time.sleep(0.05), release.set()))
+    releaser.start()
+    assert drain_shared_pools(30.0) == []  # returns once the call is done
+    releaser.join()
+    assert held.result() is True
+    assert pool.submit(int, "7").result() == 7  # still open for the next run
 
 
 def test_errors_reach_the_caller_and_idle_threads_exit() -> None:

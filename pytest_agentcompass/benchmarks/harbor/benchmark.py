@@ -10,6 +10,7 @@ score through ``/logs/verifier/reward.txt`` or ``reward.json``.
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -20,13 +21,14 @@ from ...benchmark import BaseBenchmark
 from ...config import ConfigPath, ParamsModel
 from ...errors import ComponentError
 from ...types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
-from .taskdir import HarborTask, files_digest, find_task_dirs, read_task
+from .taskdir import HarborTask, expand_env, files_digest, find_task_dirs, read_task
 from .verifier import (
     LOG_DIRS,
     VERIFIER_LOGS,
     RewardError,
     fetch_tree,
     parse_rewards,
+    redact_bytes,
     run_as_root,
     save_tree,
     tail,
@@ -40,6 +42,15 @@ if TYPE_CHECKING:
 __all__ = ["HarborBenchmark", "HarborParams", "harbor_task"]
 
 REWARD_FILES = ("reward.txt", "reward.json")
+_SWAP_MARK = "agentcompass: cannot swap in /tests"
+_SWAP_FAILED = 97
+#: ``$1``: the uploaded tests, ``$2``: the verifier's log folder. Then ``bash /tests/test.sh``
+#: replaces the shell, so the verifier's exit code and output are its own.
+_SWAP_AND_VERIFY = (
+    'rm -rf /tests "$2" && mkdir -p "$2" && chmod 777 "$2" && mv "$1" /tests'
+    f' || {{ echo "{_SWAP_MARK}" >&2; exit {_SWAP_FAILED}; }}; exec bash /tests/test.sh'
+)
+STORAGE_NOTE = "recorded per task (plan: storage_mb_recorded), not applied: the provider sets no disk quota"
 #: Bytes of ``/logs/verifier`` read even when the artifact limit is lower: the reward must fit.
 REWARD_ROOM = 1024 * 1024
 
@@ -132,8 +143,10 @@ class HarborBenchmark(BaseBenchmark):
             env["task_image"] = parsed.docker_image
         if (parsed.environment_dir / "Dockerfile").is_file():
             env["build"] = {"context": str(parsed.environment_dir), "timeout": parsed.build_timeout}
-        limits = {"cpus": parsed.cpus, "memory_mb": parsed.memory_mb, "storage_mb": parsed.storage_mb}
+        limits = {"cpus": parsed.cpus, "memory_mb": parsed.memory_mb}
         env.update({k: v for k, v in limits.items() if v})
+        if parsed.storage_mb:  # no provider applies a disk quota: named so the plan does not suggest one
+            env["storage_mb_recorded"] = parsed.storage_mb
         if parsed.gpus:
             env["gpus"] = parsed.gpus
         return env
@@ -186,20 +199,21 @@ class HarborBenchmark(BaseBenchmark):
         tests = parsed.path / "tests"
         if not (tests / "test.sh").is_file():
             raise RuntimeError(f"{tests / 'test.sh'} does not exist: the task has no verifier")
-        # A reward the agent wrote itself must not count, nor a /tests it made:
-        # the verifier starts from an empty log folder and the task's own tests.
-        reset = f"rm -rf {VERIFIER_LOGS} /tests && mkdir -p {VERIFIER_LOGS} && chmod 777 {VERIFIER_LOGS}"
-        cleared = await run_as_root(env, ["sh", "-c", reset], timeout=60)
-        if not cleared.ok:
-            raise RuntimeError(f"cannot prepare {VERIFIER_LOGS} and /tests for the verifier: {cleared.stderr[-500:]}")
-        await upload_tree(env, tests, "/tests")
+        environ = {"TEST_DIR": "/tests", **expand_env(parsed.verifier_env, "verifier", parsed)}
+        # A reward the agent wrote itself must not count, nor a /tests it made: the
+        # verifier starts from an empty log folder and the task's own tests. The
+        # tests go to a fresh folder first, and one exec swaps them in and runs
+        # test.sh (one engine round trip less per attempt than a separate reset).
+        staged = f"/.agentcompass-tests-{uuid.uuid4().hex[:12]}"
+        await upload_tree(env, tests, staged)
         run = await run_as_root(
             env,
-            ["bash", "/tests/test.sh"],
+            ["sh", "-c", _SWAP_AND_VERIFY, "verifier", staged, VERIFIER_LOGS],
             timeout=parsed.verifier_timeout,
-            # TEST_DIR: what Terminal-Bench 1 set, and verifiers ported from it still read.
-            environ={"TEST_DIR": "/tests", **parsed.verifier_env},
+            environ=environ,
         )
+        if run.exit_code == _SWAP_FAILED and _SWAP_MARK in run.stderr:
+            raise RuntimeError(f"cannot prepare {VERIFIER_LOGS} and /tests for the verifier: {run.stderr[-500:]}")
         evidence: dict[str, Any] = {
             "exit_code": run.exit_code,
             "timed_out": run.timed_out,
@@ -215,15 +229,18 @@ class HarborBenchmark(BaseBenchmark):
             target = folder / "verifier"
             evidence["copied"] = save_tree(logs, target, limit, cut)
             target.mkdir(parents=True, exist_ok=True)
-            (target / "test-stdout.txt").write_text(run.stdout, encoding="utf-8")
-            (target / "test-stderr.txt").write_text(run.stderr, encoding="utf-8")
+            (target / "test-stdout.txt").write_bytes(redact_bytes(run.stdout.encode("utf-8", "replace")))
+            (target / "test-stderr.txt").write_bytes(redact_bytes(run.stderr.encode("utf-8", "replace")))
         metadata = {**result.metadata, "verifier": evidence}
         if run.timed_out:
             return self._error(result, metadata, f"the verifier timed out after {parsed.verifier_timeout:g}s", run)
         try:
             rewards = parse_rewards(logs.get("reward.txt"), logs.get("reward.json"), self.reward_key)
         except RewardError as exc:
-            return self._error(result, metadata, str(exc), run)
+            reason = str(exc)
+            if b"\r\n" in (tests / "test.sh").read_bytes():  # a checkout made on Windows, say
+                reason += f"; {tests / 'test.sh'} has Windows (CRLF) line endings, which bash cannot run"
+            return self._error(result, metadata, reason, run)
         metadata["rewards"] = dict(rewards.values)
         metadata["reward_source"] = rewards.source
         return dataclasses.replace(result, score=rewards.score, metadata=metadata)
@@ -255,7 +272,14 @@ class HarborBenchmark(BaseBenchmark):
                 counts[key] = counts.get(key, 0) + 1
         if sums:
             metrics["rewards"] = {key: sums[key] / counts[key] for key in sorted(sums)}
+        if any((self._parsed.get(r.task_id) or _NO_TASK).storage_mb for r in results):
+            # Said once per request, not per task: no provider here sets a disk quota
+            # (Docker can only on overlay2 over xfs with project quotas).
+            metrics["storage_mb"] = STORAGE_NOTE
         return metrics
+
+
+_NO_TASK = HarborTask(name="", path=Path())
 
 
 def _unsupported(parsed: HarborTask) -> str | None:

@@ -16,13 +16,14 @@ import hashlib
 import math
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HarborTask", "files_digest", "find_task_dirs", "parse_memory_mb", "read_task"]
+__all__ = ["HarborTask", "expand_env", "files_digest", "find_task_dirs", "parse_memory_mb", "read_task"]
 
 TASK_FILE = "task.toml"
 INSTRUCTION_FILE = "instruction.md"
@@ -78,35 +79,70 @@ class HarborTask:
 
 
 def files_digest(path: Path) -> str:
-    """A digest of the names, sizes and modification times of the task's files.
+    """A digest of every file of the task: part of its fingerprint, so a reused or resumed
+    result never outlives an edit of the task, however deep in its folders.
 
-    Part of the task's fingerprint, so a reused or resumed result does not
-    outlive an edit of the task. ``stat`` only, and ``environment/`` only to
-    its first level (a build context can hold a whole repository; its content
-    decides the image tag at build time anyway), so loading stays cheap.
+    ``task.toml``, ``instruction.md``, ``tests/`` and ``solution/`` are small
+    and decide the verdict: their content counts. ``environment/`` can hold a
+    whole repository, so its files count by name, size, mode and modification
+    time (``stat`` only, at every depth; the image tag hashes the content when
+    the image is built), which keeps loading 1,000 tasks well under a second.
     """
     digest = hashlib.sha256()
-
-    def add(file: str) -> None:
-        try:
-            info = os.stat(file)
-        except OSError:
-            return
-        digest.update(f"{os.path.relpath(file, path)}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
-
     for name in (TASK_FILE, INSTRUCTION_FILE):
-        add(os.path.join(path, name))
-    for folder in ("tests", "solution"):
+        _add_file(digest, path, path / name, content=True)
+    for folder, content in (("tests", True), ("solution", True), ("environment", False)):
         for root, dirs, files in os.walk(path / folder):
             dirs.sort()
             for name in sorted(files):
-                add(os.path.join(root, name))
-    try:
-        for name in sorted(os.listdir(path / "environment")):
-            add(os.path.join(path, "environment", name))
-    except OSError:
-        pass
+                _add_file(digest, path, Path(root, name), content=content)
     return digest.hexdigest()[:16]
+
+
+def _add_file(digest: Any, task: Path, file: Path, *, content: bool) -> None:
+    try:
+        info = file.lstat()
+    except OSError:
+        return
+    rel = file.relative_to(task).as_posix()
+    digest.update(f"{rel}\0{info.st_size}\0{info.st_mode:o}\0".encode())
+    if stat.S_ISLNK(info.st_mode):
+        digest.update(os.readlink(file).encode(errors="surrogateescape"))
+    elif content:
+        try:
+            digest.update(file.read_bytes())
+        except OSError:
+            digest.update(b"<unreadable>")
+    else:
+        digest.update(str(info.st_mtime_ns).encode())
+    digest.update(b"\n")
+
+
+_HOST_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(env: Mapping[str, str], table: str, task: HarborTask) -> dict[str, str]:
+    """``env`` with Harbor's ``${NAME}`` / ``${NAME:-default}`` filled from this process's
+    environment (how published tasks hand a judge its API key). Expanded values are secrets:
+    they are masked in everything the run writes.
+
+    :raises TaskFileError: naming the task file, the table and the variable that is not set.
+    """
+    from ...redact import add_runtime_secret
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        value = os.environ.get(name)
+        if value is None:
+            if default is None:
+                raise TaskFileError(
+                    f"{task.path / TASK_FILE}: [{table}] env needs the environment variable {name}, which is not set"
+                )
+            return default
+        add_runtime_secret(value)
+        return value
+
+    return {key: _HOST_VAR.sub(substitute, value) for key, value in env.items()}
 
 
 def find_task_dirs(root: Path) -> Iterator[Path]:
@@ -185,6 +221,19 @@ def _env(table: Mapping[str, Any], name: str, where: _Where) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+def _size_mb(environment: Mapping[str, Any], name: str, where: _Where) -> int | None:
+    """``[environment] <name>_mb``, else the deprecated ``<name> = "4G"`` form, in megabytes."""
+    value = _number(environment, "environment", f"{name}_mb", where, integer=True)
+    if value is None and environment.get(name) is not None:
+        value = parse_memory_mb(environment[name])
+        if value is None:
+            raise TaskFileError(
+                f'{where("environment", name)}: [environment] {name} must be a size like "4G", '
+                f"not {environment[name]!r}"
+            )
+    return value  # type: ignore[no-any-return]
+
+
 def parse_memory_mb(value: Any) -> int | None:
     """``"4G"``, ``"512M"``, ``"2048Mi"`` -> megabytes; ``None`` if it is not a size."""
     found = _MEMORY.match(str(value))
@@ -201,14 +250,7 @@ def _from_config(path: Path, data: Mapping[str, Any], where: _Where) -> HarborTa
     environment = _table(data, "environment", where)
     task_table = _table(data, "task", where)  # schema 1.1: name, description, keywords
 
-    memory_mb = _number(environment, "environment", "memory_mb", where, integer=True)
-    if memory_mb is None and environment.get("memory") is not None:  # the deprecated "4G" form
-        memory_mb = parse_memory_mb(environment["memory"])
-        if memory_mb is None:
-            raise TaskFileError(
-                f'{where("environment", "memory")}: [environment] memory must be a size like "4G", '
-                f"not {environment['memory']!r}"
-            )
+    memory_mb = _size_mb(environment, "memory", where)
     allow_internet = environment.get("allow_internet")
     if allow_internet is None and "network_mode" in environment:  # older tasks
         allow_internet = environment["network_mode"] != "none"
@@ -236,7 +278,7 @@ def _from_config(path: Path, data: Mapping[str, Any], where: _Where) -> HarborTa
         workdir=workdir,
         cpus=_number(environment, "environment", "cpus", where),
         memory_mb=memory_mb,
-        storage_mb=_number(environment, "environment", "storage_mb", where, integer=True),
+        storage_mb=_size_mb(environment, "storage", where),
         gpus=_number(environment, "environment", "gpus", where, integer=True) or 0,
         allow_internet=True if allow_internet is None else allow_internet,
         category=str(category) if category else None,

@@ -18,9 +18,19 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ...environments.base import EnvironmentSession
+from ...redact import Redactor
 from ...types import ExecResult
 
-__all__ = ["RewardError", "Rewards", "fetch_tree", "parse_rewards", "run_as_root", "save_tree", "upload_tree"]
+__all__ = [
+    "RewardError",
+    "Rewards",
+    "fetch_tree",
+    "parse_rewards",
+    "redact_bytes",
+    "run_as_root",
+    "save_tree",
+    "upload_tree",
+]
 
 VERIFIER_LOGS = "/logs/verifier"
 LOG_DIRS = ("/logs/verifier", "/logs/agent", "/logs/artifacts")
@@ -138,9 +148,22 @@ def save_tree(files: Mapping[str, bytes], target: Path, limit: int, truncated: b
         if not destination.is_relative_to(root):
             continue  # a crafted archive name must not escape the run directory
         destination.parent.mkdir(parents=True, exist_ok=True)
-        destination.write_bytes(data)
+        destination.write_bytes(redact_bytes(data))
         total += len(data)
     return {"files": len(files), "bytes": total, "limit_bytes": limit, "truncated": truncated}
+
+
+def redact_bytes(data: bytes) -> bytes:
+    """``data`` with the run's secrets masked when it is text (a task's ``${VAR}`` env values
+    may be printed by its scripts); other bytes as they are."""
+    redactor = Redactor()
+    if not redactor:
+        return data
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+    return redactor.text(text).encode("utf-8")
 
 
 def tail(text: str, size: int = TAIL_CHARS) -> str:

@@ -1,0 +1,104 @@
+"""What the plugin costs at start: the imports ``--agentcompass`` triggers, and whole-process start.
+
+Three kinds of child process, alternated, ``--repeat`` rounds each:
+
+- **import**: ``import pytest`` first (plain pytest pays it too), then times
+  exactly what ``pytest_configure`` imports and does when the option is given
+  (``load_config`` of a one-request config and the run object's modules),
+  wall and CPU, inside the child;
+- **plain start** and **active start**: ``pytest --collect-only`` of one plain
+  test against ``pytest --agentcompass=<config> --collect-only`` of one task,
+  each a whole process measured with ``wait4`` (interpreter start included);
+- **inactive start**: the plain collection with the plugin installed but no
+  option (it must cost what plain pytest costs).
+
+Usage::
+
+    python perf/bench_import.py --repeat 7
+    python -X importtime -c "import pytest; import pytest_agentcompass.plugin.run" 2> imports.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import child_env, describe_filesystem, measure, pytest_cmd, write_plain_suite, write_suite
+
+CHILD = """
+import json, sys, time
+import importlib
+import pytest, _pytest.config
+for name in _pytest.config.default_plugins:  # plain pytest pays these too
+    importlib.import_module("_pytest." + name)
+wall, cpu = time.perf_counter(), time.process_time()
+from pytest_agentcompass.config import load_config
+from pytest_agentcompass.plugin.run import AgentCompassRun
+load_config(__import__("pathlib").Path(sys.argv[1]).resolve())
+print(json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}))
+"""
+
+SUITE = """
+from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+
+class One(HarnessFreeBenchmark):
+    evaluation_environment_mode = "none"
+    def load_tasks(self, req):
+        return [TaskSpec("t0")]
+    async def run_task(self, task, prepared, env, req, plan):
+        return RunResult(task.task_id, output="ok")
+    async def evaluate(self, task, prepared, result, req, plan, env=None):
+        return result
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        print(f"run directory on: {describe_filesystem(root)}")
+        write_suite(root, "one", SUITE, 1, "name: one\nbenchmark: {id: 'one.py:One'}")
+        write_plain_suite(root, 1)
+        env = child_env()
+        # Unmeasured: writes the bytecode caches (and pytest's rewritten modules) every measured run finds.
+        measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--collect-only"), root)
+        imports: list[dict[str, float]] = []
+        starts: dict[str, list[tuple[float, float]]] = {"plain": [], "inactive": [], "active": []}
+        for _ in range(args.repeat):
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, str(root / "agentcompass.yaml")],
+                cwd=root,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            imports.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            for name, cmd in (
+                ("plain", pytest_cmd("-p", "no:agentcompass", "--collect-only", "plain")),
+                ("inactive", pytest_cmd("--collect-only", "plain")),
+                ("active", pytest_cmd("--agentcompass=agentcompass.yaml", "--collect-only")),
+            ):
+                run = measure(cmd, root)
+                if run.returncode != 0:
+                    raise SystemExit(f"{name} run failed (exit {run.returncode}): {run.tail}")
+                starts[name].append((run.seconds, run.cpu_seconds))
+        wall = statistics.median(i["wall"] for i in imports) * 1000
+        cpu = statistics.median(i["cpu"] for i in imports) * 1000
+        print(f"active imports + load_config: median {wall:.0f} ms wall, {cpu:.0f} ms CPU (target <= 100 ms)")
+        print("  each (wall ms): " + ", ".join(f"{i['wall'] * 1000:.0f}" for i in imports))
+        for name, runs in starts.items():
+            w = statistics.median(r[0] for r in runs)
+            c = statistics.median(r[1] for r in runs)
+            print(f"{name:>8} pytest --collect-only: median {w * 1000:.0f} ms wall, {c * 1000:.0f} ms CPU")
+
+
+if __name__ == "__main__":
+    main()

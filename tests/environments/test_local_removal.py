@@ -1,0 +1,169 @@
+"""Removing ``local`` workspaces: small flat ones by a listing, others by a walk, on a few threads, failures reported.
+
+A removal that fails for real (an immutable directory as root, a read-only
+one otherwise) must become the task's cleanup error, shown as its teardown
+error, with the result kept; and every workspace is gone when the run ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from pytest_agentcompass import EnvironmentSpec, ExecutionPlan, LocalEnvironment
+from pytest_agentcompass.environments.local import FLAT_REMOVAL_ENTRIES, LocalSession
+from pytest_agentcompass.errors import SessionError
+
+from conftest import write_config
+
+
+def lock(directory: Path) -> None:
+    """Make unlinking entries of ``directory`` fail: immutable as root (who ignores modes), read-only otherwise."""
+    if os.geteuid() != 0:
+        directory.chmod(0o500)
+        return
+    done = subprocess.run(["chattr", "+i", str(directory)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"this file system cannot make a directory immutable: {done.stderr.strip()}")
+
+
+def unlock(directory: Path) -> None:
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "-i", str(directory)], capture_output=True, check=False)
+    else:
+        directory.chmod(0o700)
+
+
+@contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    lock(directory)
+    try:
+        yield
+    finally:
+        unlock(directory)
+
+
+async def open_session(base: Path) -> LocalSession:
+    provider = LocalEnvironment(EnvironmentSpec(params={"base_dir": str(base)}))
+    plan = ExecutionPlan(task_id="t", attempt_index=0, evaluation_environment_mode="reuse")
+    session = await provider.open(provider.build_config(plan, "task"))
+    assert isinstance(session, LocalSession)
+    return session
+
+
+def test_a_session_never_used_creates_and_removes_nothing(tmp_path: Path) -> None:
+    async def main() -> None:
+        session = await open_session(tmp_path)
+        await session.close()
+
+    asyncio.run(main())
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("shape", ["flat", "nested", "many"])
+def test_close_removes_the_whole_workspace(tmp_path: Path, shape: str) -> None:
+    files = {
+        "flat": ["a", "b"],
+        "nested": ["a", "d/e/f", "d/g"],
+        "many": [f"f{i}" for i in range(FLAT_REMOVAL_ENTRIES + 5)],
+    }[shape]
+
+    async def main() -> None:
+        session = await open_session(tmp_path)
+        for name in files:
+            await session.write_text(name, "x")
+        os.symlink("/etc", session.root / "link")  # removed as a link, never followed
+        await session.close()
+
+    asyncio.run(main())
+    assert list(tmp_path.iterdir()) == []
+    assert Path("/etc/passwd").exists()
+
+
+@pytest.mark.parametrize("where", ["root", "subdirectory"])
+def test_a_removal_failure_raises_naming_what_stays(tmp_path: Path, where: str) -> None:
+    async def main() -> LocalSession:
+        session = await open_session(tmp_path)
+        await session.write_text("sub/kept.txt" if where == "subdirectory" else "kept.txt", "x")
+        target = session.root / "sub" if where == "subdirectory" else session.root
+        with locked(target):
+            with pytest.raises(SessionError, match=r"was not removed: .*kept\.txt"):
+                await session.close()
+        return session
+
+    session = asyncio.run(main())
+    # Once the file system lets go, a second close finishes the job.
+    asyncio.run(session.close())
+    assert list(tmp_path.iterdir()) == []
+
+
+SUITE = """
+import os, subprocess
+from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+
+class B(HarnessFreeBenchmark):
+    evaluation_environment_mode = "none"
+    def load_tasks(self, req):
+        return [TaskSpec("stuck"), TaskSpec("big"), TaskSpec("small")]
+    async def run_task(self, task, prepared, env, req, plan):
+        if task.task_id == "stuck":
+            await env.write_text("sub/kept.txt", "x")
+            sub = str(env.resolve("sub"))
+            if os.geteuid() == 0:
+                subprocess.run(["chattr", "+i", sub], check=True)
+            else:
+                os.chmod(sub, 0o500)
+            with open(os.path.join(os.environ["LOCKED_LIST"], "locked"), "w") as out:
+                out.write(sub)
+        elif task.task_id == "big":
+            for i in range(40):
+                await env.write_text(f"d{i % 4}/f{i}", "x")
+        else:
+            await env.write_text("answer.txt", "42")
+        return RunResult(task.task_id, output="ok")
+    async def evaluate(self, task, prepared, result, req, plan, env=None):
+        return RunResult(task.task_id, output=result.output, score=1.0)
+"""
+
+
+def test_a_workspace_that_cannot_be_removed_is_its_tasks_teardown_error(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    lock(probe)  # skips where the file system cannot refuse a removal
+    unlock(probe)
+    workspaces = tmp_path / "workspaces"
+    workspaces.mkdir()
+    monkeypatch.setenv("LOCKED_LIST", str(tmp_path))
+    pytester.makepyfile(bench=SUITE)
+    environment = {"id": "local", "params": {"base_dir": str(workspaces)}}
+    write_config(pytester, [{"name": "r", "benchmark": {"id": "bench.py:B"}, "environment": environment}])
+    try:
+        result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
+    finally:
+        locked_list = tmp_path / "locked"
+        if locked_list.exists():
+            unlock(Path(locked_list.read_text()))
+    result.assert_outcomes(passed=3, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of r::stuck*",
+            "*cleanup failed (the task's own result is kept)*",
+            "*closing the task environment *: SessionError: workspace * was not removed: *kept.txt*",
+        ]
+    )
+    (detail,) = (pytester.path / "runs/r").glob("*/details/stuck.json")
+    data = json.loads(detail.read_text())
+    assert data["score"] == 1.0 and data["status"] == "scored"
+    assert "was not removed" in data["cleanup_errors"][0]
+    # Only the workspace that could not be removed is left when the session has ended.
+    (left,) = workspaces.iterdir()
+    assert "-stuck-" in left.name and (left / "sub/kept.txt").exists()

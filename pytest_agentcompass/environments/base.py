@@ -56,12 +56,16 @@ class SessionConfig:
     network_policy: NetworkPolicy
     params: Mapping[str, Any] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Where to open it when the provider has a choice: a ``fresh`` evaluation asks for its task's.
+    placement: str | None = None
 
 
 class EnvironmentSession(abc.ABC):
     """One open sandbox. Every method is a coroutine and may be cancelled."""
 
     network_policy: NetworkPolicy = "full"
+    #: Where the session runs when the provider had a choice (a Docker engine of a pool), for the task detail.
+    placement: str | None = None
 
     @abc.abstractmethod
     async def exec(
@@ -104,6 +108,10 @@ class EnvironmentSession(abc.ABC):
         """A human pointer to the session (path, container id), for kept environments."""
         return repr(self)
 
+    async def detach(self) -> None:
+        """The attempt is done with a session it keeps (``keep_environment``): give back what
+        counts it (a provider's slot) without closing it."""
+
 
 class BaseEnvironment(abc.ABC):
     """An Environment provider.
@@ -131,6 +139,8 @@ class BaseEnvironment(abc.ABC):
         self.rootdir = rootdir or Path.cwd()
         #: ``spec.params`` validated by :attr:`params_model` (set by assembly; ``None`` without a model).
         self.params: Any = None
+        #: What the user should know after preflight (e.g. an engine left out), shown in the request's summary.
+        self.notes: list[str] = []
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -32,14 +32,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..config import ParamsModel
 from ..errors import PreflightError, SessionError
 from ..types import ExecResult, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
+from .docker_engine import Engine, EngineParams, check_engines, engine_list, engine_urls_as_mappings
 from .docker_files import get_tree, put_tree
 from .docker_images import choose_image
+from .docker_pool import EnginePool
 from .process import DEFAULT_OUTPUT_LIMIT, EXEC_MARKER, kill_marked
 
 if TYPE_CHECKING:
@@ -76,8 +78,18 @@ def _docker() -> Any:
 class DockerSession(EnvironmentSession):
     """A running container. Relative paths are relative to the workdir."""
 
-    def __init__(self, client: Any, container: Any, workdir: str, policy: NetworkPolicy, output_limit: int) -> None:
+    def __init__(
+        self,
+        client: Any,
+        container: Any,
+        workdir: str,
+        policy: NetworkPolicy,
+        output_limit: int,
+        local: bool = True,
+    ) -> None:
         self.client = client
+        #: Whether the engine shares this kernel, so host-side process kills reach the container.
+        self.local = local
         self.container = container
         self.workdir = workdir
         self.network_policy = policy
@@ -182,7 +194,8 @@ class DockerSession(EnvironmentSession):
         for _ in range(50):
             # Where this process sees the container's processes (same host, enough rights), do it here;
             # the token in their environment makes sure they are the exec's and nobody else's.
-            kill_marked(token, EXEC_MARKER)
+            if self.local:  # a Unix-socket engine: same kernel
+                kill_marked(token, EXEC_MARKER)
             try:
                 killer = api.exec_create(self.container.id, ["sh", "-c", _KILLER, "killer", token])
                 api.exec_start(killer["Id"])
@@ -311,6 +324,20 @@ class DockerParams(ParamsModel):
     pull: bool = False
     #: Task images (a benchmark's per-task build contexts) built at once, per process.
     max_parallel_builds: int = Field(default=2, ge=1)
+    #: A pool of engines (URLs or ``{url, capacity, tls}``); ``null``: the environment's engine (``DOCKER_HOST``).
+    engines: list[EngineParams] | None = None
+    #: Seconds between probes of an engine that stopped answering.
+    probe_interval: float = Field(default=5.0, gt=0)
+
+    @field_validator("engines", mode="before")
+    @classmethod
+    def _urls(cls, value: Any) -> Any:
+        return engine_urls_as_mappings(value)
+
+    @field_validator("engines")
+    @classmethod
+    def _engines(cls, value: list[EngineParams] | None) -> list[EngineParams] | None:
+        return check_engines(value)
 
 
 class DockerEnvironment(BaseEnvironment):
@@ -326,38 +353,28 @@ class DockerEnvironment(BaseEnvironment):
         #: WORKDIR of the images this provider started (an image does not change under its tag in a run).
         self._workdirs: dict[str, str] = {}
 
-    def _client(self) -> Any:
-        if getattr(self, "_docker_client", None) is None:
-            self._docker_client = _docker().from_env()
-        return self._docker_client
+    @property
+    def pool(self) -> EnginePool:
+        """The engines sessions go to (one, the environment's, without ``params.engines``)."""
+        if getattr(self, "_pool", None) is None:
+            params = self.spec.params
+            self._pool = EnginePool(engine_list(params.get("engines")), float(params.get("probe_interval") or 5.0))
+            self._pool.notes = self.notes  # an engine left out at preflight: in the request's summary
+        return self._pool
 
     async def preflight(self) -> None:
-        docker = _docker()
-        image = self.spec.params.get("image")
-        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        try:
-            client = await asyncio.to_thread(self._client)
-            await asyncio.to_thread(client.ping)
-        except Exception as exc:
-            raise PreflightError(
-                f"the Docker engine at {host} is not reachable ({type(exc).__name__}); "
-                "start it (scripts/start-docker.sh does) or set DOCKER_HOST"
-            ) from None
-        if not image:
-            return  # each task brings its own image (or build context); checked when it opens
-        try:
-            await asyncio.to_thread(client.images.get, image)
-        except docker.errors.ImageNotFound:
-            if not self.spec.params.get("pull"):
-                raise PreflightError(
-                    f"docker image {image!r} is not on the engine at {host}; build or pull it"
-                ) from None
-            await asyncio.to_thread(client.images.pull, image)
+        _docker()
+        await self.pool.preflight(self.spec.params.get("image"), bool(self.spec.params.get("pull")))
 
     async def open(self, config: SessionConfig) -> EnvironmentSession:
+        return await self.pool.open(config, self._open_on)
+
+    async def _open_on(self, engine: Engine, config: SessionConfig) -> EnvironmentSession:
+        """Open one container on ``engine`` (placement picked it)."""
         params = config.params
-        client = await asyncio.to_thread(self._client)
-        image = await choose_image(client, params, self.run_dir / "images" if self.run_dir else None)
+        client = await asyncio.to_thread(engine.client)
+        log_dir = self.run_dir / "images" if self.run_dir else None
+        image = await choose_image(client, params, log_dir, engine=engine.name if self.pool.pooled else "")
         workdir = params.get("workdir", "/work")
         from_image = workdir is None
         if from_image:  # the image's own WORKDIR (published task verifiers rely on it): it exists
@@ -399,19 +416,13 @@ class DockerEnvironment(BaseEnvironment):
             await asyncio.shield(asyncio.ensure_future(_discard(starting)))
             raise
         policy: NetworkPolicy = "disabled" if isolated else "full"
-        return DockerSession(client, container, workdir, policy, int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT)))
+        output_limit = int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
+        return DockerSession(client, container, workdir, policy, output_limit, local=engine.local)
 
     async def sweep(self, run_id: str) -> int:
-        client = await asyncio.to_thread(self._client)
-        leftovers = await asyncio.to_thread(
-            client.containers.list, all=True, filters={"label": f"agentcompass.run={run_id}"}
-        )
-        for container in leftovers:
-            await asyncio.to_thread(_remove, container)
-        return len(leftovers)
+        return await self.pool.sweep(run_id)
 
     async def aclose(self) -> None:
-        client = getattr(self, "_docker_client", None)
-        if client is not None:
-            self._docker_client = None
-            await asyncio.to_thread(client.close)
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            await pool.aclose()

@@ -84,8 +84,10 @@ def image_tag(
 class ImageBuilder:
     """Builds and caches the images of one provider (one pytest process)."""
 
-    def __init__(self, max_parallel: int = 2) -> None:
+    def __init__(self, max_parallel: int = 2, engine: str = "") -> None:
         self.max_parallel = max(1, max_parallel)
+        #: The engine it builds on, when there are several (a pool): its lock and log files are its own.
+        self.engine = engine
         #: Failed builds, per tag and run (log folder): later attempts of that run get the same error.
         #: Successes need no memo: the engine has the tag, which ``_build`` checks first.
         self._failed: dict[tuple[str, Path | None], SessionError] = {}
@@ -144,6 +146,8 @@ class ImageBuilder:
         if await asyncio.to_thread(has_image, client, tag):
             return tag  # built by an earlier run
         name = tag.replace(":", "-")
+        if self.engine:  # engines of a pool build side by side
+            name += "-" + hashlib.sha256(self.engine.encode()).hexdigest()[:8]
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
         # Processes of one host (xdist workers, whatever request they run) take
@@ -203,19 +207,19 @@ async def _file_lock(path: Path) -> AsyncIterator[None]:
         handle.close()
 
 
-_shared: ImageBuilder | None = None
+_shared: dict[str, ImageBuilder] = {}
 
 
-def shared_builder(max_parallel: int = 2) -> ImageBuilder:
-    """The process's builder: requests sharing an image share its one build (the first caller
-    sets the number of parallel builds)."""
-    global _shared
-    if _shared is None:
-        _shared = ImageBuilder(max_parallel)
-    return _shared
+def shared_builder(max_parallel: int = 2, engine: str = "") -> ImageBuilder:
+    """The process's builder for ``engine`` (one per engine of a pool): requests sharing an image
+    share its one build (the first caller sets the number of parallel builds)."""
+    builder = _shared.get(engine)
+    if builder is None:
+        builder = _shared[engine] = ImageBuilder(max_parallel, engine)
+    return builder
 
 
-async def choose_image(client: Any, params: Mapping[str, Any], log_dir: Path | None) -> str:
+async def choose_image(client: Any, params: Mapping[str, Any], log_dir: Path | None, engine: str = "") -> str:
     """The image a session starts from: ``image``; else the task's prebuilt ``task_image`` when
     the engine has it; else one built from the task's ``build`` context; else ``task_image`` pulled.
 
@@ -232,7 +236,7 @@ async def choose_image(client: Any, params: Mapping[str, Any], log_dir: Path | N
     if prebuilt and await asyncio.to_thread(has_image, client, prebuilt):
         return str(prebuilt)
     if params.get("build"):
-        builder = shared_builder(int(params.get("max_parallel_builds", 2)))
+        builder = shared_builder(int(params.get("max_parallel_builds", 2)), engine)
         return await builder.ensure(client, BuildSpec.from_params(params["build"]), log_dir)
     if prebuilt and params.get("pull"):
         await asyncio.to_thread(client.images.pull, prebuilt)

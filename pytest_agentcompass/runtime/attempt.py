@@ -42,6 +42,8 @@ class AttemptRecord:
     trace: str | None = None
     #: Token usage of tries a runtime retry replaced (their tokens were spent all the same).
     discarded_usage: list[dict[str, Any]] = field(default_factory=list)
+    #: Where the latest try's sessions ran (purpose -> e.g. a Docker engine), when the provider chose.
+    placement: dict[str, str] = field(default_factory=dict)
 
 
 class AttemptRunner:
@@ -61,7 +63,10 @@ class AttemptRunner:
     async def run(self) -> AttemptRecord:
         # A whole-attempt retry leaves the permit block, so it gives the
         # provider permit back and queues for a new one.
-        self.record.result = await self._retrying(RetryScope.ATTEMPT, self._attempt_with_permit)
+        result = await self._retrying(RetryScope.ATTEMPT, self._attempt_with_permit)
+        if self.record.placement:
+            result = dataclasses.replace(result, metadata={**result.metadata, "placement": self.record.placement})
+        self.record.result = result
         return self.record
 
     async def _attempt_with_permit(self) -> RunResult:
@@ -77,6 +82,7 @@ class AttemptRunner:
     async def _attempt(self) -> RunResult:
         ctx, task, plan, req = self.ctx, self.task, self.plan, self.ctx.req
         timeouts = plan.timeouts
+        self.record.placement = {}
         async with AsyncExitStack() as stack:
             env = await self._open(stack, "task", Stage.ENVIRONMENT)
             prepared = await self._stage(
@@ -165,9 +171,14 @@ class AttemptRunner:
     async def _open(self, stack: AsyncExitStack, purpose: Any, stage: Stage) -> EnvironmentSession:
         provider = self.ctx.provider
         config = provider.build_config(self.plan, purpose, self.ctx.labels(self.task, self.plan.attempt_index))
+        if purpose == "evaluation" and "task" in self.record.placement:  # beside its task (its image is there)
+            config = dataclasses.replace(config, placement=self.record.placement["task"])
         env: EnvironmentSession = await self._stage(stage, lambda: provider.open(config), kind=ErrorKind.ENVIRONMENT)
+        if env.placement:
+            self.record.placement[purpose] = env.placement
         if self.ctx.req.execution.keep_environment:
             self.record.kept_environments.append(f"{purpose}: {env.describe()}")
+            stack.push_async_callback(self._cleanup, f"releasing the kept {purpose} environment", env.detach)
         else:
             # Described only if closing fails: most sessions close fine.
             stack.push_async_callback(
@@ -265,6 +276,7 @@ class AttemptRunner:
                 "trace": failure.trace,
                 "payload": payload,
                 "plan": self.plan.to_dict(),
+                "placement": dict(self.record.placement),
             },
         )
         self.ctx.events.on_retry(self.task.task_id, failure.stage.value)

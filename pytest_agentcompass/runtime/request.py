@@ -100,6 +100,7 @@ class RequestRuntime:
             self.failed_status = RunStatus.ENVIRONMENT_ERROR
             where = "" if isinstance(exc, AgentCompassError) else f"environment {ctx.req.environment.id!r} preflight: "
             raise PreflightError(f"request {self.name!r}: {where}{_reason(exc)}") from None
+        self.notes.extend(getattr(ctx.provider, "notes", ()))
         try:
             if ctx.harness is not None:
                 await call_user(ctx.harness.preflight, ctx.req)
@@ -263,18 +264,23 @@ class RequestRuntime:
         return TaskOutcome(request=self.name, task=task, result=result, passed=False)
 
     async def aclose(self) -> None:
-        """Release what the harness shares between tasks; a failure is a warning."""
+        """Release what the harness and the provider share between tasks; a failure is a warning."""
         harness = self.ctx.harness
-        if harness is None:
-            return
+        if harness is not None:
+            try:
+                await call_user(harness.aclose)
+            except Exception as exc:
+                log.warning("request %s: closing the harness failed: %s: %s", self.name, type(exc).__name__, exc)
         try:
-            await call_user(harness.aclose)
+            await self.ctx.provider.aclose()  # its clients (a pool of engines: the containers it still owes)
         except Exception as exc:
-            log.warning("request %s: closing the harness failed: %s: %s", self.name, type(exc).__name__, exc)
+            log.warning("request %s: closing the environment failed: %s: %s", self.name, type(exc).__name__, exc)
 
     # -- finalization ------------------------------------------------------
     async def finalize(self, status: str = "completed") -> dict[str, Any]:
         """Aggregate in task order and write ``summary.json`` and the final ``run_info.json``."""
+        # What the provider learned during the run (an engine that stopped answering).
+        self.notes.extend(n for n in getattr(self.ctx.provider, "notes", ()) if n not in self.notes)
         ordered = [self.outcomes[t.task_id] for t in self.tasks if t.task_id in self.outcomes]
         benchmark = self.ctx.benchmark
         if type(benchmark).aggregate_metrics is BaseBenchmark.aggregate_metrics:

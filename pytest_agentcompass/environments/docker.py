@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, field_validator
 
 from ..config import ParamsModel
-from ..errors import PreflightError, SessionError
+from ..errors import SessionError
 from ..types import ExecResult, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
-from .docker_engine import Engine, EngineParams, check_engines, engine_list, engine_urls_as_mappings
+from .docker_engine import Engine, EngineParams, check_engines, docker_sdk, engine_list, engine_urls_as_mappings
 from .docker_files import get_tree, put_tree
 from .docker_images import choose_image
 from .docker_pool import EnginePool
@@ -63,16 +63,6 @@ _KILLER = (
     f'if grep -q "{EXEC_MARKER}=$1" "$d/environ" 2>/dev/null; then kill -STOP "$p" 2>/dev/null && s="$s $p"; fi; '
     'done; for p in $s; do kill -9 "$p" 2>/dev/null && n=$((n+1)); done; done'
 )
-
-
-def _docker() -> Any:
-    try:
-        import docker
-    except ImportError:
-        raise PreflightError(
-            "the docker provider needs the Docker SDK: pip install 'pytest-agentcompass[docker]'"
-        ) from None
-    return docker
 
 
 class DockerSession(EnvironmentSession):
@@ -300,7 +290,7 @@ async def _discard(starting: asyncio.Future[Any]) -> None:
 
 
 def _remove(container: Any) -> None:
-    docker = _docker()
+    docker = docker_sdk()
     try:
         container.remove(force=True, v=True)
     except docker.errors.NotFound:
@@ -363,7 +353,7 @@ class DockerEnvironment(BaseEnvironment):
         return self._pool
 
     async def preflight(self) -> None:
-        _docker()
+        docker_sdk()
         await self.pool.preflight(self.spec.params.get("image"), bool(self.spec.params.get("pull")))
 
     async def open(self, config: SessionConfig) -> EnvironmentSession:

@@ -27,6 +27,7 @@ __all__ = [
     "EngineTLS",
     "check_engines",
     "copy_image",
+    "docker_sdk",
     "engine_list",
     "engine_urls_as_mappings",
     "has_image",
@@ -114,7 +115,8 @@ def engine_list(value: Any) -> list[EngineParams] | None:
     return check_engines([v if isinstance(v, EngineParams) else EngineParams.model_validate(v) for v in value])
 
 
-def _docker() -> Any:
+def docker_sdk() -> Any:
+    """The Docker SDK, imported on first use (it is heavy, and optional)."""
     try:
         import docker
     except ImportError:
@@ -162,7 +164,7 @@ class Engine:
             return self._client
 
     def _make(self, timeout: float | None) -> Any:
-        docker = _docker()
+        docker = docker_sdk()
         if self.spec is None:
             return docker.from_env(timeout=int(timeout)) if timeout else docker.from_env()
         options: dict[str, Any] = {"base_url": self.url}

@@ -205,27 +205,38 @@ class TcpProxy:
             except OSError:
                 client.close()
                 continue
+            ends = threading.Semaphore(0)  # released once per direction that has ended
             for source, target in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pipe, args=(source, target), daemon=True).start()
+                threading.Thread(target=_pipe, args=(source, target, ends), daemon=True).start()
+            threading.Thread(target=_close_after, args=(ends, client, upstream), daemon=True).start()
 
     def close(self) -> None:
         self._closed = True
         self.server.close()
 
 
-def _pipe(source: socket.socket, target: socket.socket) -> None:
+def _pipe(source: socket.socket, target: socket.socket, ends: threading.Semaphore) -> None:
+    """Copy one direction; its end is passed on as a half-close, so the other direction
+    (an exec's output still on its way) is not cut short."""
     try:
         while data := source.recv(65536):
             target.sendall(data)
     except OSError:
         pass
     finally:
-        for sock in (source, target):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
+        try:
+            target.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        ends.release()
+
+
+def _close_after(ends: threading.Semaphore, *socks: socket.socket) -> None:
+    """Close a proxied connection once both directions have ended."""
+    ends.acquire()
+    ends.acquire()
+    for sock in socks:
+        sock.close()
 
 
 class SshLoopback:

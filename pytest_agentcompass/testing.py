@@ -102,11 +102,13 @@ class EnvironmentConformance:
 
         async def scenario() -> None:
             session = await self._open(provider)
-            await session.write_text("probe.txt", "hello")
-            assert await session.read_text("probe.txt") == "hello"
-            result = await session.exec(["sh", "-c", "cat probe.txt"], timeout=self.exec_budget)
-            assert result.exit_code == 0 and result.stdout == "hello"
-            await session.close()
+            try:
+                await session.write_text("probe.txt", "hello")
+                assert await session.read_text("probe.txt") == "hello"
+                result = await session.exec(["sh", "-c", "cat probe.txt"], timeout=self.exec_budget)
+                assert result.exit_code == 0 and result.stdout == "hello"
+            finally:  # a failed check must not leave the environment behind
+                await session.close()
 
         _run(scenario)
         assert self.leaked(provider, tmp_path) == []

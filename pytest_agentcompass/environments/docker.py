@@ -26,9 +26,10 @@ import io
 import logging
 import os
 import secrets
+import struct
 import tarfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,38 @@ _KILLER = (
     f'if grep -q "{EXEC_MARKER}=$1" "$d/environ" 2>/dev/null; then kill -STOP "$p" 2>/dev/null && s="$s $p"; fi; '
     'done; for p in $s; do kill -9 "$p" 2>/dev/null && n=$((n+1)); done; done'
 )
+
+
+def exec_output(api: Any, exec_id: str) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """Start exec ``exec_id``; returns an iterator of its ``(stdout, stderr)`` frames to the end.
+
+    Not the SDK's ``exec_start(stream=True)``: it reads the hijacked socket
+    under the HTTP response's buffered reader, so frames that arrived with the
+    headers (a fast command's whole output, on a busy machine or over TCP) sat
+    in that buffer and were lost: exit 0 and empty output. Reading frames
+    through the buffered reader itself keeps them.
+    """
+    response = api._post_json(  # the SDK's own request (see its exec_start), kept open
+        api._url("/exec/{0}/start", exec_id),
+        headers={"Connection": "Upgrade", "Upgrade": "tcp"},
+        data={"Tty": False, "Detach": False},
+        stream=True,
+    )
+    api._raise_for_status(response)
+    reader = getattr(getattr(response.raw, "_fp", None), "fp", None)
+    if not isinstance(reader, io.BufferedReader):  # ssh:// and named pipes: the SDK's reader
+        return iter(api._read_from_socket(response, True, tty=False, demux=True))
+    return _frames(response, reader)  # started by now: the caller may kill it at once
+
+
+def _frames(response: Any, reader: io.BufferedReader) -> Iterator[tuple[bytes | None, bytes | None]]:
+    try:
+        while len(header := reader.read(8)) == 8:
+            kind, size = struct.unpack(">BxxxL", header)
+            data = reader.read(size)
+            yield (data, None) if kind == 1 else (None, data)
+    finally:
+        response.close()
 
 
 class DockerSession(EnvironmentSession):
@@ -120,7 +153,7 @@ class DockerSession(EnvironmentSession):
         def start() -> Any:
             nonlocal exec_id
             exec_id = api.exec_create(self.container.id, argv_list(argv), **options)["Id"]
-            return api.exec_start(exec_id, stream=True, demux=True)
+            return exec_output(api, exec_id)
 
         def pump(stream: Any) -> dict[str, Any]:
             """Read the output to its end (every writer gone), then the exit code."""

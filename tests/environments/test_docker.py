@@ -211,8 +211,9 @@ def test_cancel_while_the_exec_is_starting_kills_it() -> None:
     async def scenario() -> str:
         session = await provider.open(provider.build_config(make_plan(), "task", {"agentcompass.conformance": mark}))
         try:
-            api = session.client.api  # type: ignore[attr-defined]
-            real_start = api.exec_start
+            from pytest_agentcompass.environments import docker as docker_module
+
+            real_start = docker_module.exec_output
             loop = asyncio.get_running_loop()
             task: asyncio.Future[Any] | None = None
 
@@ -223,11 +224,13 @@ def test_cancel_while_the_exec_is_starting_kills_it() -> None:
                 time.sleep(0.2)
                 return stream
 
-            api.exec_start = start
+            docker_module.exec_output = start  # type: ignore[assignment]
             task = asyncio.ensure_future(session.exec(["sh", "-c", f"sleep 30; echo {token}"]))
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            api.exec_start = real_start
+            try:
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            finally:
+                docker_module.exec_output = real_start
             # The scan's own command line holds "[t]oken", never the token itself.
             pattern = f"[{token[0]}]{token[1:]}"
             scan = await session.exec(["sh", "-c", f"grep -l '{pattern}' /proc/[0-9]*/cmdline || true"])

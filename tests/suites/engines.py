@@ -191,7 +191,8 @@ class TcpProxy:
         self.port = self.server.getsockname()[1]
         self.url = f"tcp://127.0.0.1:{self.port}"
         self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
 
     def _accept(self) -> None:
         while not self._closed:
@@ -211,7 +212,15 @@ class TcpProxy:
             threading.Thread(target=_close_after, args=(ends, client, upstream), daemon=True).start()
 
     def close(self) -> None:
+        # Wake the accepting thread and wait for it before the socket's number is
+        # freed: a thread still accepting on that number would take the
+        # connections of whatever socket gets it next (another test's server).
         self._closed = True
+        try:
+            self.server.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._thread.join(timeout=30)
         self.server.close()
 
 

@@ -5,7 +5,7 @@ alternates), each as its own child with ``PYTHONPATH`` pointing at that
 checkout. A checkout is a folder holding ``pytest_agentcompass/``, e.g. made
 with ``git archive <commit> pytest_agentcompass | tar -x -C <folder>``. Usage::
 
-    python perf/bench_ab.py --a /tmp/base --b /tmp/new --n 10000 --rounds 4
+    python perf/bench_ab.py --a /tmp/base --b /tmp/new --n 10000 --rounds 4 [--dir /dev/shm] [--sync]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from _common import Measurement, describe_filesystem, measure, pytest_cmd, write_plain_suite, write_suite
-from bench_overhead import NOOP
+from bench_overhead import NOOP, NOOP_SYNC
 
 
 def main() -> None:
@@ -27,14 +27,16 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--sync", action="store_true", help="a sync evaluate (a thread hop per task)")
+    parser.add_argument("--dir", default=None, help="where the run directory goes (default: the temp dir)")
     args = parser.parse_args()
     checkouts = {"a": str(args.a.resolve()), "b": str(args.b.resolve())}
     plugin = pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
         print(f"run directory on: {describe_filesystem(root)}")
         request = f"name: noop\nbenchmark: {{id: 'noop.py:Noop', params: {{n: {args.n}}}}}"
-        write_suite(root, "noop", NOOP, args.concurrency, request)
+        write_suite(root, "noop", NOOP_SYNC if args.sync else NOOP, args.concurrency, request)
         write_plain_suite(root, args.n)
         runs: dict[str, list[Measurement]] = {"plain": [], "a": [], "b": []}
         for path in checkouts.values():  # unmeasured: bytecode caches for both

@@ -27,9 +27,12 @@ class Noop(HarnessFreeBenchmark):
         return [TaskSpec(f"t{i}") for i in range(self.n)]
     async def run_task(self, task, prepared, env, req, plan):
         return RunResult(task.task_id, output="ok")
-    def evaluate(self, task, prepared, result, req, plan, env=None):
+    async def evaluate(self, task, prepared, result, req, plan, env=None):
         return dataclasses.replace(result, score=1.0)
 """
+
+#: The same with a plain ``def evaluate``: each call hops to a thread so it cannot block the loop.
+NOOP_SYNC = NOOP.replace("async def evaluate", "def evaluate")
 
 
 def main() -> None:
@@ -37,11 +40,13 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sync", action="store_true", help="a sync evaluate (a thread hop per task)")
+    parser.add_argument("--dir", default=None, help="where the run directory goes (default: the temp dir)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
         request = f"name: noop\nbenchmark: {{id: 'noop.py:Noop', params: {{n: {args.n}}}}}"
-        write_suite(root, "noop", NOOP, args.concurrency, request)
+        write_suite(root, "noop", NOOP_SYNC if args.sync else NOOP, args.concurrency, request)
         write_plain_suite(root, args.n)
         pairs = []
         for base, plugin in interleaved(root, args.repeat):

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_agentcompass import ExecutionPlan
-from pytest_agentcompass.runtime.store import RunStore
+from pytest_agentcompass.runtime.store import RunStore, iter_runs, read_run_info_head
 
 
 def _plan(task_id: str, attempt: int, mode: str = "none") -> ExecutionPlan:
@@ -63,6 +63,31 @@ def test_run_info_without_plans_and_reading_it_back(tmp_path: Path) -> None:
     assert "resolved_execution_plans" not in info, "plans are streamed from plans.jsonl, never held"
     assert store.read_run_info() == {"status": "completed"}
     store.close()
+
+
+def test_listing_runs_reads_run_info_up_to_its_plans(tmp_path: Path) -> None:
+    """Choosing a run to resume or reuse must not parse every earlier run's megabytes of plans."""
+    big = {"status": "completed", "started_at": "2026-01-01T00:00:00", "config": {"notes": "x" * 200_000}}
+    runs = tmp_path / "request"
+    for name, info in (("r1", big), ("r2", {**big, "started_at": "2026-01-02T00:00:00", "status": "running"})):
+        store = RunStore(runs / name)
+        for i in range(3):
+            store.record_plan(_plan(f"t{i}", 0))
+        store.close()
+        store.write_run_info(info, with_plans=True)  # the marker lands past the first 64 KiB read
+    full = json.loads((runs / "r1" / "run_info.json").read_text())
+    assert len(full.pop("resolved_execution_plans")) == 3
+    assert read_run_info_head(runs / "r1" / "run_info.json") == full
+    # Proof that the plans are not parsed: spoil them, and the run is still listed and read.
+    path = runs / "r1" / "run_info.json"
+    text = path.read_text()
+    path.write_text(text[: text.index('"resolved_execution_plans"')] + '"resolved_execution_plans": {not json')
+    assert [p.name for p, _ in iter_runs(runs)] == ["r2", "r1"]
+    assert RunStore(runs / "r1").read_run_info() == full
+    # A run_info written without plans is read whole.
+    (runs / "r3").mkdir()
+    (runs / "r3" / "run_info.json").write_text('{"status": "created", "started_at": "2026-01-03T00:00:00"}')
+    assert [p.name for p, _ in iter_runs(runs)] == ["r3", "r2", "r1"]
 
 
 def test_details_are_whole_files_with_no_temporary_left(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@
 copies whole run directories of a request.
 """
 
-from .files import PLANS_KEY, RUN_INFO, RunStore, read_json
+from .files import PLANS_KEY, RUN_INFO, RunStore, read_json, read_run_info_head
 from .runs import (
     claim_run_dir,
     copy_details,
@@ -32,6 +32,7 @@ __all__ = [
     "new_run_id",
     "now",
     "read_json",
+    "read_run_info_head",
     "record_killed",
     "release_run_dir",
 ]

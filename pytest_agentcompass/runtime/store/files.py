@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 from ...redact import Redactor
 from ...types import ExecutionPlan, RunResult, to_jsonable
 
-__all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "read_json"]
+__all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "read_json", "read_run_info_head"]
 
 RUN_INFO = "run_info.json"
 PLANS_KEY = "resolved_execution_plans"
@@ -57,6 +57,40 @@ def _readable(value: Any, depth: int = 2, indent: str = "") -> str:
 def read_json(path: str | os.PathLike[str]) -> Any:
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
+
+
+#: Where :meth:`RunStore.write_run_info` starts the folded plans: always last, at the top level.
+_PLANS_START = f',\n  "{PLANS_KEY}": {{'.encode()
+
+
+def read_run_info_head(path: str | os.PathLike[str]) -> Any:
+    """``run_info.json`` up to its folded plans: what a run is, without what it planned.
+
+    A finished run of 10,000 tasks has megabytes of plans in its
+    ``run_info.json``; choosing a run to resume or reuse reads every earlier
+    run's file, and parsing them whole cost seconds (and full garbage
+    collections over the parsed plans). The plans are the last top-level key
+    and JSON strings hold no raw newline, so the marker can only be the one
+    :meth:`RunStore._run_info_lines` wrote. Without it the file is read whole.
+    """
+    head = b""
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 16):
+            head += chunk
+            cut = head.find(_PLANS_START, max(0, len(head) - len(chunk) - len(_PLANS_START)))
+            if cut >= 0:
+                return json.loads(head[:cut] + b"\n}")
+    return json.loads(head)
+
+
+def _holds_bytes(value: Any) -> bool:
+    if isinstance(value, bytes | bytearray):
+        return True
+    if isinstance(value, Mapping):
+        return any(map(_holds_bytes, value.values()))
+    if isinstance(value, list | tuple):
+        return any(map(_holds_bytes, value))
+    return False
 
 
 def _segment(key: Any) -> str:
@@ -151,7 +185,7 @@ class RunStore:
     def read_run_info(self) -> dict[str, Any]:
         """``run_info.json`` without its recorded plans (those are rebuilt from ``plans.jsonl``)."""
         path = self.run_dir / RUN_INFO
-        info = dict(read_json(path)) if path.exists() else {}
+        info = dict(read_run_info_head(path)) if path.exists() else {}
         info.pop(PLANS_KEY, None)
         return info
 
@@ -245,6 +279,8 @@ class RunStore:
         changed: dict[str, Any] = {}
         for name in ("artifacts", "metadata"):
             value = getattr(result, name)
+            if not _holds_bytes(value):  # nearly always: no file paths built per key for nothing
+                continue
             replaced = self._externalize(value, f"{base}/{name}")
             if replaced is not value:
                 changed[name] = replaced

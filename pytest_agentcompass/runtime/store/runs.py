@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import AgentCompassError
-from .files import RUN_INFO, RunStore, read_json
+from .files import RUN_INFO, RunStore, read_json, read_run_info_head
 
 __all__ = [
     "LOCK_FILE",
@@ -53,7 +53,7 @@ def new_run_id() -> str:
 
 def _run_info(run_dir: Path) -> dict[str, Any] | None:
     try:
-        info = read_json(run_dir / RUN_INFO)
+        info = read_run_info_head(run_dir / RUN_INFO)
     except (OSError, json.JSONDecodeError):
         return None
     return info if isinstance(info, dict) else None

@@ -7,10 +7,12 @@ It isolates files, not the network: the only policy it can honour is
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -68,8 +70,9 @@ class LocalSession(EnvironmentSession):
         """The workspace directory (named on first use; created by the first path that needs it)."""
         if self._root is None:
             assert self._parent is not None
-            # Random, so no one can create it first in a shared temp dir.
-            self._root = self._parent / f"{self._prefix}-{secrets.token_hex(8)}"
+            # Random, so no one can create it first in a shared temp dir. Under
+            # a resolved parent: paths are checked against a root free of symlinks.
+            self._root = _real_dir(self._parent) / f"{self._prefix}-{secrets.token_hex(8)}"
         return self._root
 
     def resolve(self, path: str) -> Path:
@@ -82,6 +85,21 @@ class LocalSession(EnvironmentSession):
         if not self._created:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)  # exist_ok: a test may pass a made dir
             self._created = True
+        if "/" not in path and path != "..":
+            # The common case, one name (``answer.txt``): the root has no
+            # symlink on its way (see ``root``), so only the name itself can
+            # lead out. One ``lstat`` instead of ``realpath``'s one per
+            # component of the whole path, ten thousand times per run.
+            if path in ("", "."):
+                return self.root
+            candidate = self.root / path
+            try:
+                if not stat.S_ISLNK(os.lstat(candidate).st_mode):
+                    return candidate
+            except FileNotFoundError:
+                return candidate
+            except OSError:
+                pass  # the full check below says what is wrong
         relative = PurePosixPath(path)
         if relative.is_absolute():
             relative = relative.relative_to("/")
@@ -107,7 +125,8 @@ class LocalSession(EnvironmentSession):
 
     async def write_bytes(self, path: str, data: bytes) -> None:
         target = self.resolve(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.parent != self.root:
+            target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
 
     async def exec(
@@ -151,6 +170,13 @@ class LocalSession(EnvironmentSession):
         await self._controls.kill_all()  # commands still running (an abandoned exec task) die here
         if not self._created:
             return
+        if self._removal is None and _inline_removal.wanted():
+            started = time.perf_counter()
+            removed = _remove_flat(str(self.root))
+            _inline_removal.took(time.perf_counter() - started)
+            if removed:
+                self._created = False
+                return
         removal = self._removal
         if removal is None or (removal.done() and not removal.cancelled() and removal.exception() is not None):
             # First close, or the one before could not remove everything: (try) again.
@@ -161,6 +187,12 @@ class LocalSession(EnvironmentSession):
 
     def describe(self) -> str:
         return str(self.root)
+
+
+@functools.lru_cache(maxsize=32)
+def _real_dir(path: Path) -> Path:
+    """``path`` resolved, once per process: every workspace of a run has the same parent."""
+    return path.resolve()
 
 
 #: Threads that remove workspaces, shared by every session of the process. Few
@@ -177,6 +209,46 @@ def _removal_pool() -> BlockingCallPool:
     if _removals is None:
         _removals = shared_pool(REMOVAL_THREADS, "agentcompass-rm")
     return _removals
+
+
+class _InlineRemoval:
+    """Whether a small workspace is removed right on the event loop or by a removal thread.
+
+    Removing one file and a directory takes tens of microseconds on a quick
+    file system, and handing that to a thread and back cost far more CPU:
+    threads taking the GIL from a busy loop in turns. Measured with 10,000
+    tasks writing one file, 500 at a time, against tasks writing nothing:
+    1.9x the CPU in threads against 1.15-1.2x inline on tmpfs, and on a busy
+    ext4 1.7-1.8x in threads against 1.3-1.5x inline (docs/performance.md).
+    Only when one removal holds the loop for milliseconds do threads pay for
+    themselves, by letting those waits overlap. So removals run inline while
+    their running mean stays under :attr:`LIMIT`, go to threads beyond it,
+    and every :attr:`PROBE`-th removal tries inline again, to notice the
+    disk calming down.
+    """
+
+    LIMIT = 0.002
+    PROBE = 64
+
+    def __init__(self) -> None:
+        self.mean = 0.0
+        self.skipped = 0
+
+    def wanted(self) -> bool:
+        if self.mean <= self.LIMIT:
+            return True
+        self.skipped += 1
+        if self.skipped >= self.PROBE:
+            self.skipped = 0
+            return True
+        return False
+
+    def took(self, seconds: float) -> None:
+        self.mean = 0.8 * self.mean + 0.2 * seconds
+
+
+#: Process-wide, like the file systems it measures (only ever used on event-loop threads).
+_inline_removal = _InlineRemoval()
 
 
 #: Up to this many entries, none a directory, a workspace is removed with a

@@ -122,6 +122,14 @@ def test_paths_are_confined_to_the_workspace(tmp_path: Path) -> None:
         os.symlink("/etc", session.root / "link")
         with pytest.raises(WorkspacePathError):
             await session.read_text("link/passwd")
+        # A single name is checked too (it takes a shorter path than a nested one).
+        os.symlink("/etc/hostname", session.root / "name")
+        for attempt in (session.read_text("name"), session.write_text("name", "x")):
+            with pytest.raises(WorkspacePathError, match="outside the workspace"):
+                await attempt
+        os.symlink("inside.txt", session.root / "alias")  # a link that stays inside is fine
+        await session.write_text("alias", "kept")
+        assert (session.root / "inside.txt").read_text() == "kept"
         with pytest.raises(WorkspacePathError):
             await session.exec(["true"], cwd="../")
         await session.close()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcompass import EnvironmentSpec, ExecutionPlan, LocalEnvironment
-from pytest_agentcompass.environments.local import FLAT_REMOVAL_ENTRIES, LocalSession
+from pytest_agentcompass.environments.local import FLAT_REMOVAL_ENTRIES, LocalSession, _InlineRemoval
 from pytest_agentcompass.errors import SessionError
 
 from conftest import write_config
@@ -56,6 +56,21 @@ async def open_session(base: Path) -> LocalSession:
     session = await provider.open(provider.build_config(plan, "task"))
     assert isinstance(session, LocalSession)
     return session
+
+
+def test_removals_leave_the_loop_for_threads_while_the_disk_is_slow_and_come_back() -> None:
+    choice = _InlineRemoval()
+    assert choice.wanted(), "a quick disk (or none measured yet): inline"
+    for _ in range(20):
+        choice.took(0.001)
+    assert choice.wanted(), "1 ms per removal is still inline"
+    for _ in range(20):
+        choice.took(0.02)
+    decisions = [choice.wanted() for _ in range(2 * _InlineRemoval.PROBE)]
+    assert decisions.count(True) == 2, "slow: threads, with one inline probe every PROBE removals"
+    for _ in range(30):
+        choice.took(0.00005)
+    assert choice.wanted(), "the disk calmed down: inline again"
 
 
 def test_a_session_never_used_creates_and_removes_nothing(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ The target compares the plugin under ``-n W`` with what the work cannot go
 below: the ideal time (N * D / concurrency) plus plain pytest under ``-n W``
 running N trivial tests, both measured in the same run, alternated::
 
-    python perf/bench_xdist.py --n 10000 --seconds 0.05 --concurrency 500 --workers 2
+    python perf/bench_xdist.py --n 10000 --seconds 0.05 --concurrency 500 --workers 2 [--sync]
 """
 
 from __future__ import annotations
@@ -29,9 +29,12 @@ class Sleeper(HarnessFreeBenchmark):
     async def run_task(self, task, prepared, env, req, plan):
         await asyncio.sleep(self.seconds)  # an agent waiting on a model or a container
         return RunResult(task.task_id, output="ok")
-    def evaluate(self, task, prepared, result, req, plan, env=None):
+    async def evaluate(self, task, prepared, result, req, plan, env=None):
         return dataclasses.replace(result, score=1.0)
 """
+
+#: The same with a plain ``def evaluate``: each call hops to a thread so it cannot block the loop.
+SLEEPER_SYNC = SLEEPER.replace("async def evaluate", "def evaluate")
 
 
 def main() -> None:
@@ -41,6 +44,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=500)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sync", action="store_true", help="a sync evaluate (a thread hop per task)")
     args = parser.parse_args()
     ideal = args.n * args.seconds / args.concurrency
     with tempfile.TemporaryDirectory() as tmp:
@@ -48,7 +52,7 @@ def main() -> None:
         request = (
             f"name: sleep\nbenchmark: {{id: 'sleeper.py:Sleeper', params: {{n: {args.n}, seconds: {args.seconds}}}}}"
         )
-        write_suite(root, "sleeper", SLEEPER, args.concurrency, request)
+        write_suite(root, "sleeper", SLEEPER_SYNC if args.sync else SLEEPER, args.concurrency, request)
         write_plain_suite(root, args.n)
         pairs = []
         for base, plugin in interleaved(root, args.repeat, ("-n", str(args.workers))):

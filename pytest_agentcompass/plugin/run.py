@@ -8,7 +8,6 @@ fixtures and the xdist glue all reach it through that key.
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -21,6 +20,7 @@ from ..registry import Registry
 from ..reports.gates import check_gate_names
 from ..reports.terminal import write_terminal_summary
 from ..runtime.assembly import RequestSetup, RunOptions, build_request, make_runtime
+from ..runtime.collector import fewer_collections
 from ..runtime.driver import drive
 from ..runtime.logs import TaskLogHandler, route_task_output
 from ..runtime.orchestrator import OrchestrationResult, Orchestrator
@@ -294,19 +294,10 @@ class AgentCompassRun:
         if level:
             root.setLevel(level.upper() if isinstance(level, str) else level)
         root.addHandler(handler)
-        # Every finished task leaves long-lived objects (outcomes, reports); with
-        # the default thresholds that triggers a full collection every few
-        # hundred tasks over an ever larger heap. The young generation is
-        # collected less often too: with hundreds of tasks in flight, each of
-        # its collections walks their live coroutines and frames again (+0.3 s
-        # of CPU for 10,000 tasks at 500 at a time); cycles are rare here.
-        gc_thresholds = gc.get_threshold()
-        gc.set_threshold(max(gc_thresholds[0], 5_000), gc_thresholds[1], max(gc_thresholds[2], 100))
         try:
-            with route_task_output():
+            with route_task_output(), fewer_collections():
                 self.result = drive(orchestrator)
         finally:
-            gc.set_threshold(*gc_thresholds)
             root.removeHandler(handler)
             root.setLevel(previous_level)
             progress.clear()

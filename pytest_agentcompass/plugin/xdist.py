@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..errors import AgentCompassError, PreflightError
+from ..runtime.collector import fewer_collections
 from ..runtime.orchestrator import OrchestrationResult, not_run
 from ..runtime.request import RequestRuntime
 from ..runtime.store import release_run_dir
@@ -235,7 +236,8 @@ class DistributedRun:
             status, _, reason = self.cancelled.partition(": ")
             result.status, result.reason = (status, reason) if reason else ("interrupted", status)
         self.run.result = result
-        self.run.runtimes = [s for s in (self._finalize(s, result) for s in self.states.values()) if s]
+        with fewer_collections():  # ten thousand outcomes are built from their details
+            self.run.runtimes = [s for s in (self._finalize(s, result) for s in self.states.values()) if s]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         # Usually the workers could not build it either: their collection error is the one message.

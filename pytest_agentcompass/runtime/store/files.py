@@ -55,8 +55,8 @@ def _readable(value: Any, depth: int = 2, indent: str = "") -> str:
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+    with open(path, "rb") as fh:  # bytes: json decodes UTF-8 itself, without a text layer
+        return json.loads(fh.read())
 
 
 #: Where :meth:`RunStore.write_run_info` starts the folded plans: always last, at the top level.
@@ -301,12 +301,15 @@ class RunStore:
         return value
 
     def iter_details(self) -> Iterator[dict[str, Any]]:
-        if not self.details_dir.is_dir():
+        """Every readable detail record, by file name (names as strings: ``Path`` sorting was measurable)."""
+        try:
+            names = sorted(e.name for e in os.scandir(self._details) if e.name.endswith(".json") and e.name[0] != ".")
+        except OSError:
             return
-        for path in sorted(self.details_dir.glob("*.json")):
+        for name in names:
             try:
-                yield read_json(path)
-            except (OSError, json.JSONDecodeError):
+                yield read_json(f"{self._details}/{name}")
+            except (OSError, ValueError):
                 continue
 
     def save_artifact(self, task_id: str, attempt_index: int, retry_number: int, name: str, data: Any) -> str:

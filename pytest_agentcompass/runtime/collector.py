@@ -1,0 +1,29 @@
+"""Garbage collection while thousands of tasks finish: rarer, for a while."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterator
+
+__all__ = ["fewer_collections"]
+
+
+@contextlib.contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Collect less often inside the block; the previous thresholds come back after it.
+
+    Every finished task leaves long-lived objects (outcomes, reports); with
+    the default thresholds that triggers a full collection every few hundred
+    tasks over an ever larger heap. The young generation is collected less
+    often too: with hundreds of tasks in flight, each of its collections walks
+    their live coroutines and frames again (+0.3 s of CPU for 10,000 tasks at
+    500 at a time), and building 10,000 outcomes from their detail files at
+    the end of an xdist run paid the same; cycles are rare here.
+    """
+    thresholds = gc.get_threshold()
+    gc.set_threshold(max(thresholds[0], 5_000), thresholds[1], max(thresholds[2], 100))
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)

@@ -7,6 +7,7 @@ imports ``run``, which imports them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
@@ -61,8 +62,11 @@ class RunHandle(Protocol):
         """Keep ``outcome`` on ``item`` and fire ``pytest_agentcompass_task_finished``."""
         ...
 
-    def request_finalized(self, state: RequestRuntime) -> None:
-        """Fire ``pytest_agentcompass_request_finalized`` for a finalized request."""
+    def request_finalized(self, state: RequestRuntime, details: Sequence[Mapping[str, Any]] | None = None) -> None:
+        """Write the run's page and fire ``pytest_agentcompass_request_finalized`` for a finalized request.
+
+        ``details``: every detail record of the run, when the caller has just read them all.
+        """
         ...
 
     def say(self, line: str) -> None:

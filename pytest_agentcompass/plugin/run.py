@@ -9,7 +9,7 @@ fixtures and the xdist glue all reach it through that key.
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -159,11 +159,11 @@ class AgentCompassRun:
         item.outcome = outcome
         item.ihook.pytest_agentcompass_task_finished(item=item, outcome=outcome)
 
-    def request_finalized(self, state: RequestRuntime) -> None:
+    def request_finalized(self, state: RequestRuntime, details: Sequence[Mapping[str, Any]] | None = None) -> None:
         from ..reports.html import write_run_report
 
         try:
-            write_run_report(state.store, self.ci.baseline if self.ci else None)
+            write_run_report(state.store, self.ci.baseline if self.ci else None, details)
         except Exception as exc:  # the report is a view: never worth a result
             state.notes.append(f"report.html was not written: {type(exc).__name__}: {exc}")
         self.config.hook.pytest_agentcompass_request_finalized(request=state.name, summary=state.summary or {})

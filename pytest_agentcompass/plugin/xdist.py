@@ -259,7 +259,10 @@ class DistributedRun:
             return None
         recorded = self.recorded.get(state.name, {})
         by_id = {t.task_id: t for t in state.tasks}
-        for detail in state.store.iter_details():
+        # Kept for the run's page, which would otherwise read them all again
+        # (it holds them all at once either way).
+        details = list(state.store.iter_details())
+        for detail in details:
             task = by_id.get(str(detail.get("task_id")))
             if task is None or detail.get("fingerprint") != state.ctx.task_fingerprint(task):
                 continue
@@ -290,7 +293,7 @@ class DistributedRun:
             return state
         else:
             asyncio.run(state.finalize())
-        self.run.request_finalized(state)
+        self.run.request_finalized(state, details)
         return state
 
     def _release(self) -> None:

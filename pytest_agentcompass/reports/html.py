@@ -34,10 +34,18 @@ TRAJECTORY_MAX_BYTES = 2_000_000
 REPORT_FILE = "report.html"
 
 
-def write_run_report(store: Any, baseline: Baseline | None = None) -> Path:
-    """``report.html`` in the run directory of ``store`` (a ``RunStore``), written through it."""
+def write_run_report(
+    store: Any, baseline: Baseline | None = None, details: Sequence[Mapping[str, Any]] | None = None
+) -> Path:
+    """``report.html`` in the run directory of ``store`` (a ``RunStore``), written through it.
+
+    ``details``: the run's detail records when the caller has just read them
+    all (an xdist controller finalizing), so they are not read twice.
+    """
     run_dir: Path = store.run_dir
-    page = render_page([run_dir], baseline, link_base=run_dir, title=f"{run_dir.parent.name} / {run_dir.name}")
+    known = {run_dir: details} if details is not None else None
+    title = f"{run_dir.parent.name} / {run_dir.name}"
+    page = render_page([run_dir], baseline, link_base=run_dir, title=title, known=known)
     path: Path = store.write_page(REPORT_FILE, page)
     return path
 
@@ -60,10 +68,21 @@ def _asset(name: str) -> str:
     return resources.files(__package__).joinpath("assets", name).read_text(encoding="utf-8")
 
 
-def render_page(run_dirs: Sequence[Path], baseline: Baseline | None, *, link_base: Path, title: str) -> str:
-    """The page for ``run_dirs`` (one or more requests); links are relative to ``link_base``."""
-    page = _Page(link_base, baseline, sum(_count_details(d) for d in run_dirs))
-    blocks = [page.add_run(Path(d), index) for index, d in enumerate(run_dirs)]
+def render_page(
+    run_dirs: Sequence[Path],
+    baseline: Baseline | None,
+    *,
+    link_base: Path,
+    title: str,
+    known: Mapping[Path, Sequence[Mapping[str, Any]]] | None = None,
+) -> str:
+    """The page for ``run_dirs`` (one or more requests); links are relative to ``link_base``.
+
+    ``known``: detail records already in memory, by run directory; the others are read from disk.
+    """
+    known = known or {}
+    page = _Page(link_base, baseline, sum(len(known[d]) if d in known else _count_details(d) for d in run_dirs))
+    blocks = [page.add_run(Path(d), index, known.get(d)) for index, d in enumerate(run_dirs)]
     columns = ["request", "task", "category", "state", "score", "attempts", "retries", "duration", "tokens", "error"]
     if baseline is not None:
         columns.append("change")
@@ -121,12 +140,16 @@ class _Page:
         self.details: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
 
-    def add_run(self, run_dir: Path, index: int) -> str:
+    def add_run(self, run_dir: Path, index: int, known: Sequence[Mapping[str, Any]] | None = None) -> str:
         summary = _read(run_dir / "summary.json")
         info = _read(run_dir / "run_info.json", head=True)
         name = str(summary.get("request") or info.get("request") or run_dir.parent.name)
         order = {str(t.get("task_id")): n for n, t in enumerate(summary.get("tasks", []))}
-        details = [d for d in map(_read, _detail_paths(run_dir, order)) if d]
+        if known is None:
+            details: Sequence[Mapping[str, Any]] = [d for d in map(_read, _detail_paths(run_dir, order)) if d]
+        else:
+            last = len(order)
+            details = sorted(known, key=lambda d: (order.get(str(d.get("task_id")), last), str(d.get("task_id"))))
         changes: dict[str, str] = {}
         if self.baseline is not None:
             old = self.baseline.request(name) or {}

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_agentcompass.reports.cli import main
+from pytest_agentcompass.reports.html import render_page
 
 from conftest import tracing_request, write_config, write_run
 
@@ -50,7 +51,11 @@ def test_report_under_xdist_is_written_by_the_controller(pytester: pytest.Pytest
     write_config(pytester, [tracing_request("a", trace, n=4, wrong=["t1"])])
     pytester.runpytest_subprocess(RUN, "-n", "2")
     (run_dir,) = (pytester.path / "runs/a").iterdir()
-    assert sorted(row[1] for row in page_data(run_dir / "report.html")["rows"]) == ["t0", "t1", "t2", "t3"]
+    written = page_data(run_dir / "report.html")
+    assert [row[1] for row in written["rows"]] == ["t0", "t1", "t2", "t3"], "in the summary's task order"
+    # The controller hands the page the details it read to finalize: the same page as one read from disk.
+    (pytester.path / "again.html").write_text(render_page([run_dir], None, link_base=run_dir, title="again"))
+    assert page_data(pytester.path / "again.html") == written
 
 
 def test_baseline_column_in_the_report(pytester: pytest.Pytester, trace: Path) -> None:

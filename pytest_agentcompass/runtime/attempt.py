@@ -66,6 +66,10 @@ class AttemptRunner:
         result = await self._retrying(RetryScope.ATTEMPT, self._attempt_with_permit)
         if self.record.placement:
             result = dataclasses.replace(result, metadata={**result.metadata, "placement": self.record.placement})
+            try:  # the plan, recorded before anything opened, learns its engines
+                self.ctx.store.record_plan(self.plan, placement=self.record.placement)
+            except OSError as exc:
+                log.warning("task %s: its placement could not be added to plans.jsonl: %s", self.task.task_id, exc)
         self.record.result = result
         return self.record
 

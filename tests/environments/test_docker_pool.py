@@ -129,6 +129,10 @@ def test_tasks_spread_over_engines_within_each_capacity(pytester: pytest.Pyteste
     placed = {task: detail["metadata"]["placement"]["task"] for task, detail in details(pytester).items()}
     assert sorted(placed.values()) == sorted([proxy.url] * 4 + [b.url] * 4)
     assert held_at_once(events) == {proxy.url: 2, b.url: 2}
+    # The plans record the engine too (learned when the attempt's container opened).
+    (run_dir,) = [p for p in (pytester.path / "runs/p").iterdir() if not p.name.startswith(".")]
+    plans = json.loads((run_dir / "run_info.json").read_text())["resolved_execution_plans"]
+    assert {task: attempts["0"]["placement"]["task"] for task, attempts in plans.items()} == placed
     assert a.containers() == [] and b.containers() == []
 
 

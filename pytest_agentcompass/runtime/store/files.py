@@ -203,8 +203,12 @@ class RunStore:
         return info
 
     # -- plans ---------------------------------------------------------
-    def record_plan(self, plan: ExecutionPlan) -> None:
-        """Append ``plan`` durably; folded into ``run_info.json`` by ``write_run_info(with_plans=True)``."""
+    def record_plan(self, plan: ExecutionPlan, placement: Mapping[str, str] | None = None) -> None:
+        """Append ``plan`` durably; folded into ``run_info.json`` by ``write_run_info(with_plans=True)``.
+
+        ``placement``: where the attempt's environments ran (``{"task": <engine>, ...}``),
+        known only once they opened, so recorded again at the attempt's end: the last line wins.
+        """
         if self._plans_file is None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._plans_file = self.plans_path.open("a+", encoding="utf-8")
@@ -212,7 +216,10 @@ class RunStore:
                 self._plans_file.seek(self._plans_file.tell() - 1)
                 if self._plans_file.read(1) != "\n":  # a kill cut the last line: end it
                     self._plans_file.write("\n")
-        line = json.dumps(self.redactor.apply(plan.to_dict()), default=_fallback)
+        data = plan.to_dict()
+        if placement:
+            data["placement"] = dict(placement)
+        line = json.dumps(self.redactor.apply(data), default=_fallback)
         self._plans_file.write(line + "\n")
         self._plans_file.flush()
 

@@ -8,6 +8,7 @@ for what the pool does with them.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from pathlib import Path
@@ -38,6 +39,29 @@ __all__ = [
 #: Seconds a health probe may take before the engine counts as not answering.
 PROBE_TIMEOUT = 10.0
 _SCHEMES = ("unix", "tcp", "ssh", "http", "https")
+
+
+@functools.cache
+def _api_client_keeping_ca() -> type:
+    """The SDK's ``APIClient`` checking a TLS engine against its own CA file, whatever the environment says.
+
+    The SDK sets ``tls.ca_cert`` as the session's ``verify``, but requests lets
+    ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` override a session's setting for
+    each request: on machines that set those (CI images, corporate setups)
+    the engine's CA was ignored and the first call, made while the client is
+    being built, failed with "self-signed certificate in certificate chain".
+    Proxies and the rest of the environment still apply.
+    """
+    docker = docker_sdk()
+
+    class APIClientKeepingCA(docker.APIClient):  # type: ignore[misc,name-defined]
+        def merge_environment_settings(self, *args: Any, **kwargs: Any) -> Any:
+            settings = super().merge_environment_settings(*args, **kwargs)
+            if isinstance(self.verify, str):  # a CA file
+                settings["verify"] = self.verify
+            return settings
+
+    return APIClientKeepingCA
 
 
 class EngineTLS(ParamsModel):
@@ -127,8 +151,17 @@ def docker_sdk() -> Any:
 
 
 def reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
+    """``<type>: <first line>``, a long line kept at both ends.
+
+    The SDK's connection errors put the cause last (``HTTPSConnectionPool(...):
+    Max retries exceeded ... (Caused by SSLError(...: certificate verify
+    failed: <why>))``): cutting the end off lost the one part worth reading.
+    """
+    lines = str(exc).strip().splitlines()
+    if not lines:
+        return type(exc).__name__
+    text = lines[0] if len(lines[0]) <= 240 else f"{lines[0][:80]} ... {lines[0][-150:]}"
+    return f"{type(exc).__name__}: {text}"
 
 
 class Engine:
@@ -179,6 +212,11 @@ class Engine:
             # In process through paramiko (``~/.ssh/config``, keys, agent and ``known_hosts``
             # apply; an unknown host is refused): no ssh process per connection.
             options["use_ssh_client"] = False
+        if tls is not None and tls.ca_cert and tls.verify:
+            # DockerClient's __init__ only makes its APIClient; this one keeps the CA (see below).
+            client = docker.DockerClient.__new__(docker.DockerClient)
+            client.api = _api_client_keeping_ca()(**options)
+            return client
         return docker.DockerClient(**options)
 
     def probe(self) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engines import IMAGE, Engines, SshLoopback, TcpProxy, Unavailable
+from engines import IMAGE, Engines, SshLoopback, TcpProxy, Unavailable, make_certificates, server_context
 
 from pytest_agentcompass import BaseEnvironment, EnvironmentSpec
 from pytest_agentcompass.environments.base import SessionConfig
@@ -133,6 +134,47 @@ def test_tasks_spread_over_engines_within_each_capacity(pytester: pytest.Pyteste
     (run_dir,) = [p for p in (pytester.path / "runs/p").iterdir() if not p.name.startswith(".")]
     plans = json.loads((run_dir / "run_info.json").read_text())["resolved_execution_plans"]
     assert {task: attempts["0"]["placement"]["task"] for task, attempts in plans.items()} == placed
+    assert a.containers() == [] and b.containers() == []
+
+
+def test_a_tls_engine_with_client_certificates(
+    pytester: pytest.Pytester, engines: Engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tcp://`` with ``tls`` files against a TLS endpoint that checks both sides, as ``--tlsverify`` does."""
+    a, b = engines.engines
+    certs = make_certificates(pytester.path / "certs")
+    # As on many CI machines: a CA bundle for requests in the environment, which
+    # must not replace the engine's own CA (it did: every call failed).
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(certs["client_cert"]))
+    proxies = [TcpProxy(str(a.root / "docker.sock"), tls=server_context(certs)) for _ in range(3)]
+    try:
+        ca, cert, key = (str(certs[k]) for k in ("ca", "client_cert", "client_key"))
+        good = {"url": proxies[0].url, "tls": {"ca_cert": ca, "client_cert": cert, "client_key": key}}
+        write_config(pytester, [pool_request([good], n=3)], task_concurrency=3)
+        result = run_pytest(pytester)
+        result.assert_outcomes(passed=3)
+        assert {d["metadata"]["placement"]["task"] for d in details(pytester).values()} == {proxies[0].url}
+        assert proxies[0].refused == []
+
+        # No client certificate (the engine refuses the handshake) and a CA that did
+        # not sign the engine's certificate: each one clear preflight line, and the
+        # run goes on with the engine that answers.
+        shutil.rmtree(pytester.path / "runs")
+        no_cert = {"url": proxies[1].url, "tls": {"ca_cert": ca}}
+        wrong_ca = {"url": proxies[2].url, "tls": {"ca_cert": cert, "client_cert": cert, "client_key": key}}
+        write_config(pytester, [pool_request([no_cert, wrong_ca, b.url], n=2)], task_concurrency=2)
+        result = run_pytest(pytester)
+        result.assert_outcomes(passed=2)
+        for proxy in proxies[1:]:
+            lines = [line for line in result.outlines if proxy.url in line]
+            assert len(lines) == 1 and "left out" in lines[0], result.outlines
+            assert proxy.refused, "the handshake failed"
+        (wrong,) = [line for line in result.outlines if proxies[2].url in line]
+        assert "certificate verify failed" in wrong, wrong
+        assert "Traceback" not in result.stdout.str()
+    finally:
+        for proxy in proxies:
+            proxy.close()
     assert a.containers() == [] and b.containers() == []
 
 

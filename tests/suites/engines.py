@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -183,10 +184,17 @@ def _processes_mentioning(text: str) -> list[int]:
 
 
 class TcpProxy:
-    """A loopback TCP port forwarding to a Unix socket: a ``tcp://`` engine for tests."""
+    """A loopback TCP port forwarding to a Unix socket: a ``tcp://`` engine for tests.
 
-    def __init__(self, unix_path: str) -> None:
+    With ``tls`` (a server context) it speaks TLS to its clients, as an
+    engine started with ``--tlsverify`` does, and forwards in the clear.
+    """
+
+    def __init__(self, unix_path: str, tls: ssl.SSLContext | None = None) -> None:
         self.unix_path = unix_path
+        self.tls = tls
+        #: Handshakes refused (a client without an accepted certificate, or one that refused ours).
+        self.refused: list[str] = []
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.url = f"tcp://127.0.0.1:{self.port}"
@@ -200,16 +208,27 @@ class TcpProxy:
                 client, _ = self.server.accept()
             except OSError:
                 return
-            upstream = socket.socket(socket.AF_UNIX)
-            try:
-                upstream.connect(self.unix_path)
-            except OSError:
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        if self.tls is not None:
+            try:  # the handshake here, not in the accepting thread: a stalled client must not stop the others
+                client = self.tls.wrap_socket(client, server_side=True)
+            except (OSError, ssl.SSLError) as exc:
+                self.refused.append(str(exc))
                 client.close()
-                continue
-            ends = threading.Semaphore(0)  # released once per direction that has ended
-            for source, target in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pipe, args=(source, target, ends), daemon=True).start()
-            threading.Thread(target=_close_after, args=(ends, client, upstream), daemon=True).start()
+                return
+        upstream = socket.socket(socket.AF_UNIX)
+        try:
+            upstream.connect(self.unix_path)
+        except OSError:
+            client.close()
+            upstream.close()
+            return
+        ends = threading.Semaphore(0)  # released once per direction that has ended
+        for source, target in ((client, upstream), (upstream, client)):
+            threading.Thread(target=_pipe, args=(source, target, ends), daemon=True).start()
+        threading.Thread(target=_close_after, args=(ends, client, upstream), daemon=True).start()
 
     def close(self) -> None:
         # Wake the accepting thread and wait for it before the socket's number is
@@ -224,6 +243,42 @@ class TcpProxy:
         self.server.close()
 
 
+def make_certificates(folder: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, made with ``openssl``.
+
+    Returns their paths: ``ca``, ``server_cert``, ``server_key``, ``client_cert``, ``client_key``.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test CA",
+            "-keyout", "ca.key", "-out", "ca.pem")  # fmt: skip
+    (folder / "server.ext").write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    (folder / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    for name in ("server", "client"):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+                "-keyout", f"{name}.key", "-out", f"{name}.csr")  # fmt: skip
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem")  # fmt: skip
+    return {
+        "ca": folder / "ca.pem",
+        "server_cert": folder / "server.pem",
+        "server_key": folder / "server.key",
+        "client_cert": folder / "client.pem",
+        "client_key": folder / "client.key",
+    }
+
+
+def server_context(certs: dict[str, Path]) -> ssl.SSLContext:
+    """What ``dockerd --tlsverify`` checks: our server certificate, and clients signed by the CA."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(certs["ca"]))
+    context.load_cert_chain(str(certs["server_cert"]), str(certs["server_key"]))
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
 def _pipe(source: socket.socket, target: socket.socket, ends: threading.Semaphore) -> None:
     """Copy one direction; its end is passed on as a half-close, so the other direction
     (an exec's output still on its way) is not cut short."""
@@ -234,7 +289,9 @@ def _pipe(source: socket.socket, target: socket.socket, ends: threading.Semaphor
         pass
     finally:
         try:
-            target.shutdown(socket.SHUT_WR)
+            # The plain socket's shutdown: an SSLSocket's own drops its TLS state,
+            # and the other direction would then read raw records.
+            socket.socket.shutdown(target, socket.SHUT_WR)
         except OSError:
             pass
         ends.release()

@@ -51,6 +51,10 @@ __all__ = ["WorkerLoop", "WorkerPlugin", "xdist_worker_plugin"]
 _END = object()  # the channel's end marker: the controller is gone
 
 
+#: ``workeroutput`` key: ``{request: [note, ...]}`` from a worker's providers (xdist).
+WORKER_NOTES = "agentcompass_notes"
+
+
 def xdist_worker_plugin(config: pytest.Config) -> Any:
     """xdist's worker-side plugin (``WorkerInteractor``), found by what it offers."""
     for plugin in config.pluginmanager.get_plugins():
@@ -124,6 +128,13 @@ class WorkerLoop:
             for setup in ordered
         }
 
+    def _send_notes(self) -> None:
+        """What this worker's providers learned mid-run (an engine that stopped answering),
+        for the controller's summary: it finalizes the run and never saw it happen."""
+        notes = {name: list(getattr(s.ctx.provider, "notes", ())) for name, s in self.states.items()}
+        workeroutput: dict[str, Any] = getattr(self.session.config, "workeroutput", {})
+        workeroutput[WORKER_NOTES] = {name: found for name, found in notes.items() if found}
+
     # -- threads other than the main one -------------------------------------------------
     def _command(self, command: Any) -> None:
         """execnet's receiver thread: commands become events for the main thread."""
@@ -174,6 +185,7 @@ class WorkerLoop:
             root.removeHandler(handler)
             for state in self.states.values():
                 state.store.close()
+            self._send_notes()
         if isinstance(result, BaseException):
             raise result
         session = self.session

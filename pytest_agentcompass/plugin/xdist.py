@@ -63,6 +63,8 @@ class DistributedRun:
         self.unbuilt: dict[str, str] = {}
         #: Gate items the workers selected and left to the controller: node id -> file.
         self.gates: dict[str, str] = {}
+        #: What the workers' providers noted mid-run, by request (an engine that stopped answering).
+        self.worker_notes: dict[str, list[str]] = {}
         self.finalized = False
         #: ``<status>: <reason>`` of the first task a worker cancelled (its deadline), if any.
         self.cancelled: str | None = None
@@ -194,9 +196,14 @@ class DistributedRun:
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         from .gates import WORKER_GATES
+        from .worker import WORKER_NOTES
 
-        for nodeid, fspath, _ in getattr(node, "workeroutput", {}).get(WORKER_GATES, ()):
+        output = getattr(node, "workeroutput", {})
+        for nodeid, fspath, _ in output.get(WORKER_GATES, ()):
             self.gates[nodeid] = fspath
+        for request, notes in output.get(WORKER_NOTES, {}).items():
+            known = self.worker_notes.setdefault(request, [])
+            known.extend(note for note in notes if note not in known)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Any:
@@ -257,6 +264,7 @@ class DistributedRun:
         if not state.prepared:
             release_run_dir(state.store.run_dir)
             return None
+        state.notes.extend(n for n in self.worker_notes.get(state.name, ()) if n not in state.notes)
         recorded = self.recorded.get(state.name, {})
         by_id = {t.task_id: t for t in state.tasks}
         # Kept for the run's page, which would otherwise read them all again

@@ -42,26 +42,32 @@ _SCHEMES = ("unix", "tcp", "ssh", "http", "https")
 
 
 @functools.cache
-def _api_client_keeping_ca() -> type:
-    """The SDK's ``APIClient`` checking a TLS engine against its own CA file, whatever the environment says.
+def _client_class() -> Any:
+    """The SDK's ``DockerClient``, whose requests keep their TLS verification whatever the environment says.
 
-    The SDK sets ``tls.ca_cert`` as the session's ``verify``, but requests lets
-    ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` override a session's setting for
-    each request: on machines that set those (CI images, corporate setups)
-    the engine's CA was ignored and the first call, made while the client is
-    being built, failed with "self-signed certificate in certificate chain".
-    Proxies and the rest of the environment still apply.
+    The SDK puts a TLS engine's ``ca_cert`` (or ``verify: false``) in its
+    session's ``verify``, but requests lets ``REQUESTS_CA_BUNDLE`` and
+    ``CURL_CA_BUNDLE`` override a session's setting for every request: on
+    machines that set those (CI images, corporate setups) the engine's CA was
+    ignored and the first call, made while the client is built, failed with
+    "self-signed certificate in certificate chain" (``verify: false`` was
+    turned back on the same way). ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``
+    engines had it too. Proxies and the rest of the environment still apply.
     """
     docker = docker_sdk()
 
-    class APIClientKeepingCA(docker.APIClient):  # type: ignore[misc,name-defined]
+    class APIClientKeepingTLS(docker.APIClient):  # type: ignore[misc,name-defined]
         def merge_environment_settings(self, *args: Any, **kwargs: Any) -> Any:
             settings = super().merge_environment_settings(*args, **kwargs)
-            if isinstance(self.verify, str):  # a CA file
+            if self.verify is False or isinstance(self.verify, str):  # verification off, or a CA file
                 settings["verify"] = self.verify
             return settings
 
-    return APIClientKeepingCA
+    class DockerClientKeepingTLS(docker.DockerClient):  # type: ignore[misc,name-defined]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:  # all the SDK's own __init__ does
+            self.api = APIClientKeepingTLS(*args, **kwargs)
+
+    return DockerClientKeepingTLS
 
 
 class EngineTLS(ParamsModel):
@@ -199,7 +205,7 @@ class Engine:
     def _make(self, timeout: float | None) -> Any:
         docker = docker_sdk()
         if self.spec is None:
-            return docker.from_env(timeout=int(timeout)) if timeout else docker.from_env()
+            return _client_class().from_env(timeout=int(timeout)) if timeout else _client_class().from_env()
         options: dict[str, Any] = {"base_url": self.url}
         if timeout:
             options["timeout"] = int(timeout)
@@ -212,12 +218,7 @@ class Engine:
             # In process through paramiko (``~/.ssh/config``, keys, agent and ``known_hosts``
             # apply; an unknown host is refused): no ssh process per connection.
             options["use_ssh_client"] = False
-        if tls is not None and tls.ca_cert and tls.verify:
-            # DockerClient's __init__ only makes its APIClient; this one keeps the CA (see below).
-            client = docker.DockerClient.__new__(docker.DockerClient)
-            client.api = _api_client_keeping_ca()(**options)
-            return client
-        return docker.DockerClient(**options)
+        return _client_class()(**options)
 
     def probe(self) -> str | None:
         """Why the engine does not answer a ping within :data:`PROBE_TIMEOUT`, or ``None``."""

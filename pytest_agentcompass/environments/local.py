@@ -63,6 +63,8 @@ class LocalSession(EnvironmentSession):
         # Created on first use: a task that never touches its workspace costs no
         # mkdir and no removal (that is most of the per-task cost at 10k tasks).
         self._created = False
+        #: (device, inode) of the workspace directory as made: the one-name shortcut's premise.
+        self._root_id: tuple[int, int] | None = None
         self._removal: asyncio.Future[None] | None = None
 
     @property
@@ -85,11 +87,14 @@ class LocalSession(EnvironmentSession):
         if not self._created:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)  # exist_ok: a test may pass a made dir
             self._created = True
-        if "/" not in path and path != "..":
-            # The common case, one name (``answer.txt``): the root has no
-            # symlink on its way (see ``root``), so only the name itself can
-            # lead out. One ``lstat`` instead of ``realpath``'s one per
-            # component of the whole path, ten thousand times per run.
+            self._root_id = _identity(self.root)
+        if "/" not in path and path != ".." and self._root_id is not None and _identity(self.root) == self._root_id:
+            # The common case, one name (``answer.txt``) in the directory made
+            # above (not one a command put in its place: commands run with
+            # HOME set to it): the root has no symlink on its way (see
+            # ``root``), so only the name itself can lead out. Two ``lstat``s
+            # instead of ``realpath``'s one per component of the whole path,
+            # ten thousand times per run.
             if path in ("", "."):
                 return self.root
             candidate = self.root / path
@@ -125,9 +130,16 @@ class LocalSession(EnvironmentSession):
 
     async def write_bytes(self, path: str, data: bytes) -> None:
         target = self.resolve(path)
-        if target.parent != self.root:
-            target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        try:
+            if target.parent != self.root:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                target.write_bytes(data)
+            except FileNotFoundError:  # a command removed the workspace itself: made again, as for a subfolder
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+        except OSError as exc:
+            raise SessionError(f"cannot write {path!r} in workspace {self.root}: {exc.strerror or exc}") from None
 
     async def exec(
         self,
@@ -172,7 +184,7 @@ class LocalSession(EnvironmentSession):
             return
         if self._removal is None and _inline_removal.wanted():
             started = time.perf_counter()
-            removed = _remove_flat(str(self.root))
+            removed = _remove_flat(str(self.root), max_bytes=INLINE_REMOVAL_BYTES)
             _inline_removal.took(time.perf_counter() - started)
             if removed:
                 self._created = False
@@ -187,6 +199,15 @@ class LocalSession(EnvironmentSession):
 
     def describe(self) -> str:
         return str(self.root)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of ``path`` itself when it is a directory (not a symlink to one), else ``None``."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino) if stat.S_ISDIR(info.st_mode) else None
 
 
 @functools.lru_cache(maxsize=32)
@@ -265,12 +286,21 @@ def _remove_workspace(root: Path) -> None:
         _remove_tree(root)
 
 
-def _remove_flat(root: str) -> bool:
-    """Remove ``root`` if it is small and flat; ``False`` leaves it (or what is left) to :func:`_remove_tree`."""
+#: A file larger than this is not removed on the event loop: freeing its blocks can take a while.
+INLINE_REMOVAL_BYTES = 8 << 20
+
+
+def _remove_flat(root: str, max_bytes: int | None = None) -> bool:
+    """Remove ``root`` if it is small and flat; ``False`` leaves it (or what is left) to :func:`_remove_tree`.
+
+    :param max_bytes: leave it also when a file is larger than this.
+    """
     try:
         with os.scandir(root) as listing:
             entries = list(itertools.islice(listing, FLAT_REMOVAL_ENTRIES + 1))
         if len(entries) > FLAT_REMOVAL_ENTRIES or any(entry.is_dir(follow_symlinks=False) for entry in entries):
+            return False
+        if max_bytes is not None and any(e.stat(follow_symlinks=False).st_size > max_bytes for e in entries):
             return False
         for entry in entries:
             os.unlink(entry.path)

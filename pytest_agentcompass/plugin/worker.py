@@ -131,7 +131,11 @@ class WorkerLoop:
     def _send_notes(self) -> None:
         """What this worker's providers learned mid-run (an engine that stopped answering),
         for the controller's summary: it finalizes the run and never saw it happen."""
-        notes = {name: list(getattr(s.ctx.provider, "notes", ())) for name, s in self.states.items()}
+        # Preflight's notes are in the state already (and the controller ran its own preflight).
+        notes = {
+            name: [n for n in getattr(s.ctx.provider, "notes", ()) if n not in s.notes]
+            for name, s in self.states.items()
+        }
         workeroutput: dict[str, Any] = getattr(self.session.config, "workeroutput", {})
         workeroutput[WORKER_NOTES] = {name: found for name, found in notes.items() if found}
 

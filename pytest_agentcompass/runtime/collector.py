@@ -22,6 +22,9 @@ def fewer_collections() -> Iterator[None]:
     the end of an xdist run paid the same; cycles are rare here.
     """
     thresholds = gc.get_threshold()
+    if thresholds[0] == 0:  # automatic collection is off (the user's choice): leave it off
+        yield
+        return
     gc.set_threshold(max(thresholds[0], 5_000), thresholds[1], max(thresholds[2], 100))
     try:
         yield

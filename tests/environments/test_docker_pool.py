@@ -172,6 +172,26 @@ def test_a_tls_engine_with_client_certificates(
         (wrong,) = [line for line in result.outlines if proxies[2].url in line]
         assert "certificate verify failed" in wrong, wrong
         assert "Traceback" not in result.stdout.str()
+
+        # verify: false stays off (requests turned it back on against the bundle).
+        shutil.rmtree(pytester.path / "runs")
+        unverified = {"url": proxies[1].url, "tls": {"verify": False, "client_cert": cert, "client_key": key}}
+        write_config(pytester, [pool_request([unverified], n=1)])
+        run_pytest(pytester).assert_outcomes(passed=1)
+
+        # The environment's engine, the Docker CLI's way: DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH.
+        shutil.rmtree(pytester.path / "runs")
+        cert_path = pytester.path / "docker-certs"
+        cert_path.mkdir()
+        for source, name in (("ca", "ca.pem"), ("client_cert", "cert.pem"), ("client_key", "key.pem")):
+            shutil.copy(certs[source], cert_path / name)
+        monkeypatch.setenv("DOCKER_HOST", proxies[0].url)
+        monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
+        monkeypatch.setenv("DOCKER_CERT_PATH", str(cert_path))
+        request = pool_request([], n=1)
+        del request["environment"]["params"]["engines"]
+        write_config(pytester, [request])
+        run_pytest(pytester).assert_outcomes(passed=1)
     finally:
         for proxy in proxies:
             proxy.close()

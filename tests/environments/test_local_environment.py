@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from pytest_agentcompass import EnvironmentSpec, ExecutionPlan, LocalEnvironment, PolicyError, WorkspacePathError
 from pytest_agentcompass.environments.local import LocalSession
+from pytest_agentcompass.errors import SessionError
 
 
 def plan(**policies: str) -> ExecutionPlan:
@@ -133,6 +135,36 @@ def test_paths_are_confined_to_the_workspace(tmp_path: Path) -> None:
         with pytest.raises(WorkspacePathError):
             await session.exec(["true"], cwd="../")
         await session.close()
+
+    asyncio.run(main())
+
+
+def test_a_root_a_command_replaced_by_a_symlink_leads_nowhere(tmp_path: Path) -> None:
+    """Commands run with HOME set to the workspace: ``rm -rf ~; ln -s /elsewhere ~`` must not open a way out."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("x")
+    session = LocalSession(parent=tmp_path / "ws")
+    session.resolve(".")
+    shutil.rmtree(session.root)
+    os.symlink(outside, session.root)
+    for path in ("secret", "./secret", "."):
+        with pytest.raises(WorkspacePathError):
+            session.resolve(path)
+
+
+def test_a_workspace_a_command_removed_is_made_again_by_a_write(tmp_path: Path) -> None:
+    async def main() -> None:
+        session = await open_session(tmp_path)
+        await session.write_text("a.txt", "1")
+        shutil.rmtree(session.root)
+        await session.write_text("b.txt", "2")
+        assert (session.root / "b.txt").read_text() == "2"
+        (session.root / "dir").mkdir()
+        with pytest.raises(SessionError, match="cannot write 'dir' in workspace"):
+            await session.write_text("dir", "3")  # a folder is in the way: said, not a raw OSError
+        await session.close()
+        assert not session.root.exists()
 
     asyncio.run(main())
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -84,10 +85,36 @@ def test_listing_runs_reads_run_info_up_to_its_plans(tmp_path: Path) -> None:
     path.write_text(text[: text.index('"resolved_execution_plans"')] + '"resolved_execution_plans": {not json')
     assert [p.name for p, _ in iter_runs(runs)] == ["r2", "r1"]
     assert RunStore(runs / "r1").read_run_info() == full
+    # An older layout with keys after the plans: read whole, nothing lost.
+    older = runs / "r0" / "run_info.json"
+    older.parent.mkdir()
+    older.write_text(
+        '{\n  "status": "interrupted",\n  "resolved_execution_plans": {\n    "t0": {"0": {}}\n  },\n'
+        '  "stop_reason": "killed",\n  "unfinished_tasks": ["t1"]\n}\n'
+    )
+    assert read_run_info_head(older) == {
+        "status": "interrupted",
+        "resolved_execution_plans": {"t0": {"0": {}}},
+        "stop_reason": "killed",
+        "unfinished_tasks": ["t1"],
+    }
     # A run_info written without plans is read whole.
     (runs / "r3").mkdir()
     (runs / "r3" / "run_info.json").write_text('{"status": "created", "started_at": "2026-01-03T00:00:00"}')
-    assert [p.name for p, _ in iter_runs(runs)] == ["r3", "r2", "r1"]
+    assert [p.name for p, _ in iter_runs(runs)] == ["r3", "r2", "r1", "r0"]
+
+
+def test_a_plan_recorded_after_the_run_closed_its_store_is_dropped(tmp_path: Path) -> None:
+    """An attempt that outlived its run (past the cleanup grace) must not reopen plans.jsonl and leak it."""
+    store = RunStore(tmp_path)
+    store.record_plan(_plan("t0", 0))
+    store.close()
+    before = (tmp_path / "plans.jsonl").read_text()
+    store.record_plan(_plan("t0", 0), placement={"task": "unix:///late.sock"})
+    assert (tmp_path / "plans.jsonl").read_text() == before
+    assert not [
+        fd for fd in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{fd}").endswith("plans.jsonl")
+    ]
 
 
 def test_details_are_whole_files_with_no_temporary_left(tmp_path: Path) -> None:

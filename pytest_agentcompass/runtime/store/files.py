@@ -64,23 +64,24 @@ _PLANS_START = f',\n  "{PLANS_KEY}": {{'.encode()
 
 
 def read_run_info_head(path: str | os.PathLike[str]) -> Any:
-    """``run_info.json`` up to its folded plans: what a run is, without what it planned.
+    """``run_info.json`` without its folded plans: what a run is, without what it planned.
 
     A finished run of 10,000 tasks has megabytes of plans in its
     ``run_info.json``; choosing a run to resume or reuse reads every earlier
     run's file, and parsing them whole cost seconds (and full garbage
-    collections over the parsed plans). The plans are the last top-level key
-    and JSON strings hold no raw newline, so the marker can only be the one
-    :meth:`RunStore._run_info_lines` wrote. Without it the file is read whole.
+    collections over the parsed plans). Reading the bytes is cheap; only the
+    part before the plans is parsed. JSON strings hold no raw newline, so the
+    marker is structure, and when no top-level key follows it (a key line
+    starts with exactly two spaces, a plan with four) the plans are the last
+    key, as :meth:`RunStore._run_info_lines` writes them; otherwise (an older
+    layout) the file is parsed whole.
     """
-    head = b""
     with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 16):
-            head += chunk
-            cut = head.find(_PLANS_START, max(0, len(head) - len(chunk) - len(_PLANS_START)))
-            if cut >= 0:
-                return json.loads(head[:cut] + b"\n}")
-    return json.loads(head)
+        data = fh.read()
+    cut = data.find(_PLANS_START)
+    if cut >= 0 and data.find(b'\n  "', cut + len(_PLANS_START)) < 0:
+        return json.loads(data[:cut] + b"\n}")
+    return json.loads(data)
 
 
 def _holds_bytes(value: Any) -> bool:
@@ -111,6 +112,7 @@ class RunStore:
         self.retry_dir = run_dir / "retry_details"
         self.checkpoint_dir = run_dir / "checkpoints"
         self._plans_file: Any = None
+        self._closed = False
         self._made: set[str] = set()
         # Unique temporary names without a random draw per file: a kill can
         # leave one behind, and two processes (xdist workers) share the folder.
@@ -176,7 +178,8 @@ class RunStore:
         return path
 
     def close(self) -> None:
-        """Close the plans file. Idempotent."""
+        """Close the plans file; a plan recorded later (an attempt that outlived its run) is dropped. Idempotent."""
+        self._closed = True
         if self._plans_file is not None:
             self._plans_file.close()
             self._plans_file = None
@@ -209,6 +212,8 @@ class RunStore:
         ``placement``: where the attempt's environments ran (``{"task": <engine>, ...}``),
         known only once they opened, so recorded again at the attempt's end: the last line wins.
         """
+        if self._closed:
+            return  # the run's end is recorded: reopening the file would only leak it
         if self._plans_file is None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._plans_file = self.plans_path.open("a+", encoding="utf-8")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import hashlib
 import os
 import tempfile
@@ -23,6 +22,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from .._flock import try_lock
 from ..errors import SessionError
 from .docker_bases import base_images, has_image, local_base, rewrite_bases
 from .docker_build import BuildJob, BuildSpec
@@ -179,32 +179,19 @@ class ImageBuilder:
 
 @contextlib.asynccontextmanager
 async def _file_lock(path: Path) -> AsyncIterator[None]:
-    """An exclusive ``flock`` on ``path``, polled so no thread blocks on it; the file goes with the lock.
+    """The host-wide lock of ``path``, polled so no thread blocks on it; the file goes with the lock.
 
     Removed before it is unlocked: a process that opened the old file finds,
     once it holds the lock, that it is no longer ``path``, and opens again.
     """
-    while True:
-        handle = path.open("a")
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                await asyncio.sleep(_LOCK_POLL)
-        try:
-            current = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
-        except FileNotFoundError:
-            current = False
-        if current:
-            break
-        handle.close()
+    while (fd := try_lock(path)) is None:
+        await asyncio.sleep(_LOCK_POLL)
     try:
         yield
     finally:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-        handle.close()
+        os.close(fd)
 
 
 _shared: dict[str, ImageBuilder] = {}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import fcntl
 import json
 import os
 import secrets
@@ -20,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..._flock import try_lock
 from ...errors import AgentCompassError
 from .files import RUN_INFO, RunStore, read_json, read_run_info_head
 
@@ -54,7 +54,7 @@ def new_run_id() -> str:
 def _run_info(run_dir: Path) -> dict[str, Any] | None:
     try:
         info = read_run_info_head(run_dir / RUN_INFO)
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
         return None
     return info if isinstance(info, dict) else None
 
@@ -149,34 +149,18 @@ _held: dict[str, int] = {}
 def _take_lock(run_dir: Path) -> bool:
     """Claim ``run_dir`` with an exclusive ``flock`` on its ``run.lock``, held until released.
 
-    The kernel drops the lock when its process dies, so a ``kill -9`` never
-    leaves a stale claim, and two processes cannot both win a race (a lock
-    file written in two steps, create then pid, could be read empty by a
-    rival, taken for stale and removed). The pid written into the file is
-    for people only.
+    The pid written into the file is for people only.
     """
     key = str(run_dir)
     if key in _held:
         return True
-    lock = run_dir / LOCK_FILE
-    while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        try:
-            current = os.stat(lock).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            current = False
-        if not current:  # the holder released (and removed) it between our open and flock
-            os.close(fd)
-            continue
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        _held[key] = fd
-        return True
+    fd = try_lock(run_dir / LOCK_FILE)
+    if fd is None:
+        return False
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    _held[key] = fd
+    return True
 
 
 def claim_run_dir(run_dir: Path, request: str, fingerprint: str, *, shared: bool = False) -> None:

@@ -48,9 +48,14 @@ class RequestContext:
     fingerprint: str
     analyzers: Sequence[BaseAnalyzer] = ()
     events: RuntimeEvents = field(default_factory=RuntimeEvents)
+    _task_fingerprints: dict[str, str] = field(default_factory=dict, repr=False)
 
     def task_fingerprint(self, task: TaskSpec) -> str:
-        """Changes whenever the result of ``task`` could change."""
+        """Changes whenever the result of ``task`` could change (computed once per task and process:
+        a worker asks before running a task and again when it records it)."""
+        known = self._task_fingerprints.get(task.task_id)
+        if known is not None:
+            return known
         fields = [
             self.fingerprint,
             task.task_id,
@@ -60,7 +65,8 @@ class RequestContext:
             task.evaluation_environment_mode,
             task.metadata,
         ]
-        return _digest(fields)
+        digest = self._task_fingerprints[task.task_id] = _digest(fields)
+        return digest
 
     def labels(self, task: TaskSpec, attempt_index: int) -> dict[str, str]:
         return {

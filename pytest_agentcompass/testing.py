@@ -87,9 +87,17 @@ class EnvironmentConformance:
         return (await session.exec(["sh", "-c", f"test -e {path}"], timeout=self.exec_budget)).exit_code == 0
 
     async def _running(self, session: EnvironmentSession, pidfile: str) -> bool:
-        """Whether the process whose pid is in ``pidfile`` still runs (a zombie does not), seen from the sandbox."""
+        """Whether the process whose pid is in ``pidfile`` still runs (a zombie does not), seen from the sandbox.
+
+        An empty ``pidfile`` means its shell was killed between creating the
+        file and writing its pid (a cancel right after the start does that):
+        nothing to find. Checked before the lookup, since ``/proc//stat`` is
+        the kernel's own statistics file, whose first line read as a running
+        process (a false "still running" for ten seconds, seen in CI).
+        """
         probe = (
-            f"p=$(cat {pidfile}) || exit 2; s=; "
+            f"p=$(cat {pidfile}) || exit 2; "
+            'case "$p" in ""|*[!0-9]*) exit 1;; esac; s=; '
             '[ -r /proc/$p/stat ] && read -r _ _ s _ < /proc/$p/stat; [ -n "$s" ] && [ "$s" != Z ]'
         )
         result = await session.exec(["sh", "-c", probe], timeout=self.exec_budget)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -30,3 +32,28 @@ class TestDynamicPolicyEnvironment(EnvironmentConformance):
 
     def leaked(self, provider: BaseEnvironment, tmp_path: Path) -> list[Any]:
         return sorted((tmp_path / "ws").iterdir())
+
+
+def test_the_kits_process_probe_reads_only_a_pid(tmp_path: Path) -> None:
+    """An empty pid file (its shell killed between creating and writing it) is no process.
+
+    The probe used to read ``/proc//stat`` then: the kernel's statistics, whose
+    first line looked like a running process, so a cancel that landed right
+    after the start failed the kit's check one time in a few hundred.
+    """
+    kit = TestLocalEnvironment()
+    provider = kit.make_provider(tmp_path)
+
+    async def scenario() -> None:
+        session = await kit._open(provider)
+        try:
+            await session.write_text("empty.pid", "")
+            assert not await kit._running(session, "empty.pid")
+            await session.write_text("me.pid", f"{os.getpid()}\n")
+            assert await kit._running(session, "me.pid"), "a live process is still found"
+            await session.write_text("gone.pid", "4194304999")
+            assert not await kit._running(session, "gone.pid")
+        finally:
+            await session.close()
+
+    asyncio.run(scenario())

@@ -27,7 +27,7 @@ from ..errors import AgentCompassError, PreflightError
 from ..runtime.collector import fewer_collections
 from ..runtime.orchestrator import OrchestrationResult, not_run
 from ..runtime.request import RequestRuntime
-from ..runtime.store import read_json, release_run_dir
+from ..runtime.store import release_run_dir
 from ..runtime.task import TaskOutcome, outcome_from_detail
 from ..runtime.threads import run_with_pool, workers_for
 
@@ -63,8 +63,6 @@ class DistributedRun:
         self.unbuilt: dict[str, str] = {}
         #: Gate items the workers selected and left to the controller: node id -> file.
         self.gates: dict[str, str] = {}
-        #: Detail records read as their tasks' reports came in: request -> task id -> detail.
-        self.early_details: dict[str, dict[str, dict[str, Any]]] = {}
         #: What the workers' providers noted mid-run, by request (an engine that stopped answering).
         self.worker_notes: dict[str, list[str]] = {}
         self.finalized = False
@@ -177,8 +175,6 @@ class DistributedRun:
             parts = report.nodeid.split("::")
             if len(parts) == 3 and parts[1] in self.unbuilt:
                 self.ran_unbuilt.add(parts[1])
-        if report.when == "teardown":
-            self._read_early(report.nodeid)
         if report.when == "setup" and report.failed and self.cancelled is None:
             first = str(report.longrepr).split("\n", 1)[0]
             if first.startswith("cancelled: "):  # "cancelled: timeout: orchestration timeout of 2s reached"
@@ -186,26 +182,6 @@ class DistributedRun:
         session = getattr(self, "session", None)
         if self.service is not None and session is not None and (session.shouldfail or session.shouldstop):
             self.service.stop_all(str(session.shouldfail or session.shouldstop))
-
-    def _read_early(self, nodeid: str) -> None:
-        """Read a finished task's detail now, while the workers run the others.
-
-        The worker wrote it before it sent the task's reports. Finalizing
-        reads every detail of the run; at the end that was seconds of one
-        process working while the other cores idled (10,000 tasks).
-        """
-        parts = nodeid.split("::")
-        if len(parts) != 3 or not parts[0].endswith(self.run.loaded.path.name):
-            return
-        state = self.states.get(parts[1])
-        if state is None or not state.prepared or parts[2] not in state.wanted:
-            return
-        try:
-            detail = read_json(state.store.detail_file(parts[2]))
-        except (OSError, ValueError):
-            return  # none (the task was not run), or unreadable: finalizing reads the folder anyway
-        if isinstance(detail, dict):
-            self.early_details.setdefault(parts[1], {})[parts[2]] = detail
 
     # -- the controller, at the end -----------------------------------------------------
     def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
@@ -292,14 +268,13 @@ class DistributedRun:
         recorded = self.recorded.get(state.name, {})
         by_id = {t.task_id: t for t in state.tasks}
         # Kept for the run's page, which would otherwise read them all again
-        # (it holds them all at once either way). Most were read as their tasks ended.
-        early = self.early_details.pop(state.name, {})
-        details = [*early.values(), *state.store.iter_details(skip=early)]
+        # (it holds them all at once either way).
+        details = list(state.store.iter_details())
         for detail in details:
             task = by_id.get(str(detail.get("task_id")))
             if task is None or detail.get("fingerprint") != state.ctx.task_fingerprint(task):
                 continue
-            outcome = outcome_from_detail(state.name, task, detail, state.store.detail_file(task.task_id))
+            outcome = outcome_from_detail(state.name, task, detail, state.store.detail_path(task.task_id))
             # Recorded before this session: kept from the run it resumes, or copied by reuse.
             outcome.resumed = recorded.get(task.task_id) is True
             outcome.reused = recorded.get(task.task_id) is False

@@ -23,7 +23,7 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Container, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -269,10 +269,6 @@ class RunStore:
     def detail_path(self, task_id: str) -> Path:
         return Path(self._detail_file(task_id))
 
-    def detail_file(self, task_id: str) -> str:
-        """``detail_path`` as a ``str``: built once per task, where ten thousand ``Path``s were measurable."""
-        return self._detail_file(task_id)
-
     def _detail_file(self, task_id: str) -> str:
         return f"{self._details}/{task_id}.json"  # a str: built once per task
 
@@ -316,18 +312,13 @@ class RunStore:
             return value if all(a is b for a, b in zip(items, value, strict=True)) else items
         return value
 
-    def iter_details(self, skip: Container[str] = ()) -> Iterator[dict[str, Any]]:
-        """Every readable detail record, by file name (names as strings: ``Path`` sorting was measurable).
-
-        :param skip: task ids whose records the caller already has.
-        """
+    def iter_details(self) -> Iterator[dict[str, Any]]:
+        """Every readable detail record, by file name (names as strings: ``Path`` sorting was measurable)."""
         try:
             names = sorted(e.name for e in os.scandir(self._details) if e.name.endswith(".json") and e.name[0] != ".")
         except OSError:
             return
         for name in names:
-            if name[:-5] in skip:
-                continue
             try:
                 yield read_json(f"{self._details}/{name}")
             except (OSError, ValueError):

@@ -4,7 +4,7 @@ The target compares the plugin under ``-n W`` with what the work cannot go
 below: the ideal time (N * D / concurrency) plus plain pytest under ``-n W``
 running N trivial tests, both measured in the same run, alternated::
 
-    python benchmarks/bench_xdist.py --n 10000 --seconds 0.05 --concurrency 500 --workers 2 [--sync]
+    python benchmarks/bench_xdist.py --n 10000 --seconds 0.05 --concurrency 500 --workers 2 [--sync] [--dir /dev/shm]
 """
 
 from __future__ import annotations
@@ -45,9 +45,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sync", action="store_true", help="a sync evaluate (a thread hop per task)")
+    parser.add_argument("--dir", default=None, help="where the run directory goes (default: the temp dir)")
     args = parser.parse_args()
     ideal = args.n * args.seconds / args.concurrency
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
         request = (
             f"name: sleep\nbenchmark: {{id: 'sleeper.py:Sleeper', params: {{n: {args.n}, seconds: {args.seconds}}}}}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -13,6 +14,8 @@ from pathlib import Path
 
 __all__ = [
     "Measurement",
+    "ab_parser",
+    "alternate_checkouts",
     "child_env",
     "describe_filesystem",
     "interleaved",
@@ -126,3 +129,49 @@ def print_medians(pairs: list[tuple[Measurement, Measurement]], ideal: float = 0
         f"medians: plain {base_wall:.2f}s, plugin {plugin_wall:.2f}s -> {plugin_wall / (ideal + base_wall):.2f}x;"
         f" CPU plain {base_cpu:.2f}s, plugin {plugin_cpu:.2f}s -> {plugin_cpu / base_cpu:.2f}x"
     )
+
+
+def ab_parser(doc: str | None, concurrency: int) -> argparse.ArgumentParser:
+    """The options every A/B script takes: two checkouts, the workload's size, rounds, where to run."""
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--a", type=Path, required=True, help="folder holding the first pytest_agentcompass/")
+    parser.add_argument("--b", type=Path, required=True, help="folder holding the second pytest_agentcompass/")
+    parser.add_argument("--n", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=concurrency)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--dir", default=None, help="where the run directory goes (default: the temp dir)")
+    return parser
+
+
+def alternate_checkouts(
+    root: Path, checkouts: dict[str, Path], rounds: int, extra: tuple[str, ...] = ()
+) -> dict[str, list[Measurement]]:
+    """Rounds of plain pytest then both checkouts (which goes first alternates), each with its ``PYTHONPATH``.
+
+    ``root`` holds ``plain/`` and an ``agentcompass.yaml``; ``extra`` goes to every run (``-n 2``).
+    Prints each round, then medians of wall and CPU time against plain pytest's.
+    """
+    paths = {name: str(path.resolve()) for name, path in checkouts.items()}
+    measure(pytest_cmd("--collect-only", "plain"), root)  # unmeasured: bytecode caches
+    for path in paths.values():
+        os.environ["PYTHONPATH"] = path
+        measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--collect-only"), root)
+    plugin = pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off", *extra)
+    runs: dict[str, list[Measurement]] = {"plain": [], **{name: [] for name in paths}}
+    names = list(paths)
+    for round_ in range(rounds):
+        runs["plain"].append(measure(pytest_cmd("plain", *extra), root))
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            os.environ["PYTHONPATH"] = paths[name]
+            run = measure(plugin, root)
+            if run.returncode != 0:
+                raise SystemExit(f"{name} failed (exit {run.returncode}): {run.tail}")
+            runs[name].append(run)
+        print(
+            "  ".join(
+                f"{k}: {v[-1].seconds:.1f}s wall {v[-1].cpu_seconds:.2f}s CPU {v[-1].peak_rss_mb:.0f} MB"
+                for k, v in runs.items()
+            ),
+            flush=True,
+        )
+    return runs

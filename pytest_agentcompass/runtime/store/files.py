@@ -86,6 +86,16 @@ def read_run_info_head(path: str | os.PathLike[str]) -> Any:
     return json.loads(data)
 
 
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+
+
+def _write_all(fd: int, text: str) -> None:
+    """``text`` and a newline, as UTF-8, to ``fd``: every byte, however many writes it takes."""
+    view = memoryview((text + "\n").encode("utf-8"))
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _holds_bytes(value: Any) -> bool:
     if isinstance(value, bytes | bytearray):
         return True
@@ -128,13 +138,18 @@ class RunStore:
         value = self.redactor.apply(data) if self.redactor else data
         return _readable(value) if pretty else json.dumps(value, separators=(",", ":"), default=_fallback)
 
-    @contextlib.contextmanager
-    def _replacing(self, path: str | Path) -> Iterator[str]:
-        """A temporary name that becomes ``path`` if the block succeeds and is removed if it fails."""
+    def _folder_of(self, path: str | Path) -> str:
+        """The folder of ``path``, made on its first file (remembered: no ``makedirs`` per file)."""
         folder = os.path.dirname(path)
         if folder not in self._made:
             os.makedirs(folder, exist_ok=True)
             self._made.add(folder)
+        return folder
+
+    @contextlib.contextmanager
+    def _replacing(self, path: str | Path) -> Iterator[str]:
+        """A temporary name that becomes ``path`` if the block succeeds and is removed if it fails."""
+        folder = self._folder_of(path)
         self._serial += 1
         tmp = f"{folder}/.{os.path.basename(path)}.{self._tmp_tag}{self._serial}.tmp"
         try:
@@ -160,13 +175,10 @@ class RunStore:
         docs/performance.md). Plain ``os`` calls on ``str`` paths: pathlib's
         parsing was a visible share of a no-op task.
         """
-        data = (text + "\n").encode("utf-8")
         with self._replacing(path) as tmp:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            fd = os.open(tmp, _CREATE, 0o644)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                _write_all(fd, text)
             finally:
                 os.close(fd)
 
@@ -180,16 +192,10 @@ class RunStore:
         cut short by a kill is not JSON (its closing brace comes last), and
         every reader takes a detail that does not parse for a task not done.
         """
-        folder = os.path.dirname(path)
-        if folder not in self._made:
-            os.makedirs(folder, exist_ok=True)
-            self._made.add(folder)
-        data = (text + "\n").encode("utf-8")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self._folder_of(path)
+        fd = os.open(path, _CREATE, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, text)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(path)  # half a record: gone, so the task reads as not done

@@ -55,9 +55,19 @@ def make_plan(
     )
 
 
-def _run(factory: Callable[[], Awaitable[T]]) -> T:
+def _run(factory: Callable[[], Awaitable[T]], provider: BaseEnvironment | None = None) -> T:
+    """Run a scenario on a new loop, then close ``provider`` as a run does after its last task.
+
+    What a provider keeps between sessions for the next one (a client, an
+    emptied workspace) is released by its ``aclose``; the leak checks come after it.
+    """
+
     async def main() -> T:
-        return await factory()
+        try:
+            return await factory()
+        finally:
+            if provider is not None:
+                await provider.aclose()
 
     return asyncio.run(main())
 
@@ -72,7 +82,7 @@ class EnvironmentConformance:
         raise NotImplementedError("return the provider under test")
 
     def leaked(self, provider: BaseEnvironment, tmp_path: Path) -> list[Any]:
-        """Resources of ``provider`` still alive (workspaces, containers, processes)."""
+        """Resources of ``provider`` still alive (workspaces, containers, processes) after ``aclose``."""
         raise NotImplementedError("list what the provider left behind")
 
     def labels(self) -> dict[str, str]:
@@ -118,7 +128,7 @@ class EnvironmentConformance:
             finally:  # a failed check must not leave the environment behind
                 await session.close()
 
-        _run(scenario)
+        _run(scenario, provider)
         assert self.leaked(provider, tmp_path) == []
 
     def test_close_is_idempotent(self, tmp_path: Path) -> None:
@@ -129,7 +139,7 @@ class EnvironmentConformance:
             await session.close()
             await session.close()
 
-        _run(scenario)
+        _run(scenario, provider)
         assert self.leaked(provider, tmp_path) == []
 
     def test_exec_timeout_is_reported(self, tmp_path: Path) -> None:
@@ -143,7 +153,7 @@ class EnvironmentConformance:
             finally:
                 await session.close()
 
-        _run(scenario)
+        _run(scenario, provider)
         assert self.leaked(provider, tmp_path) == []
 
     @pytest.mark.parametrize("ticks", [0, 1, 2, 5, 20])
@@ -161,7 +171,7 @@ class EnvironmentConformance:
                 return
             await session.close()  # open won the race: the runtime closes it at once
 
-        _run(scenario)
+        _run(scenario, provider)
         assert self.leaked(provider, tmp_path) == []
 
     def test_cancel_during_exec_leaves_nothing(self, tmp_path: Path) -> None:
@@ -178,7 +188,7 @@ class EnvironmentConformance:
             finally:
                 await session.close()
 
-        _run(scenario)
+        _run(scenario, provider)
         assert self.leaked(provider, tmp_path) == []
 
     def test_exec_returns_when_its_first_process_exits(self, tmp_path: Path) -> None:
@@ -196,7 +206,7 @@ class EnvironmentConformance:
             finally:
                 await session.close()
 
-        _run(scenario)
+        _run(scenario, provider)
         assert self.leaked(provider, tmp_path) == []
 
     def test_escaped_child_dies_at_the_timeout(self, tmp_path: Path) -> None:
@@ -214,7 +224,7 @@ class EnvironmentConformance:
             finally:
                 await session.close()
 
-        _run(scenario)
+        _run(scenario, provider)
         assert self.leaked(provider, tmp_path) == []
 
     @pytest.mark.parametrize("ticks", [0, 1, 2, 5])
@@ -241,7 +251,7 @@ class EnvironmentConformance:
             finally:
                 await session.close()
 
-        _run(scenario)
+        _run(scenario, provider)
         assert self.leaked(provider, tmp_path) == []
 
     async def _still_running_after(self, session: EnvironmentSession, pid_file: str, *, seconds: float) -> bool:
@@ -268,7 +278,7 @@ class EnvironmentConformance:
                 pass
             await session.close()
 
-        _run(scenario)
+        _run(scenario, provider)
         assert self.leaked(provider, tmp_path) == []
 
     @pytest.mark.parametrize(("baseline", "run", "evaluation"), list(itertools.product(POLICIES, POLICIES, POLICIES)))
@@ -297,5 +307,5 @@ class EnvironmentConformance:
             finally:
                 await session.close()
 
-        _run(scenario)
+        _run(scenario, provider)
         assert self.leaked(provider, tmp_path) == []

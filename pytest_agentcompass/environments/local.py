@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import os
 import secrets
 import shutil
@@ -22,10 +21,18 @@ from pydantic import Field
 
 from ..config import ConfigPath, ParamsModel
 from ..errors import SessionError, WorkspacePathError
-from ..runtime.threads import BlockingCallPool, shared_pool
 from ..types import ExecResult
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
 from .process import DEFAULT_OUTPUT_LIMIT, MARKER, ExecControls, kill_marked, run_reaped
+from .workspaces import (
+    INLINE_REMOVAL_BYTES,
+    Spares,
+    identity,
+    inline_removal,
+    removal_pool,
+    remove_flat,
+    remove_workspace,
+)
 
 __all__ = ["LocalEnvironment", "LocalSession", "DEFAULT_OUTPUT_LIMIT"]
 
@@ -50,6 +57,7 @@ class LocalSession(EnvironmentSession):
         *,
         parent: Path | None = None,
         prefix: str = "agentcompass",
+        spares: Spares | None = None,
     ) -> None:
         if root is None and parent is None:
             raise ValueError("LocalSession needs a root or a parent to name one under")
@@ -66,6 +74,8 @@ class LocalSession(EnvironmentSession):
         #: (device, inode) of the workspace directory as made: the one-name shortcut's premise.
         self._root_id: tuple[int, int] | None = None
         self._removal: asyncio.Future[None] | None = None
+        #: Emptied workspaces of the same provider: the first use renames one instead of a mkdir.
+        self._spares = spares
 
     @property
     def root(self) -> Path:
@@ -84,11 +94,18 @@ class LocalSession(EnvironmentSession):
         """
         if self._closed:
             raise SessionError(f"workspace {self.root} is closed")
-        if not self._created:
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)  # exist_ok: a test may pass a made dir
+        made = not self._created
+        if made:
+            if self._spares is None or not self._spares.take(self.root):
+                self.root.mkdir(mode=0o700, parents=True, exist_ok=True)  # exist_ok: a test may pass a made dir
             self._created = True
-            self._root_id = _identity(self.root)
-        if "/" not in path and path != ".." and self._root_id is not None and _identity(self.root) == self._root_id:
+            self._root_id = identity(self.root)
+        if (
+            "/" not in path
+            and path != ".."
+            and self._root_id is not None
+            and (made or identity(self.root) == self._root_id)
+        ):
             # The common case, one name (``answer.txt``) in the directory made
             # above (not one a command put in its place: commands run with
             # HOME set to it): the root has no symlink on its way (see
@@ -182,17 +199,21 @@ class LocalSession(EnvironmentSession):
         await self._controls.kill_all()  # commands still running (an abandoned exec task) die here
         if not self._created:
             return
-        if self._removal is None and _inline_removal.wanted():
+        if self._removal is None and inline_removal.wanted():
             started = time.perf_counter()
-            removed = _remove_flat(str(self.root), max_bytes=INLINE_REMOVAL_BYTES)
-            _inline_removal.took(time.perf_counter() - started)
+            removed = remove_flat(
+                str(self.root), max_bytes=INLINE_REMOVAL_BYTES, spares=self._spares, made=self._root_id
+            )
+            inline_removal.took(time.perf_counter() - started)
             if removed:
                 self._created = False
                 return
         removal = self._removal
         if removal is None or (removal.done() and not removal.cancelled() and removal.exception() is not None):
             # First close, or the one before could not remove everything: (try) again.
-            removal = self._removal = asyncio.wrap_future(_removal_pool().submit(_remove_workspace, self.root))
+            removal = self._removal = asyncio.wrap_future(
+                removal_pool().submit(remove_workspace, self.root, self._spares, self._root_id)
+            )
         # Shielded: a cancelled close leaves the removal running, and the
         # next close waits for that same removal instead of racing it.
         await asyncio.shield(removal)  # raises SessionError naming what stays
@@ -201,134 +222,10 @@ class LocalSession(EnvironmentSession):
         return str(self.root)
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    """``(device, inode)`` of ``path`` itself when it is a directory (not a symlink to one), else ``None``."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return None
-    return (info.st_dev, info.st_ino) if stat.S_ISDIR(info.st_mode) else None
-
-
 @functools.lru_cache(maxsize=32)
 def _real_dir(path: Path) -> Path:
     """``path`` resolved, once per process: every workspace of a run has the same parent."""
     return path.resolve()
-
-
-#: Threads that remove workspaces, shared by every session of the process. Few
-#: and long-lived: a burst of closing tasks queues here instead of starting a
-#: thread each (a 1,000-task run used to start hundreds), and a slow disk makes
-#: these threads wait, not the event loop (an ``rmdir`` took 1-3 ms on a busy ext4).
-REMOVAL_THREADS = 8
-_removals: BlockingCallPool | None = None
-
-
-def _removal_pool() -> BlockingCallPool:
-    # Shared: a run's loop waits for its removals at the end, also for tasks cancelled meanwhile.
-    global _removals
-    if _removals is None:
-        _removals = shared_pool(REMOVAL_THREADS, "agentcompass-rm")
-    return _removals
-
-
-class _InlineRemoval:
-    """Whether a small workspace is removed right on the event loop or by a removal thread.
-
-    Removing one file and a directory takes tens of microseconds on a quick
-    file system, and handing that to a thread and back cost far more CPU:
-    threads taking the GIL from a busy loop in turns. Measured with 10,000
-    tasks writing one file, 500 at a time, against tasks writing nothing:
-    1.9x the CPU in threads against 1.15-1.2x inline on tmpfs, and on a busy
-    ext4 1.7-1.8x in threads against 1.3-1.5x inline (docs/performance.md).
-    Only when one removal holds the loop for milliseconds do threads pay for
-    themselves, by letting those waits overlap. So removals run inline while
-    their running mean stays under :attr:`LIMIT`, go to threads beyond it,
-    and every :attr:`PROBE`-th removal tries inline again, to notice the
-    disk calming down.
-    """
-
-    LIMIT = 0.002
-    PROBE = 64
-
-    def __init__(self) -> None:
-        self.mean = 0.0
-        self.skipped = 0
-
-    def wanted(self) -> bool:
-        if self.mean <= self.LIMIT:
-            return True
-        self.skipped += 1
-        if self.skipped >= self.PROBE:
-            self.skipped = 0
-            return True
-        return False
-
-    def took(self, seconds: float) -> None:
-        self.mean = 0.8 * self.mean + 0.2 * seconds
-
-
-#: Process-wide, like the file systems it measures (only ever used on event-loop threads).
-_inline_removal = _InlineRemoval()
-
-
-#: Up to this many entries, none a directory, a workspace is removed with a
-#: plain listing and ``unlink``s: fewer system calls than ``rmtree``'s walk.
-FLAT_REMOVAL_ENTRIES = 16
-
-
-def _remove_workspace(root: Path) -> None:
-    """Remove ``root`` and everything in it.
-
-    :raises SessionError: naming what stays.
-    """
-    if not _remove_flat(str(root)):
-        _remove_tree(root)
-
-
-#: A file larger than this is not removed on the event loop: freeing its blocks can take a while.
-INLINE_REMOVAL_BYTES = 8 << 20
-
-
-def _remove_flat(root: str, max_bytes: int | None = None) -> bool:
-    """Remove ``root`` if it is small and flat; ``False`` leaves it (or what is left) to :func:`_remove_tree`.
-
-    :param max_bytes: leave it also when a file is larger than this.
-    """
-    try:
-        with os.scandir(root) as listing:
-            entries = list(itertools.islice(listing, FLAT_REMOVAL_ENTRIES + 1))
-        if len(entries) > FLAT_REMOVAL_ENTRIES or any(entry.is_dir(follow_symlinks=False) for entry in entries):
-            return False
-        if max_bytes is not None and any(e.stat(follow_symlinks=False).st_size > max_bytes for e in entries):
-            return False
-        for entry in entries:
-            os.unlink(entry.path)
-        os.rmdir(root)
-    except FileNotFoundError:
-        return not os.path.lexists(root)
-    except OSError:
-        return False  # _remove_tree tries again and says what stays
-    return True
-
-
-def _remove_tree(root: Path) -> None:
-    """``rmtree`` that reports what it could not remove (a vanished path is not a failure).
-
-    :raises SessionError: naming the first path left behind and how many there are.
-    """
-    failures: list[tuple[str, BaseException]] = []
-
-    def failed(_function: object, path: str, exc_info: tuple[type[BaseException], BaseException, object]) -> None:
-        if not isinstance(exc_info[1], FileNotFoundError):
-            failures.append((path, exc_info[1]))
-
-    shutil.rmtree(root, onerror=failed)
-    if failures:
-        path, exc = failures[0]
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        raise SessionError(f"workspace {root} was not removed: {path}: {reason}{more}")
 
 
 class LocalParams(ParamsModel):
@@ -353,6 +250,7 @@ class LocalEnvironment(BaseEnvironment):
     id = "local"
     params_model = LocalParams
     _workspace_parent: Path | None = None
+    _spares: Spares | None = None
 
     def _parent(self) -> Path:
         # Resolved once: realpath() per task is measurable at ten thousand tasks.
@@ -369,6 +267,17 @@ class LocalEnvironment(BaseEnvironment):
             await asyncio.to_thread(shutil.rmtree, path, True)
         return killed + len(leftovers)
 
+    def _spares_of_run(self) -> Spares:
+        if self._spares is None:
+            self._spares = Spares()
+        return self._spares
+
+    async def aclose(self) -> None:
+        # The emptied workspaces kept for reuse; in a removal thread, as a slow disk can make this take a while.
+        if self._spares is not None and len(self._spares):
+            await asyncio.wrap_future(removal_pool().submit(self._spares.clear))
+        await super().aclose()
+
     async def open(self, config: SessionConfig) -> EnvironmentSession:
         # The run id in the name lets a resumed run sweep what a killed one left.
         run = config.labels.get("agentcompass.run", "norun")
@@ -378,6 +287,7 @@ class LocalEnvironment(BaseEnvironment):
             run_id=config.labels.get("agentcompass.run"),
             parent=self._parent(),
             prefix=f"agentcompass-{run}-{config.task_id[:40]}",
+            spares=self._spares_of_run(),
         )
         template = self.spec.params.get("template")
         if template:

@@ -171,13 +171,17 @@ def test_a_workspace_a_command_removed_is_made_again_by_a_write(tmp_path: Path) 
 
 def test_close_is_idempotent_and_removes_the_workspace(tmp_path: Path) -> None:
     async def main() -> None:
-        session = await open_session(tmp_path)
+        provider = LocalEnvironment(EnvironmentSpec(params={"base_dir": str(tmp_path)}))
+        session = await provider.open(provider.build_config(plan(), "task"))
         await session.write_text("f", "x")
+        await session.write_text("d/g", "y")  # not flat: removed, not kept for the next session
         await session.close()
         await session.close()
-        assert not session.root.exists()
+        assert not Path(session.describe()).exists()
+        await provider.aclose()
 
     asyncio.run(main())
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_missing_program_is_an_exec_result_not_a_crash(tmp_path: Path) -> None:

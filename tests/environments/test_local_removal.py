@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
+import stat
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +20,9 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcompass import EnvironmentSpec, ExecutionPlan, LocalEnvironment
-from pytest_agentcompass.environments.local import FLAT_REMOVAL_ENTRIES, LocalSession, _InlineRemoval
+from pytest_agentcompass.environments import workspaces
+from pytest_agentcompass.environments.local import LocalSession
+from pytest_agentcompass.environments.workspaces import FLAT_REMOVAL_ENTRIES, InlineRemoval
 from pytest_agentcompass.errors import SessionError
 
 from conftest import write_config
@@ -50,8 +54,12 @@ def locked(directory: Path) -> Iterator[None]:
         unlock(directory)
 
 
-async def open_session(base: Path) -> LocalSession:
-    provider = LocalEnvironment(EnvironmentSpec(params={"base_dir": str(base)}))
+def local_provider(base: Path) -> LocalEnvironment:
+    return LocalEnvironment(EnvironmentSpec(params={"base_dir": str(base)}))
+
+
+async def open_session(base: Path | LocalEnvironment) -> LocalSession:
+    provider = base if isinstance(base, LocalEnvironment) else local_provider(base)
     plan = ExecutionPlan(task_id="t", attempt_index=0, evaluation_environment_mode="reuse")
     session = await provider.open(provider.build_config(plan, "task"))
     assert isinstance(session, LocalSession)
@@ -59,14 +67,14 @@ async def open_session(base: Path) -> LocalSession:
 
 
 def test_removals_leave_the_loop_for_threads_while_the_disk_is_slow_and_come_back() -> None:
-    choice = _InlineRemoval()
+    choice = InlineRemoval()
     assert choice.wanted(), "a quick disk (or none measured yet): inline"
     for _ in range(20):
         choice.took(0.001)
     assert choice.wanted(), "1 ms per removal is still inline"
     for _ in range(20):
         choice.took(0.02)
-    decisions = [choice.wanted() for _ in range(2 * _InlineRemoval.PROBE)]
+    decisions = [choice.wanted() for _ in range(2 * InlineRemoval.PROBE)]
     assert decisions.count(True) == 2, "slow: threads, with one inline probe every PROBE removals"
     for _ in range(30):
         choice.took(0.00005)
@@ -91,21 +99,123 @@ def test_close_removes_the_whole_workspace(tmp_path: Path, shape: str) -> None:
     }[shape]
 
     async def main() -> None:
-        session = await open_session(tmp_path)
+        provider = local_provider(tmp_path)
+        session = await open_session(provider)
         for name in files:
             await session.write_text(name, "x")
         os.symlink("/etc", session.root / "link")  # removed as a link, never followed
         await session.close()
+        # A small flat one is kept, emptied, for the next session: until the provider closes.
+        if shape == "flat":
+            (kept,) = tmp_path.iterdir()
+            assert kept == session.root and list(kept.iterdir()) == []
+        else:
+            assert list(tmp_path.iterdir()) == []
+        await provider.aclose()
 
     asyncio.run(main())
     assert list(tmp_path.iterdir()) == []
     assert Path("/etc/passwd").exists()
 
 
+@pytest.mark.parametrize("where", ["event loop", "removal thread"])
+def test_an_emptied_workspace_is_renamed_into_the_next_one(
+    tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rename instead of an ``rmdir`` and a ``mkdir``: one inode serves session after session, empty each time."""
+    if where == "removal thread":
+        monkeypatch.setattr(workspaces.inline_removal, "mean", 1.0)  # a slow disk: no removal on the loop
+        monkeypatch.setattr(workspaces.inline_removal, "skipped", -1000)
+
+    async def main() -> None:
+        provider = local_provider(tmp_path)
+        first = await open_session(provider)
+        await first.write_text("a.txt", "1")
+        inode = first.root.stat().st_ino
+        await first.close()
+        second = await open_session(provider)
+        assert not second.root.exists(), "named on first use, not before"
+        await second.write_text("b.txt", "2")
+        assert second.root != first.root and not first.root.exists()
+        assert second.root.stat().st_ino == inode
+        assert sorted(p.name for p in second.root.iterdir()) == ["b.txt"]
+        assert stat.S_IMODE(second.root.stat().st_mode) == 0o700
+        assert (await second.exec(["sh", "-c", "pwd; cat b.txt"])).stdout == f"{second.root}\n2"
+        await second.close()
+        assert [p.stat().st_ino for p in tmp_path.iterdir()] == [inode]
+        await provider.aclose()
+
+    asyncio.run(main())
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("change", ["opened up", "replaced", "replaced by a link"])
+def test_a_workspace_that_is_not_as_it_was_made_is_removed_not_kept(tmp_path: Path, change: str) -> None:
+    async def main() -> None:
+        provider = local_provider(tmp_path)
+        session = await open_session(provider)
+        await session.write_text("a.txt", "1")
+        root = session.root
+        elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+        if change == "opened up":
+            root.chmod(0o755)
+        elif change == "replaced":  # the original moved away, so its inode number cannot come back
+            root.rename(elsewhere)
+            root.mkdir(mode=0o700)
+            (root / "b.txt").write_text("2")
+        elif change == "replaced by a link":
+            root.rename(elsewhere)
+            root.symlink_to(elsewhere)
+        await session.close()
+        assert list(tmp_path.iterdir()) == [], "removed at close, nothing kept"
+        if change.startswith("replaced"):
+            assert (elsewhere / "a.txt").exists(), "the link was removed, not followed"
+            shutil.rmtree(elsewhere)
+        await provider.aclose()
+
+    asyncio.run(main())
+
+
+def test_only_an_empty_private_directory_of_ours_is_kept(tmp_path: Path) -> None:
+    spares = workspaces.Spares()
+    folder = tmp_path / "w"
+    folder.mkdir(mode=0o700)
+    made = workspaces.identity(folder)
+    (folder / "late.txt").write_text("written after the listing")
+    assert not spares.offer(str(folder), made), "not empty"
+    (folder / "late.txt").unlink()
+    assert not spares.offer(str(folder), (0, 0)), "not the directory the session made"
+    assert not spares.offer(str(folder), None)
+    assert spares.offer(str(folder), made) and len(spares) == 1
+    assert spares.take(tmp_path / "next") and (tmp_path / "next").is_dir() and not folder.exists()
+    assert not spares.take(tmp_path / "another"), "none left"
+
+
+def test_spares_are_few_and_none_is_kept_once_the_provider_closed(tmp_path: Path) -> None:
+    async def main() -> None:
+        provider = local_provider(tmp_path)
+        sessions = [await open_session(provider) for _ in range(workspaces.Spares.LIMIT + 3)]
+        for session in sessions:
+            await session.write_text("a.txt", "1")
+        for session in sessions:
+            await session.close()
+        assert len(list(tmp_path.iterdir())) == workspaces.Spares.LIMIT
+        late = await open_session(provider)
+        await late.write_text("a.txt", "1")  # takes a spare
+        await provider.aclose()
+        assert list(tmp_path.iterdir()) == [late.root]
+        await late.close()  # a session closing after its provider: removed, not kept
+
+    asyncio.run(main())
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("where", ["root", "subdirectory"])
 def test_a_removal_failure_raises_naming_what_stays(tmp_path: Path, where: str) -> None:
+    provider = local_provider(tmp_path)
+
     async def main() -> LocalSession:
-        session = await open_session(tmp_path)
+        session = await open_session(provider)
         await session.write_text("sub/kept.txt" if where == "subdirectory" else "kept.txt", "x")
         target = session.root / "sub" if where == "subdirectory" else session.root
         with locked(target):
@@ -114,8 +224,13 @@ def test_a_removal_failure_raises_naming_what_stays(tmp_path: Path, where: str) 
         return session
 
     session = asyncio.run(main())
-    # Once the file system lets go, a second close finishes the job.
-    asyncio.run(session.close())
+
+    async def again() -> None:
+        # Once the file system lets go, a second close finishes the job.
+        await session.close()
+        await provider.aclose()
+
+    asyncio.run(again())
     assert list(tmp_path.iterdir()) == []
 
 

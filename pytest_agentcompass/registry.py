@@ -106,7 +106,7 @@ class Registry:
         #: ``path/to/file.py:Class`` is looked for here first (the config file's folder), then in the rootdir.
         self.config_dir = config_dir
         self._entries = _builtins()
-        self._load_entry_points()
+        self._entry_points_read = False
 
     def register(self, kind: ComponentKind, name: str, obj: Any) -> None:
         """Make ``obj`` (a class, a strategy, a recipe) known as ``name``."""
@@ -115,6 +115,7 @@ class Registry:
         self._entries[kind][name] = obj
 
     def names(self, kind: ComponentKind) -> list[str]:
+        self._read_entry_points()
         return sorted(self._entries[kind])
 
     def resolve(self, kind: ComponentKind, component_id: str, where: str = "") -> Any:
@@ -125,6 +126,9 @@ class Registry:
         """
         suffix = f" ({where})" if where else ""
         entry = self._entries[kind].get(component_id)
+        if entry is None and ":" not in component_id and not self._entry_points_read:
+            self._read_entry_points()
+            entry = self._entries[kind].get(component_id)
         if entry is not None:
             if isinstance(entry, _Lazy):
                 entry = self._entries[kind][component_id] = entry.load()
@@ -175,7 +179,18 @@ class Registry:
             return module
         return importlib.import_module(target)
 
-    def _load_entry_points(self) -> None:
+    def _read_entry_points(self) -> None:
+        """Add installed packages' components, once, when an id is not built in or registered.
+
+        Only then: reading every installed distribution's metadata is a few
+        milliseconds per scan, and it was done once per kind at every start
+        (35 ms of CPU with 125 distributions). Built-in and registered names
+        win over an entry point of the same name.
+        """
+        if self._entry_points_read:
+            return
+        self._entry_points_read = True
+        installed = entry_points()
         for kind in KINDS:
-            for ep in entry_points(group=f"pytest_agentcompass.{kind}s"):
+            for ep in installed.select(group=f"pytest_agentcompass.{kind}s"):
                 self._entries[kind].setdefault(ep.name, _Lazy(ep.load))

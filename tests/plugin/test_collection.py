@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
 import re
 from pathlib import Path
 
@@ -152,6 +154,73 @@ def test_unknown_benchmark_id(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*unknown benchmark id 'nosuch' (requests[[]0[]].benchmark.id)*"])
     assert "Traceback" not in result.stdout.str()
+
+
+INSTALLED_BENCHMARK = """
+from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+
+class Acme(HarnessFreeBenchmark):
+    evaluation_environment_mode = "none"
+    def load_tasks(self, req):
+        return [TaskSpec("a0"), TaskSpec("a1")]
+    async def run_task(self, task, prepared, env, req, plan):
+        return RunResult(task.task_id, output="ok")
+    async def evaluate(self, task, prepared, result, req, plan, env=None):
+        return RunResult(task.task_id, output=result.output, score=1.0)
+"""
+
+
+def install_distribution(site: Path) -> None:
+    """A distribution as pip leaves it (a ``dist-info`` with ``entry_points.txt``), found on ``sys.path``."""
+    info = site / "acme_agents-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-agents\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[pytest_agentcompass.benchmarks]\nacme = acme_bench:Acme\n\n"
+        "[pytest_agentcompass.environments]\nlocal = acme_bench:NotLoaded\n"
+    )
+    (site / "acme_bench.py").write_text(INSTALLED_BENCHMARK)
+
+
+def test_installed_components_resolve_through_entry_points(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "site"
+    install_distribution(site)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    write_config(pytester, [{"name": "r", "benchmark": {"id": "acme"}}])
+    # The built-in ``local`` wins over the entry point of the same name (whose target does not exist).
+    pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider").assert_outcomes(
+        passed=2
+    )
+    write_config(pytester, [{"name": "r", "benchmark": {"id": "acmee"}}])
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*unknown benchmark id 'acmee'*known benchmark ids: *acme*"])
+
+
+def test_entry_points_are_read_only_for_an_id_that_is_not_built_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_agentcompass import registry
+    from pytest_agentcompass.errors import ComponentError
+
+    scans: list[int] = []
+    real = importlib.metadata.entry_points
+
+    def counted() -> importlib.metadata.EntryPoints:
+        scans.append(1)
+        return real()
+
+    monkeypatch.setattr(registry, "entry_points", counted)
+    components = registry.Registry(tmp_path)
+    assert components.resolve("environment", "local").__name__ == "LocalEnvironment"
+    assert components.resolve("strategy", "avg") is not None
+    assert scans == [], "a built-in id costs no scan of the installed distributions"
+    with pytest.raises(ComponentError, match="unknown harness id 'nosuch'"):
+        components.resolve("harness", "nosuch")
+    components.names("benchmark")
+    assert scans == [1], "one scan for every kind, once"
 
 
 def test_missing_benchmark_file_and_class(pytester: pytest.Pytester) -> None:

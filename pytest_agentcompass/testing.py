@@ -21,6 +21,7 @@ They need ``sh``, ``setsid``, ``sleep`` and ``cat`` in the sandbox.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -64,10 +65,15 @@ def _run(factory: Callable[[], Awaitable[T]], provider: BaseEnvironment | None =
 
     async def main() -> T:
         try:
-            return await factory()
-        finally:
+            result = await factory()
+        except BaseException:
             if provider is not None:
-                await provider.aclose()
+                with contextlib.suppress(Exception):  # the scenario's own failure is the one to see
+                    await provider.aclose()
+            raise
+        if provider is not None:
+            await provider.aclose()
+        return result
 
     return asyncio.run(main())
 

@@ -26,6 +26,7 @@ from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
 from .process import DEFAULT_OUTPUT_LIMIT, MARKER, ExecControls, kill_marked, run_reaped
 from .workspaces import (
     INLINE_REMOVAL_BYTES,
+    Identity,
     Spares,
     identity,
     inline_removal,
@@ -72,7 +73,7 @@ class LocalSession(EnvironmentSession):
         # mkdir and no removal (that is most of the per-task cost at 10k tasks).
         self._created = False
         #: (device, inode) of the workspace directory as made: the one-name shortcut's premise.
-        self._root_id: tuple[int, int] | None = None
+        self._root_id: Identity | None = None
         self._removal: asyncio.Future[None] | None = None
         #: Emptied workspaces of the same provider: the first use renames one instead of a mkdir.
         self._spares = spares
@@ -94,8 +95,8 @@ class LocalSession(EnvironmentSession):
         """
         if self._closed:
             raise SessionError(f"workspace {self.root} is closed")
-        made = not self._created
-        if made:
+        first_use = not self._created
+        if first_use:
             if self._spares is None or not self._spares.take(self.root):
                 self.root.mkdir(mode=0o700, parents=True, exist_ok=True)  # exist_ok: a test may pass a made dir
             self._created = True
@@ -104,7 +105,7 @@ class LocalSession(EnvironmentSession):
             "/" not in path
             and path != ".."
             and self._root_id is not None
-            and (made or identity(self.root) == self._root_id)
+            and (first_use or identity(self.root) == self._root_id)
         ):
             # The common case, one name (``answer.txt``) in the directory made
             # above (not one a command put in its place: commands run with
@@ -196,7 +197,10 @@ class LocalSession(EnvironmentSession):
 
     async def close(self) -> None:
         self._closed = True
-        await self._controls.kill_all()  # commands still running (an abandoned exec task) die here
+        # Commands still running (an abandoned exec task) die here; if one
+        # might not have, its working directory is not handed to another task.
+        if not await self._controls.kill_all():
+            self._spares = None
         if not self._created:
             return
         if self._removal is None and inline_removal.wanted():
@@ -237,6 +241,9 @@ class LocalParams(ParamsModel):
     template: ConfigPath | None = None
     #: Captured output kept per stream, in bytes.
     output_limit: int = Field(default=DEFAULT_OUTPUT_LIMIT, gt=0)
+    #: Rename an emptied small workspace into the next one instead of a rmdir and a mkdir
+    #: (``false``: every workspace is a new directory; see docs/how-it-works.md).
+    reuse_workspaces: bool = True
 
 
 class LocalEnvironment(BaseEnvironment):
@@ -244,7 +251,8 @@ class LocalEnvironment(BaseEnvironment):
 
     ``params.template`` is a directory copied into every new workspace (the
     local stand-in for a container image: verifiers, fixtures);
-    ``params.output_limit`` caps captured output per stream in bytes.
+    ``params.output_limit`` caps captured output per stream in bytes;
+    ``params.reuse_workspaces: false`` makes every workspace a new directory.
     """
 
     id = "local"
@@ -267,16 +275,23 @@ class LocalEnvironment(BaseEnvironment):
             await asyncio.to_thread(shutil.rmtree, path, True)
         return killed + len(leftovers)
 
-    def _spares_of_run(self) -> Spares:
+    def _spares_in_use(self) -> Spares | None:
+        if not self.spec.params.get("reuse_workspaces", True):
+            return None
         if self._spares is None:
             self._spares = Spares()
+        self._spares.reopen()
         return self._spares
 
     async def aclose(self) -> None:
-        # The emptied workspaces kept for reuse; in a removal thread, as a slow disk can make this take a while.
-        if self._spares is not None and len(self._spares):
-            await asyncio.wrap_future(removal_pool().submit(self._spares.clear))
-        await super().aclose()
+        try:
+            if self._spares is not None:
+                if len(self._spares):  # in a removal thread: a slow disk can make this take a while
+                    await asyncio.wrap_future(removal_pool().submit(self._spares.clear))
+                else:
+                    self._spares.clear()  # keeps none from a close still to come
+        finally:
+            await super().aclose()
 
     async def open(self, config: SessionConfig) -> EnvironmentSession:
         # The run id in the name lets a resumed run sweep what a killed one left.
@@ -287,7 +302,7 @@ class LocalEnvironment(BaseEnvironment):
             run_id=config.labels.get("agentcompass.run"),
             parent=self._parent(),
             prefix=f"agentcompass-{run}-{config.task_id[:40]}",
-            spares=self._spares_of_run(),
+            spares=self._spares_in_use(),
         )
         template = self.spec.params.get("template")
         if template:

@@ -155,13 +155,18 @@ class ExecControls:
         if self._open.pop(fd, None) is not None:
             os.close(fd)
 
-    async def kill_all(self) -> None:
-        """Kill every running command of the session and wait until its reaper says it is done."""
+    async def kill_all(self) -> bool:
+        """Kill every running command of the session and wait until its reaper says it is done.
+
+        :returns: whether every reaper said so in time.
+        """
         statuses = list(self._open.values())
         for fd in list(self._open):
             self.kill(fd)
-        if statuses:
-            await asyncio.wait(statuses, timeout=_KILL_WAIT)
+        if not statuses:
+            return True
+        _, pending = await asyncio.wait(statuses, timeout=_KILL_WAIT)
+        return not pending
 
 
 class _Drain:

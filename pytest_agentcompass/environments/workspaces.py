@@ -16,11 +16,11 @@ task's path (figures in docs/performance.md):
 
 from __future__ import annotations
 
-import collections
 import itertools
 import os
 import shutil
 import stat
+import threading
 from pathlib import Path
 
 from ..errors import SessionError
@@ -29,6 +29,7 @@ from ..runtime.threads import BlockingCallPool, shared_pool
 __all__ = [
     "FLAT_REMOVAL_ENTRIES",
     "INLINE_REMOVAL_BYTES",
+    "Identity",
     "InlineRemoval",
     "Spares",
     "identity",
@@ -40,6 +41,9 @@ __all__ = [
 
 #: ``(device, inode)`` of a directory.
 Identity = tuple[int, int]
+
+#: How a workspace is opened to be listed, checked or emptied: never through a link in its place.
+_LISTING = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def identity(path: Path | str) -> Identity | None:
@@ -54,84 +58,134 @@ def identity(path: Path | str) -> Identity | None:
 class Spares:
     """Emptied workspaces of one provider, kept to become the next ones.
 
-    Only a directory that is still the one the session made (same inode, not
-    a symlink), private (mode 0700, ours) and empty is kept; it keeps its
-    last name, which carries the run id, so a resumed run's sweep finds it
-    if the process dies. :meth:`take` renames one to the new name. Emptied
-    on the event loop or in a removal thread: ``deque`` appends and pops
-    are atomic.
+    A directory is kept only while it is still the one its session made
+    (same inode, not a link), private (mode 0700, ours), empty and without
+    extended attributes (a default ACL is one), and only once every process
+    its session started is known dead: :meth:`take` checks all of it again
+    after renaming a spare to its new name and removes one that changed,
+    since a process that was never a descendant of the task's commands (a
+    shell a user's tmux server started for it) could still have its working
+    directory there. A spare keeps its last name, which carries the run id,
+    so the sweep before a resume finds it if the process dies.
+
+    Spares are kept between a session's open and the provider's ``aclose``:
+    :meth:`clear` removes them and keeps no more until :meth:`reopen`.
+    Offered from the event loop or a removal thread, hence the lock.
     """
 
     #: Kept at most: as many as close between two opens, a handful in a steady run.
     LIMIT = 64
 
     def __init__(self) -> None:
-        self._dirs: collections.deque[str] = collections.deque()
-        self._closed = False
+        self._lock = threading.Lock()
+        self._dirs: list[str] = []
+        self._open = True
+        #: Spares that could be neither renamed nor removed, for :meth:`clear` to try again and name.
+        self._stuck: list[str] = []
 
     def __len__(self) -> int:
-        return len(self._dirs)
+        return len(self._dirs) + len(self._stuck)
 
-    def offer(self, path: str, made: Identity | None) -> bool:
-        """Keep the emptied ``path`` if it is still the private directory ``made``; ``False``: remove it."""
-        if made is None or self._closed or len(self._dirs) >= self.LIMIT:
+    def reopen(self) -> None:
+        """A session opens: keep emptied workspaces again (after an ``aclose``, the provider is in use again)."""
+        self._open = True
+
+    def offer(self, path: str, folder: int, made: Identity | None) -> bool:
+        """Keep ``path`` (open as ``folder``, just emptied) if it is still the private directory ``made``.
+
+        ``False``: the caller removes it.
+        """
+        if made is None or not self._open:
             return False
         try:
-            info = os.lstat(path)
-            if (
-                not stat.S_ISDIR(info.st_mode)
-                or (info.st_dev, info.st_ino) != made
-                or stat.S_IMODE(info.st_mode) != 0o700
-                or info.st_uid != os.geteuid()
-            ):
+            info = os.fstat(folder)
+            if not _private(info, made) or identity(path) != made or _xattrs(folder):
                 return False
-            with os.scandir(path) as listing:
-                if next(listing, None) is not None:
-                    return False  # something wrote into it after it was listed
         except OSError:
             return False
-        self._dirs.append(path)
+        with self._lock:
+            if not self._open or len(self._dirs) >= self.LIMIT:
+                return False
+            self._dirs.append(path)
         return True
 
     def take(self, target: Path) -> bool:
-        """Rename a spare to ``target``; ``False`` when none is left (then make it)."""
+        """Rename a spare to ``target`` and check it is as it was kept; ``False`` when none is left (then make it)."""
         while True:
-            try:
+            with self._lock:
+                if not self._dirs:
+                    return False
                 spare = self._dirs.pop()
-            except IndexError:
-                return False
+            made = identity(spare)
             try:
                 os.rename(spare, target)
-                return True
             except OSError:
-                _quietly_rmdir(spare)  # gone or taken: try the next one
+                self._forget(spare)  # gone (a sweep) or in the way: try the next one
+                continue
+            if made is not None and _fresh(target, made):
+                return True
+            try:  # changed while it was kept: not a workspace to hand out
+                remove_workspace(target)
+            except SessionError:
+                self._stuck.append(str(target))
 
     def clear(self) -> None:
-        """Remove every spare and keep no more (the provider closes).
+        """Remove every spare and keep no more until :meth:`reopen` (the provider closes).
 
         :raises SessionError: naming the first one that stays.
         """
-        self._closed = True
-        failures: list[tuple[str, OSError]] = []
-        while self._dirs:
-            path = self._dirs.pop()
+        with self._lock:
+            self._open = False
+            left, self._dirs, self._stuck = self._dirs + self._stuck, [], []
+        failures: list[tuple[str, BaseException]] = []
+        for path in left:
             try:
-                os.rmdir(path)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
+                remove_workspace(Path(path))
+            except SessionError as exc:
                 failures.append((path, exc))
         if failures:
-            first, error = failures[0]
             more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-            raise SessionError(f"workspace {first} was not removed: {error.strerror or error}{more}")
+            raise SessionError(f"{failures[0][1]}{more}")
+
+    def _forget(self, spare: str) -> None:
+        if os.path.lexists(spare):
+            try:
+                remove_workspace(Path(spare))
+            except SessionError:
+                self._stuck.append(spare)
 
 
-def _quietly_rmdir(path: str) -> None:
+def _private(info: os.stat_result, made: Identity) -> bool:
+    return (
+        stat.S_ISDIR(info.st_mode)
+        and (info.st_dev, info.st_ino) == made
+        and stat.S_IMODE(info.st_mode) == 0o700
+        and info.st_uid == os.geteuid()
+    )
+
+
+def _xattrs(folder: int) -> bool:
+    """Whether the directory carries extended attributes of its own (``security.*`` labels every file)."""
     try:
-        os.rmdir(path)
+        return any(not name.startswith("security.") for name in os.listxattr(folder))
     except OSError:
-        pass
+        return False  # a file system without them
+
+
+def _fresh(path: Path, made: Identity) -> bool:
+    """``path`` is the directory ``made``, private, empty and without extended attributes."""
+    try:
+        folder = os.open(path, _LISTING)
+    except OSError:
+        return False
+    try:
+        with os.scandir(folder) as listing:
+            empty = next(listing, None) is None
+        return empty and _private(os.fstat(folder), made) and not _xattrs(folder)
+    except OSError:
+        return False
+    finally:
+        os.close(folder)
 
 
 #: Threads that remove workspaces, shared by every session of the process. Few
@@ -199,7 +253,7 @@ INLINE_REMOVAL_BYTES = 8 << 20
 
 
 def remove_workspace(root: Path, spares: Spares | None = None, made: Identity | None = None) -> None:
-    """Remove ``root`` and everything in it (or empty it into ``spares``, see :meth:`Spares.offer`).
+    """Remove ``root`` and everything in it (or empty it into ``spares``: see :meth:`Spares.offer`).
 
     :raises SessionError: naming what stays.
     """
@@ -210,7 +264,9 @@ def remove_workspace(root: Path, spares: Spares | None = None, made: Identity | 
 def remove_flat(
     root: str, max_bytes: int | None = None, spares: Spares | None = None, made: Identity | None = None
 ) -> bool:
-    """Remove ``root`` if it is small and flat; ``False`` leaves it (or what is left) to :func:`_remove_tree`.
+    """Remove ``root`` (or empty it into ``spares``) if it is small and flat.
+
+    ``False`` leaves it, or what is left of it, to :func:`_remove_tree`.
 
     :param max_bytes: leave it also when a file is larger than this.
     :param spares: where the emptied directory goes instead of ``rmdir`` when it is still ``made``.
@@ -231,7 +287,7 @@ def remove_flat(
             return False
         for entry in entries:
             os.unlink(entry.name, dir_fd=folder)
-        if spares is None or not spares.offer(root, made):
+        if spares is None or not spares.offer(root, folder, made):
             os.rmdir(root)
     except FileNotFoundError:
         return not os.path.lexists(root)
@@ -240,9 +296,6 @@ def remove_flat(
     finally:
         os.close(folder)
     return True
-
-
-_LISTING = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _remove_tree(root: Path) -> None:

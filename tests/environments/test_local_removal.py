@@ -11,8 +11,11 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcompass import EnvironmentSpec, ExecutionPlan, LocalEnvironment
-from pytest_agentcompass.environments import workspaces
+from pytest_agentcompass.environments import process, workspaces
 from pytest_agentcompass.environments.local import LocalSession
 from pytest_agentcompass.environments.workspaces import FLAT_REMOVAL_ENTRIES, InlineRemoval
 from pytest_agentcompass.errors import SessionError
@@ -123,9 +126,9 @@ def test_an_emptied_workspace_is_renamed_into_the_next_one(
     tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A rename instead of an ``rmdir`` and a ``mkdir``: one inode serves session after session, empty each time."""
-    if where == "removal thread":
-        monkeypatch.setattr(workspaces.inline_removal, "mean", 1.0)  # a slow disk: no removal on the loop
-        monkeypatch.setattr(workspaces.inline_removal, "skipped", -1000)
+    slow = where == "removal thread"  # a slow disk: no removal on the loop; else a quick one, whatever came before
+    monkeypatch.setattr(workspaces.inline_removal, "mean", 1.0 if slow else 0.0)
+    monkeypatch.setattr(workspaces.inline_removal, "skipped", -1000 if slow else 0)
 
     async def main() -> None:
         provider = local_provider(tmp_path)
@@ -142,6 +145,7 @@ def test_an_emptied_workspace_is_renamed_into_the_next_one(
         assert stat.S_IMODE(second.root.stat().st_mode) == 0o700
         assert (await second.exec(["sh", "-c", "pwd; cat b.txt"])).stdout == f"{second.root}\n2"
         await second.close()
+        await second.close()  # again: nothing more happens
         assert [p.stat().st_ino for p in tmp_path.iterdir()] == [inode]
         await provider.aclose()
 
@@ -176,19 +180,107 @@ def test_a_workspace_that_is_not_as_it_was_made_is_removed_not_kept(tmp_path: Pa
     asyncio.run(main())
 
 
-def test_only_an_empty_private_directory_of_ours_is_kept(tmp_path: Path) -> None:
+def test_only_a_private_directory_of_ours_is_kept_and_a_changed_spare_is_not_handed_out(tmp_path: Path) -> None:
     spares = workspaces.Spares()
     folder = tmp_path / "w"
     folder.mkdir(mode=0o700)
     made = workspaces.identity(folder)
-    (folder / "late.txt").write_text("written after the listing")
-    assert not spares.offer(str(folder), made), "not empty"
-    (folder / "late.txt").unlink()
-    assert not spares.offer(str(folder), (0, 0)), "not the directory the session made"
-    assert not spares.offer(str(folder), None)
-    assert spares.offer(str(folder), made) and len(spares) == 1
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert not spares.offer(str(folder), fd, (0, 0)), "not the directory the session made"
+        assert not spares.offer(str(folder), fd, None)
+        folder.chmod(0o755)
+        assert not spares.offer(str(folder), fd, made), "not private"
+        folder.chmod(0o700)
+        try:
+            os.setxattr(fd, "user.left", b"by the task before")
+        except OSError:
+            pass  # a file system without user attributes
+        else:
+            assert not spares.offer(str(folder), fd, made), "an attribute of its own (a default ACL is one)"
+            os.removexattr(fd, "user.left")
+        assert spares.offer(str(folder), fd, made) and len(spares) == 1
+    finally:
+        os.close(fd)
+    # A process that outlived its task writes into the kept directory: it is removed, not handed out.
+    (folder / "stale.txt").write_text("from a survivor")
+    assert not spares.take(tmp_path / "next"), "the changed spare was the only one"
+    assert list(tmp_path.iterdir()) == []
+    folder.mkdir(mode=0o700)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert spares.offer(str(folder), fd, workspaces.identity(folder))
+    finally:
+        os.close(fd)
     assert spares.take(tmp_path / "next") and (tmp_path / "next").is_dir() and not folder.exists()
     assert not spares.take(tmp_path / "another"), "none left"
+
+
+def test_a_close_after_the_provider_closed_keeps_nothing(tmp_path: Path) -> None:
+    async def main() -> None:
+        provider = local_provider(tmp_path)
+        session = await open_session(provider)
+        await session.write_text("a.txt", "1")
+        await provider.aclose()  # no spare yet: a close still to come (a cancelled task's) must not keep one
+        await session.close()
+
+    asyncio.run(main())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_reuse_can_be_turned_off(tmp_path: Path) -> None:
+    async def main() -> None:
+        provider = LocalEnvironment(EnvironmentSpec(params={"base_dir": str(tmp_path), "reuse_workspaces": False}))
+        session = await open_session(provider)
+        await session.write_text("a.txt", "1")
+        await session.close()
+        assert list(tmp_path.iterdir()) == []
+        await provider.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_workspace_whose_commands_may_live_on_is_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reaper that does not answer in time: a process may still work in the directory, so it is removed."""
+    monkeypatch.setattr(process, "_KILL_WAIT", 0.3)
+    stopped: list[int] = []
+
+    async def main() -> None:
+        provider = local_provider(tmp_path)
+        session = await open_session(provider)
+        await session.write_text("a.txt", "1")
+        running = asyncio.ensure_future(session.exec(["sh", "-c", "echo started; exec sleep 30"]))
+        deadline = time.monotonic() + 30  # a guard against a hang, not a measurement
+        while not stopped and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            reapers = [p for p in process.descendants(os.getpid()) if _is_exec_reaper(p)]
+            for pid in reapers:
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+        assert stopped, "the exec's reaper never appeared"
+        try:
+            await session.close()
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        assert list(tmp_path.iterdir()) == [], "removed at close, not kept"
+        await provider.aclose()
+
+    asyncio.run(main())
+
+
+def _is_exec_reaper(pid: int) -> bool:
+    """A per-exec reaper: a ``_reaper.py`` process with a command of its own (the server has reapers as children)."""
+    try:
+        if b"_reaper.py" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return False
+        return any(
+            b"_reaper.py" not in Path(f"/proc/{child}/cmdline").read_bytes() for child in process.descendants(pid)
+        )
+    except OSError:
+        return False
 
 
 def test_spares_are_few_and_none_is_kept_once_the_provider_closed(tmp_path: Path) -> None:
@@ -297,3 +389,71 @@ def test_a_workspace_that_cannot_be_removed_is_its_tasks_teardown_error(
     # Only the workspace that could not be removed is left when the session has ended.
     (left,) = workspaces.iterdir()
     assert "-stuck-" in left.name and (left / "sub/kept.txt").exists()
+
+
+WRITERS = """
+import asyncio, os
+from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+
+class Writers(HarnessFreeBenchmark):
+    evaluation_environment_mode = "none"
+    def load_tasks(self, req):
+        return [TaskSpec(f"t{i}") for i in range(12)]
+    async def run_task(self, task, prepared, env, req, plan):
+        await env.write_text("answer.txt", task.task_id)
+        assert sorted(os.listdir(env.resolve("."))) == ["answer.txt"], "a reused workspace starts empty"
+        with open(os.path.join(os.environ["WRITERS_DIR"], task.task_id), "w"):
+            pass  # the test waits for these before it interrupts
+        while os.path.exists(os.environ["WRITERS_HANG"]) and task.task_id >= "t6":
+            await asyncio.sleep(0.05)
+        return RunResult(task.task_id, output="ok")
+    async def evaluate(self, task, prepared, result, req, plan, env=None):
+        return RunResult(task.task_id, output=result.output, score=1.0)
+"""
+
+
+@pytest.mark.parametrize("ending", ["completed", "ctrl-c"])
+def test_no_workspace_outlives_a_distributed_run(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str
+) -> None:
+    """Every worker's provider removes what it kept for reuse, also when the run is interrupted."""
+    workspaces_dir, started, hang = tmp_path / "workspaces", tmp_path / "started", tmp_path / "hang"
+    workspaces_dir.mkdir()
+    started.mkdir()
+    if ending == "ctrl-c":
+        hang.touch()
+    monkeypatch.setenv("WRITERS_DIR", str(started))
+    monkeypatch.setenv("WRITERS_HANG", str(hang))
+    pytester.makepyfile(writers=WRITERS)
+    environment = {"id": "local", "params": {"base_dir": str(workspaces_dir)}}
+    write_config(
+        pytester,
+        [{"name": "w", "benchmark": {"id": "writers.py:Writers"}, "environment": environment}],
+        task_concurrency=4,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", "-n", "2"],
+        cwd=pytester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # even if this process ignores it
+    )
+    try:
+        if ending == "ctrl-c":
+            deadline = time.monotonic() + 60  # a guard against a hang, not a measurement
+            while len(list(started.iterdir())) < 8 and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.05)
+            assert len(list(started.iterdir())) >= 8, "the hanging tasks never started"
+            os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    expected = pytest.ExitCode.OK if ending == "completed" else pytest.ExitCode.INTERRUPTED
+    assert proc.returncode == expected, out
+    assert "12 passed" in out if ending == "completed" else "Traceback" not in out, out
+    assert list(workspaces_dir.iterdir()) == [], out

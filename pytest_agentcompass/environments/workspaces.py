@@ -78,7 +78,8 @@ class Spares:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._dirs: list[str] = []
+        #: Each with the identity its session made it with, which :meth:`take` checks after the rename.
+        self._dirs: list[tuple[str, Identity]] = []
         self._open = True
         #: Spares that could be neither renamed nor removed, for :meth:`clear` to try again and name.
         self._stuck: list[str] = []
@@ -93,20 +94,20 @@ class Spares:
     def offer(self, path: str, folder: int, made: Identity | None) -> bool:
         """Keep ``path`` (open as ``folder``, just emptied) if it is still the private directory ``made``.
 
-        ``False``: the caller removes it.
+        ``False``: the caller removes it. The rest is checked by :meth:`take`,
+        which has to check it anyway: only one system call here.
         """
         if made is None or not self._open:
             return False
         try:
-            info = os.fstat(folder)
-            if not _private(info, made) or identity(path) != made or _xattrs(folder):
+            if not _private(os.fstat(folder), made):
                 return False
         except OSError:
             return False
         with self._lock:
             if not self._open or len(self._dirs) >= self.LIMIT:
                 return False
-            self._dirs.append(path)
+            self._dirs.append((path, made))
         return True
 
     def take(self, target: Path) -> bool:
@@ -115,14 +116,13 @@ class Spares:
             with self._lock:
                 if not self._dirs:
                     return False
-                spare = self._dirs.pop()
-            made = identity(spare)
+                spare, made = self._dirs.pop()
             try:
                 os.rename(spare, target)
             except OSError:
                 self._forget(spare)  # gone (a sweep) or in the way: try the next one
                 continue
-            if made is not None and _fresh(target, made):
+            if _fresh(target, made):
                 return True
             try:  # changed while it was kept: not a workspace to hand out
                 remove_workspace(target)
@@ -136,7 +136,8 @@ class Spares:
         """
         with self._lock:
             self._open = False
-            left, self._dirs, self._stuck = self._dirs + self._stuck, [], []
+            left = [path for path, _ in self._dirs] + self._stuck
+            self._dirs, self._stuck = [], []
         failures: list[tuple[str, BaseException]] = []
         for path in left:
             try:

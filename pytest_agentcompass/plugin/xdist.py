@@ -68,6 +68,9 @@ class DistributedRun:
         self.finalized = False
         #: ``<status>: <reason>`` of the first task a worker cancelled (its deadline), if any.
         self.cancelled: str | None = None
+        #: The task items the workers collected, and those whose reports reached the controller.
+        self.task_nodeids: list[str] = []
+        self.reported: set[str] = set()
         workerinput = getattr(self.config, "workerinput", None)
         if workerinput is not None:
             from .worker import WorkerPlugin
@@ -141,6 +144,7 @@ class DistributedRun:
             parts = nodeid.split("::")
             if len(parts) == 3 and parts[0].endswith(config_name) and parts[1] in wanted:
                 wanted[parts[1]].add(parts[2])
+                self.task_nodeids.append(nodeid)
         rerun = bool(self.config.getoption("lf", False))
         for name, state in self.states.items():
             known = {t.task_id for t in state.tasks}
@@ -171,6 +175,7 @@ class DistributedRun:
 
         It also notes why a worker cancelled tasks (its deadline), for ``run_info.json``.
         """
+        self.reported.add(report.nodeid)
         if self.unbuilt and report.when == "setup":
             parts = report.nodeid.split("::")
             if len(parts) == 3 and parts[1] in self.unbuilt:
@@ -219,6 +224,32 @@ class DistributedRun:
             for nodeid, fspath in self.gates.items():
                 report_gate(session.config, self.run, nodeid, fspath)
         return result
+
+    # (pytest takes hook implementations only from names starting with "pytest_")
+    @pytest.hookimpl(tryfirst=True, specname="pytest_sessionfinish")
+    def pytest_sessionfinish_report_unreported(self, session: pytest.Session, exitstatus: int) -> None:
+        """An interrupted run: every task no worker reported is an error, in the counts and in junit.
+
+        As in process, where a task that was running or not yet started when
+        Ctrl-C came ends as a setup error. First among the session-finish
+        hooks: junit's writes its file in its own.
+        """
+        if self.run.is_worker or exitstatus != pytest.ExitCode.INTERRUPTED:
+            return
+        hook = session.config.hook
+        for nodeid in self.task_nodeids:
+            if nodeid in self.reported:
+                continue
+            path, _, name = nodeid.partition("::")
+            location = (path, None, name)
+            hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
+            for when, outcome, longrepr in (
+                ("setup", "failed", "cancelled: interrupted by the user"),
+                ("teardown", "passed", None),
+            ):
+                report = pytest.TestReport(nodeid, location, {}, outcome, longrepr, when)  # type: ignore[arg-type]
+                hook.pytest_runtest_logreport(report=report)
+            hook.pytest_runtest_logfinish(nodeid=nodeid, location=location)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -369,9 +370,50 @@ def test_ctrl_c_on_the_controller_alone_cancels_the_workers_tasks(pytester: pyte
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     assert "Traceback" not in out and "INTERNALERROR" not in out, out
     assert "a: 4 tasks, 0 passed, 0 failed, 4 errors" in out, out
+    assert "= 4 errors in" in out, out  # pytest's own count agrees
     run = only_run(pytester, "a")
     assert run_info(run)["status"] == "interrupted"
     flag.unlink()
     resumed = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)
     resumed.assert_outcomes(passed=4)
     assert only_run(pytester, "a") == run
+
+
+HANGING = """
+import asyncio, os
+from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+
+class Hanging(HarnessFreeBenchmark):
+    evaluation_environment_mode = "none"
+    def load_tasks(self, req):
+        return [TaskSpec(f"t{i}") for i in range(8)]
+    async def run_task(self, task, prepared, env, req, plan):
+        open(os.path.join(os.environ["HANGING_DIR"], task.task_id), "w").close()
+        await asyncio.sleep(3600)
+    async def evaluate(self, task, prepared, result, req, plan, env=None):
+        return result
+"""
+
+
+def test_an_interrupted_distributed_run_counts_every_task_as_in_process(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Running and never-started tasks are errors in pytest's counts and in junit, not missing."""
+    started = tmp_path / "started"
+    started.mkdir()
+    monkeypatch.setenv("HANGING_DIR", str(started))
+    pytester.makepyfile(hanging=HANGING)
+    write_config(pytester, [{"name": "h", "benchmark": {"id": "hanging.py:Hanging"}}], task_concurrency=2)
+    proc = _start(pytester, "-n", "2", "--junitxml=j.xml")
+    deadline = time.monotonic() + GUARD
+    while len(list(started.iterdir())) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=GUARD)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "h: 8 tasks, 0 passed, 0 failed, 8 errors" in out, out
+    assert "= 8 errors in" in out, out
+    suite = ET.parse(pytester.path / "j.xml").getroot().find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("errors")) == ("8", "8")
+    assert "Traceback" not in out and "INTERNALERROR" not in out, out

@@ -10,7 +10,10 @@ import logging
 import types
 import weakref
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
+
+from .runtime.threads import pool_of
 
 __all__ = ["call_user", "maybe_await"]
 
@@ -69,14 +72,44 @@ async def call_user(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any
         return await fn(*args, **kwargs)
     if getattr(fn, "__func__", None) in _inline():
         return await maybe_await(fn(*args, **kwargs))
-    # asyncio.to_thread without its Task: the executor's future is awaited (shielded) directly.
-    context = contextvars.copy_context()
-    call = asyncio.get_running_loop().run_in_executor(None, functools.partial(context.run, fn, *args, **kwargs))
+    loop = asyncio.get_running_loop()
+    # Named by the pool after ``fn`` (not Context.run) if it must be abandoned.
+    work = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    pool = pool_of(loop)
+    call: asyncio.Future[Any] | Future[Any]
+    if pool is None:  # a loop of someone else's: its default executor
+        executed = loop.run_in_executor(None, work)
+        call, waiter = executed, asyncio.shield(executed)
+    else:
+        # The plugin's own loops: one loop future settled from the worker,
+        # not run_in_executor's two chained futures plus a shield around
+        # them (a sync lifecycle method is a hand-off per task).
+        call = pool.submit(work)
+        waiter = loop.create_future()
+        call.add_done_callback(functools.partial(_settle_soon, loop, waiter))
     try:
-        result = await asyncio.shield(call)
+        result = await waiter
     except asyncio.CancelledError:
         if not call.done():
             name = getattr(fn, "__qualname__", None) or type(fn).__name__
             log.warning("%s is still running in a worker thread: it cannot be interrupted and was abandoned", name)
         raise
     return await maybe_await(result)
+
+
+def _settle_soon(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Any], call: Future[Any]) -> None:
+    """In the worker: hand ``call``'s outcome to ``waiter`` on its loop (unless the loop is gone)."""
+    try:
+        loop.call_soon_threadsafe(_settle, waiter, call)
+    except RuntimeError:
+        pass  # the loop closed meanwhile: no one awaits it any more
+
+
+def _settle(waiter: asyncio.Future[Any], call: Future[Any]) -> None:
+    if waiter.cancelled():
+        return  # the awaiting task was cancelled: the call ran on, abandoned
+    error = call.exception()
+    if error is None:
+        waiter.set_result(call.result())
+    else:
+        waiter.set_exception(error)

@@ -11,7 +11,7 @@ import threading
 import time
 
 from .orchestrator import OrchestrationResult, Orchestrator
-from .threads import BlockingCallPool, drain_shared_pools, workers_for
+from .threads import BlockingCallPool, drain_shared_pools, use_pool, workers_for
 
 __all__ = ["drive"]
 
@@ -33,7 +33,7 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
     """
     loop = asyncio.new_event_loop()
     pool = BlockingCallPool(workers_for(orchestrator.task_concurrency), grace=orchestrator.cleanup_grace_seconds)
-    loop.set_default_executor(pool)
+    use_pool(loop, pool)
     main = loop.create_task(orchestrator.execute())
     interrupts = 0
 

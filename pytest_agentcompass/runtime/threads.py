@@ -22,7 +22,15 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["BlockingCallPool", "drain_shared_pools", "run_with_pool", "shared_pool", "workers_for"]
+__all__ = [
+    "BlockingCallPool",
+    "drain_shared_pools",
+    "pool_of",
+    "run_with_pool",
+    "shared_pool",
+    "use_pool",
+    "workers_for",
+]
 
 P = ParamSpec("P")
 
@@ -71,6 +79,7 @@ class BlockingCallPool(ThreadPoolExecutor):
         self._running: dict[Future[Any], Callable[..., Any]] = {}
         self._workers = 0
         self._idle = 0
+        self._busy = 0  # workers inside a call
         self._closed = False
         self._draining = 0  # callers waiting in drain() or shutdown()
         lock = threading.Lock()
@@ -88,13 +97,22 @@ class BlockingCallPool(ThreadPoolExecutor):
             self._queue.append((future, lambda: fn(*args, **kwargs), fn))
             if self._idle:
                 self._lock.notify()
-            # Each queued call needs its own thread: one that blocks must not hold up the next.
-            if len(self._queue) > self._idle and self._workers < self._max_workers:
-                self._workers += 1
-                self.started += 1
-                name = f"{self._thread_name_prefix}-{self._workers}"
-                threading.Thread(target=self._work, name=name, daemon=True).start()
+            # A call must not wait behind one that blocks: with every worker
+            # inside a call, a new one starts (and see _work). Not one per
+            # queued call: quick calls queue while a worker waits for the GIL
+            # the loop holds, and a thread each made every hand-off dearer
+            # (tens of threads taking turns: 2x the CPU of a hop, measured).
+            if self._workers == self._busy:
+                self._start_worker()
         return future
+
+    def _start_worker(self) -> None:
+        if self._workers >= self._max_workers:
+            return
+        self._workers += 1
+        self.started += 1
+        name = f"{self._thread_name_prefix}-{self._workers}"
+        threading.Thread(target=self._work, name=name, daemon=True).start()
 
     def _work(self) -> None:
         while True:
@@ -112,6 +130,9 @@ class BlockingCallPool(ThreadPoolExecutor):
                 if not future.set_running_or_notify_cancel():
                     continue
                 self._running[future] = fn
+                self._busy += 1
+                if self._queue and self._workers == self._busy:
+                    self._start_worker()  # this call may block: the ones queued behind it get a thread
             try:
                 result = call()
             except BaseException as exc:  # handed to the awaiting coroutine, like the stock executor
@@ -120,6 +141,7 @@ class BlockingCallPool(ThreadPoolExecutor):
                 future.set_result(result)
             finally:
                 with self._lock:
+                    self._busy -= 1
                     self._running.pop(future, None)
                     if self._draining:
                         self._drained.notify_all()
@@ -160,6 +182,21 @@ class BlockingCallPool(ThreadPoolExecutor):
         self.abandoned = self.drain(self.grace if timeout is None else timeout)
 
 
+#: The pool each of the plugin's loops runs blocking calls on (see :func:`use_pool`).
+_LOOP_POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, BlockingCallPool] = weakref.WeakKeyDictionary()
+
+
+def use_pool(loop: asyncio.AbstractEventLoop, pool: BlockingCallPool) -> None:
+    """Make ``pool`` the default executor of ``loop`` (``asyncio.to_thread``) and findable by :func:`pool_of`."""
+    loop.set_default_executor(pool)
+    _LOOP_POOLS[loop] = pool
+
+
+def pool_of(loop: asyncio.AbstractEventLoop) -> BlockingCallPool | None:
+    """The pool :func:`use_pool` gave ``loop``, if any."""
+    return _LOOP_POOLS.get(loop)
+
+
 #: Pools shared by the process (the removal of ``local`` workspaces): their
 #: calls outlive a task's cancellation, so a run's loop waits for them at its
 #: end like for its own pool's (:func:`drain_shared_pools`).
@@ -185,5 +222,5 @@ def drain_shared_pools(timeout: float) -> list[str]:
 def run_with_pool(coro: Coroutine[Any, Any, T], *, max_workers: int, grace: float) -> T:
     """``asyncio.run(coro)`` with a :class:`BlockingCallPool` as the default executor."""
     with asyncio.Runner() as runner:
-        runner.get_loop().set_default_executor(BlockingCallPool(max_workers, grace))
+        use_pool(runner.get_loop(), BlockingCallPool(max_workers, grace))
         return runner.run(coro)

@@ -32,6 +32,7 @@ from .workspaces import (
     inline_removal,
     removal_pool,
     remove_flat,
+    remove_spares,
     remove_workspace,
 )
 
@@ -98,7 +99,11 @@ class LocalSession(EnvironmentSession):
         first_use = not self._created
         if first_use:
             if self._spares is None or not self._spares.take(self.root):
-                self.root.mkdir(mode=0o700, parents=True, exist_ok=True)  # exist_ok: a test may pass a made dir
+                try:
+                    # A name of ours must be new (a test may pass a made dir as root).
+                    self.root.mkdir(mode=0o700, parents=True, exist_ok=self._parent is None)
+                except OSError as exc:
+                    raise SessionError(f"cannot make workspace {self.root}: {exc.strerror or exc}") from None
             self._created = True
             self._root_id = identity(self.root)
         if (
@@ -285,11 +290,13 @@ class LocalEnvironment(BaseEnvironment):
 
     async def aclose(self) -> None:
         try:
-            if self._spares is not None:
-                if len(self._spares):  # in a removal thread: a slow disk can make this take a while
-                    await asyncio.wrap_future(removal_pool().submit(self._spares.clear))
-                else:
-                    self._spares.clear()  # keeps none from a close still to come
+            # At once, not in the thread: a close still to come (a cancelled task's) keeps none.
+            left = self._spares.close() if self._spares is not None else []
+            if left:
+                # In a removal thread (a slow disk), shielded: an aclose cut
+                # short by the grace leaves it running, and the run's loop
+                # waits for the removal pools before it ends.
+                await asyncio.shield(asyncio.wrap_future(removal_pool().submit(remove_spares, left)))
         finally:
             await super().aclose()
 

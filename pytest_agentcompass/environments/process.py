@@ -147,6 +147,8 @@ class ExecControls:
 
     def __init__(self) -> None:
         self._open: dict[int, asyncio.Future[dict[str, int]]] = {}
+        #: A command's reaper did not say in time that it killed everything (its processes may live on).
+        self.unanswered = False
 
     def add(self, fd: int, status: asyncio.Future[dict[str, int]]) -> None:
         self._open[fd] = status
@@ -158,15 +160,17 @@ class ExecControls:
     async def kill_all(self) -> bool:
         """Kill every running command of the session and wait until its reaper says it is done.
 
-        :returns: whether every reaper said so in time.
+        :returns: whether every reaper of the session's commands said so in
+            time, these and the ones of commands killed before (a timed-out exec).
         """
         statuses = list(self._open.values())
         for fd in list(self._open):
             self.kill(fd)
-        if not statuses:
-            return True
-        _, pending = await asyncio.wait(statuses, timeout=_KILL_WAIT)
-        return not pending
+        if statuses:
+            _, pending = await asyncio.wait(statuses, timeout=_KILL_WAIT)
+            if pending:
+                self.unanswered = True
+        return not self.unanswered
 
 
 class _Drain:
@@ -261,8 +265,12 @@ async def run_reaped(
     finally:
         controls.kill(ctl_w)  # kills the tree unless it is gone already
         try:
-            if not reported.done():
-                await asyncio.wait([reported], timeout=_KILL_WAIT)
+            try:
+                if not reported.done():
+                    await asyncio.wait([reported], timeout=_KILL_WAIT)
+            finally:
+                if not reported.done():
+                    controls.unanswered = True  # the session's close keeps nothing it may still use
             # Every writer is dead once the reaper reported, so these end at once.
             await asyncio.wait([out.done, err.done], timeout=_KILL_WAIT)
         finally:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import secrets
 import shutil
 import stat
 import threading
@@ -35,6 +36,7 @@ __all__ = [
     "identity",
     "inline_removal",
     "remove_flat",
+    "remove_spares",
     "remove_workspace",
     "removal_pool",
 ]
@@ -59,18 +61,21 @@ class Spares:
     """Emptied workspaces of one provider, kept to become the next ones.
 
     A directory is kept only while it is still the one its session made
-    (same inode, not a link), private (mode 0700, ours), empty and without
-    extended attributes (a default ACL is one), and only once every process
-    its session started is known dead: :meth:`take` checks all of it again
-    after renaming a spare to its new name and removes one that changed,
-    since a process that was never a descendant of the task's commands (a
-    shell a user's tmux server started for it) could still have its working
-    directory there. A spare keeps its last name, which carries the run id,
-    so the sweep before a resume finds it if the process dies.
+    (same inode, not a link), private (mode 0700, ours), and once every
+    reaper of its session's commands said they are done. :meth:`take`
+    renames a spare to the new name and checks all of it again there, empty
+    and without extended attributes (a default ACL is one) included: a
+    process that never descended from the task's commands (a shell a user's
+    tmux server started for it) could still have its working directory in
+    it. A spare that changed is renamed out of the way, never handed out,
+    and removed with the rest by :meth:`close`'s caller, off the event loop.
+    A spare keeps its last name, which carries the run id, so the sweep
+    before a resume finds it if the process dies.
 
-    Spares are kept between a session's open and the provider's ``aclose``:
-    :meth:`clear` removes them and keeps no more until :meth:`reopen`.
-    Offered from the event loop or a removal thread, hence the lock.
+    Spares are kept between a session's open and the provider's ``aclose``
+    (at the end of the run; after each task where a task runs alone):
+    :meth:`close` stops keeping them until :meth:`reopen`. Offered from the
+    event loop or a removal thread, hence the lock.
     """
 
     #: Kept at most: as many as close between two opens, a handful in a steady run.
@@ -81,11 +86,11 @@ class Spares:
         #: Each with the identity its session made it with, which :meth:`take` checks after the rename.
         self._dirs: list[tuple[str, Identity]] = []
         self._open = True
-        #: Spares that could be neither renamed nor removed, for :meth:`clear` to try again and name.
-        self._stuck: list[str] = []
+        #: Spares that changed or could not be renamed, for :meth:`close`'s caller to remove.
+        self._stale: list[str] = []
 
     def __len__(self) -> int:
-        return len(self._dirs) + len(self._stuck)
+        return len(self._dirs) + len(self._stale)
 
     def reopen(self) -> None:
         """A session opens: keep emptied workspaces again (after an ``aclose``, the provider is in use again)."""
@@ -111,7 +116,12 @@ class Spares:
         return True
 
     def take(self, target: Path) -> bool:
-        """Rename a spare to ``target`` and check it is as it was kept; ``False`` when none is left (then make it)."""
+        """Rename a spare to ``target`` and check it is as it was kept; ``False`` when none is (then make it).
+
+        Nothing is removed here, on the event loop: what is not handed out is
+        moved to a name of its own (or left where it is) for :meth:`close`'s
+        caller, so ``target`` is free again whenever this returns ``False``.
+        """
         while True:
             with self._lock:
                 if not self._dirs:
@@ -120,40 +130,47 @@ class Spares:
             try:
                 os.rename(spare, target)
             except OSError:
-                self._forget(spare)  # gone (a sweep) or in the way: try the next one
+                self._set_aside(spare)  # gone (a sweep) or in the way: try the next one
                 continue
             if _fresh(target, made):
                 return True
-            try:  # changed while it was kept: not a workspace to hand out
-                remove_workspace(target)
-            except SessionError:
-                self._stuck.append(str(target))
+            # Changed while it was kept: never handed out. The suffix keeps the
+            # run id in the name, for the sweep.
+            aside = f"{target}.stale-{secrets.token_hex(4)}"
+            try:
+                os.rename(target, aside)
+            except OSError as exc:
+                raise SessionError(f"workspace {target} changed while kept and cannot be moved aside: {exc}") from None
+            self._set_aside(aside)
 
-    def clear(self) -> None:
-        """Remove every spare and keep no more until :meth:`reopen` (the provider closes).
-
-        :raises SessionError: naming the first one that stays.
-        """
+    def close(self) -> list[str]:
+        """Keep no more spares until :meth:`reopen`; what is kept, for :func:`remove_spares`."""
         with self._lock:
             self._open = False
-            left = [path for path, _ in self._dirs] + self._stuck
-            self._dirs, self._stuck = [], []
-        failures: list[tuple[str, BaseException]] = []
-        for path in left:
-            try:
-                remove_workspace(Path(path))
-            except SessionError as exc:
-                failures.append((path, exc))
-        if failures:
-            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-            raise SessionError(f"{failures[0][1]}{more}")
+            left = [path for path, _ in self._dirs] + self._stale
+            self._dirs, self._stale = [], []
+        return left
 
-    def _forget(self, spare: str) -> None:
-        if os.path.lexists(spare):
-            try:
-                remove_workspace(Path(spare))
-            except SessionError:
-                self._stuck.append(spare)
+    def _set_aside(self, path: str) -> None:
+        if os.path.lexists(path):
+            with self._lock:
+                self._stale.append(path)
+
+
+def remove_spares(paths: list[str]) -> None:
+    """Remove what :meth:`Spares.close` returned (in a removal thread).
+
+    :raises SessionError: naming the first one that stays.
+    """
+    failures: list[SessionError] = []
+    for path in paths:
+        try:
+            remove_workspace(Path(path))
+        except SessionError as exc:
+            failures.append(exc)
+    if failures:
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise SessionError(f"{failures[0]}{more}")
 
 
 def _private(info: os.stat_result, made: Identity) -> bool:
@@ -304,7 +321,15 @@ def _remove_tree(root: Path) -> None:
 
     :raises SessionError: naming the first path left behind and how many there are.
     """
-    if os.path.islink(root):  # a command put a link in its place: the link goes, not what it leads to
+    try:
+        kind = os.lstat(root).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise SessionError(f"workspace {root} was not removed: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(kind):
+        # A command put a link (or a file, a FIFO) in its place: that goes,
+        # not what a link leads to; and rmtree would open a FIFO and wait.
         try:
             os.unlink(root)
         except OSError as exc:

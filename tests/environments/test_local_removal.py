@@ -15,6 +15,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -180,7 +181,15 @@ def test_a_workspace_that_is_not_as_it_was_made_is_removed_not_kept(tmp_path: Pa
     asyncio.run(main())
 
 
-def test_only_a_private_directory_of_ours_is_kept_and_a_changed_spare_is_not_handed_out(tmp_path: Path) -> None:
+def keep(spares: workspaces.Spares, folder: Path) -> bool:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return spares.offer(str(folder), fd, workspaces.identity(folder))
+    finally:
+        os.close(fd)
+
+
+def test_only_a_private_directory_of_ours_is_kept(tmp_path: Path) -> None:
     spares = workspaces.Spares()
     folder = tmp_path / "w"
     folder.mkdir(mode=0o700)
@@ -195,34 +204,99 @@ def test_only_a_private_directory_of_ours_is_kept_and_a_changed_spare_is_not_han
         assert spares.offer(str(folder), fd, made) and len(spares) == 1
     finally:
         os.close(fd)
-    # A process that outlived its task writes into the kept directory: it is removed, not handed out.
-    (folder / "stale.txt").write_text("from a survivor")
-    assert not spares.take(tmp_path / "next"), "the changed spare was the only one"
-    assert list(tmp_path.iterdir()) == []
-    for change in ("opened up", "an attribute of its own (a default ACL is one)"):
-        folder.mkdir(mode=0o700)
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            assert spares.offer(str(folder), fd, workspaces.identity(folder))
-            if change == "opened up":
-                folder.chmod(0o755)
-            else:
-                try:
-                    os.setxattr(fd, "user.left", b"by the task before")
-                except OSError:
-                    pytest.skip("this file system has no user attributes")
-        finally:
-            os.close(fd)
-        assert not spares.take(tmp_path / "next"), change
-        assert list(tmp_path.iterdir()) == [], change
-    folder.mkdir(mode=0o700)
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        assert spares.offer(str(folder), fd, workspaces.identity(folder))
-    finally:
-        os.close(fd)
     assert spares.take(tmp_path / "next") and (tmp_path / "next").is_dir() and not folder.exists()
     assert not spares.take(tmp_path / "another"), "none left"
+
+
+@pytest.mark.parametrize(
+    "change", ["a file", "opened up", "an attribute of its own", "a folder it cannot empty", "a FIFO", "a file instead"]
+)
+def test_a_spare_that_changed_while_kept_is_never_handed_out(tmp_path: Path, change: str) -> None:
+    """What a process that outlived its task did there: the spare is set aside, removed later, off the loop."""
+    spares = workspaces.Spares()
+    folder = tmp_path / "agentcompass-run-t-kept"
+    folder.mkdir(mode=0o700)
+    assert keep(spares, folder)
+    if change == "a file":
+        (folder / "stale.txt").write_text("from a survivor")
+    elif change == "opened up":
+        folder.chmod(0o755)
+    elif change == "an attribute of its own":  # a default ACL is one
+        try:
+            os.setxattr(folder, "user.left", b"by the task before")
+        except OSError:
+            pytest.skip("this file system has no user attributes")
+    elif change == "a folder it cannot empty":
+        (folder / "sub").mkdir()
+        (folder / "sub" / "planted.txt").write_text("x")
+        lock(folder / "sub")
+    elif change == "a FIFO":  # rmtree would open it and wait for a writer
+        folder.rmdir()
+        os.mkfifo(folder)
+    else:
+        folder.rmdir()
+        folder.write_text("not a folder")
+    target = tmp_path / "agentcompass-run-t2-next"
+    try:
+        assert not spares.take(target), change
+        assert not target.exists() and not target.is_symlink(), "the new name is free for a new folder"
+        (aside,) = [p for p in tmp_path.iterdir()]
+        assert aside.name.startswith(target.name + ".stale-"), "set aside under the run's prefix, for the sweep"
+        if change == "a folder it cannot empty":
+            with pytest.raises(SessionError, match=r"was not removed: .*planted\.txt"):
+                workspaces.remove_spares(spares.close())
+            unlock(aside / "sub")
+            workspaces.remove_workspace(aside)
+        else:
+            workspaces.remove_spares(spares.close())
+    finally:
+        for left in tmp_path.rglob("sub"):
+            unlock(left)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_session_never_gets_a_folder_that_was_there_before(tmp_path: Path) -> None:
+    """Its name is new: a folder in its place (made by someone else) is an error, not its workspace."""
+
+    async def main() -> None:
+        provider = LocalEnvironment(EnvironmentSpec(params={"base_dir": str(tmp_path), "reuse_workspaces": False}))
+        session = await open_session(provider)
+        session.root.mkdir(mode=0o700)
+        (session.root / "planted.txt").write_text("x")
+        with pytest.raises(SessionError, match=r"cannot make workspace .*: File exists"):
+            await session.write_text("a.txt", "1")
+        shutil.rmtree(session.root)
+        await session.close()
+        await provider.aclose()
+
+    asyncio.run(main())
+
+
+def test_an_aclose_cut_short_still_keeps_nothing_more(tmp_path: Path) -> None:
+    """The grace ran out while the removal threads were busy: the spares stop at once, their removal goes on."""
+    release = threading.Event()
+
+    async def main() -> None:
+        provider = local_provider(tmp_path)
+        first, second = await open_session(provider), await open_session(provider)
+        for session in (first, second):
+            await session.write_text("a.txt", "1")
+        await first.close()
+        busy = [workspaces.removal_pool().submit(release.wait) for _ in range(workspaces.REMOVAL_THREADS)]
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(provider.aclose(), 0.1)
+        await second.close()  # after the cut-short aclose: removed, not kept
+        assert [p.name for p in tmp_path.iterdir()] == [first.root.name], "only the spare waiting for its removal"
+        release.set()
+        for call in busy:
+            call.result(timeout=30)
+        assert workspaces.removal_pool().drain(30) == []
+
+    try:
+        asyncio.run(main())
+    finally:
+        release.set()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_close_after_the_provider_closed_keeps_nothing(tmp_path: Path) -> None:
@@ -249,7 +323,10 @@ def test_reuse_can_be_turned_off(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_a_workspace_whose_commands_may_live_on_is_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("when", ["running at close", "timed out before"])
+def test_a_workspace_whose_commands_may_live_on_is_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
     """A reaper that does not answer in time: a process may still work in the directory, so it is removed."""
     monkeypatch.setattr(process, "_KILL_WAIT", 0.3)
     stopped: list[int] = []
@@ -258,7 +335,8 @@ def test_a_workspace_whose_commands_may_live_on_is_not_kept(tmp_path: Path, monk
         provider = local_provider(tmp_path)
         session = await open_session(provider)
         await session.write_text("a.txt", "1")
-        running = asyncio.ensure_future(session.exec(["sh", "-c", "echo started; exec sleep 30"]))
+        timeout = 1.0 if when == "timed out before" else None
+        running = asyncio.ensure_future(session.exec(["sh", "-c", "echo started; exec sleep 30"], timeout=timeout))
         deadline = time.monotonic() + 30  # a guard against a hang, not a measurement
         while not stopped and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -267,6 +345,8 @@ def test_a_workspace_whose_commands_may_live_on_is_not_kept(tmp_path: Path, monk
                 os.kill(pid, signal.SIGSTOP)
                 stopped.append(pid)
         assert stopped, "the exec's reaper never appeared"
+        if when == "timed out before":
+            assert (await running).timed_out  # its reaper never said it is done
         try:
             await session.close()
         finally:
@@ -413,7 +493,7 @@ class Writers(HarnessFreeBenchmark):
         assert sorted(os.listdir(env.resolve("."))) == ["answer.txt"], "a reused workspace starts empty"
         with open(os.path.join(os.environ["WRITERS_DIR"], task.task_id), "w"):
             pass  # the test waits for these before it interrupts
-        while os.path.exists(os.environ["WRITERS_HANG"]) and task.task_id >= "t6":
+        while os.path.exists(os.environ["WRITERS_HANG"]) and int(task.task_id[1:]) >= 10:
             await asyncio.sleep(0.05)
         return RunResult(task.task_id, output="ok")
     async def evaluate(self, task, prepared, result, req, plan, env=None):
@@ -453,9 +533,10 @@ def test_no_workspace_outlives_a_distributed_run(
     try:
         if ending == "ctrl-c":
             deadline = time.monotonic() + 60  # a guard against a hang, not a measurement
-            while len(list(started.iterdir())) < 8 and time.monotonic() < deadline and proc.poll() is None:
+            # Every task started: ten ended, two (t10, t11) hang in their workspaces.
+            while len(list(started.iterdir())) < 12 and time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.05)
-            assert len(list(started.iterdir())) >= 8, "the hanging tasks never started"
+            assert len(list(started.iterdir())) == 12, "the hanging tasks never started"
             os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
     finally:

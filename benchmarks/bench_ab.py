@@ -20,7 +20,7 @@ from bench_overhead import NOOP, NOOP_SYNC
 
 def main() -> None:
     parser = ab_parser(__doc__, concurrency=64)
-    parser.add_argument("--sync", action="store_true", help="a sync evaluate (a thread hop per task)")
+    parser.add_argument("--sync", action="store_true", help="sync run_task and evaluate (two thread hops per task)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)

@@ -236,6 +236,8 @@ class DistributedRun:
         """
         if self.run.is_worker or exitstatus != pytest.ExitCode.INTERRUPTED:
             return
+        if session.shouldfail or session.shouldstop:
+            return  # -x or --maxfail: what never ran is not reported, as with pytest's own loop
         hook = session.config.hook
         for nodeid in self.task_nodeids:
             if nodeid in self.reported:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -66,8 +67,11 @@ def trace(pytester: pytest.Pytester) -> Path:
     return pytester.path / "trace.jsonl"
 
 
-def start_pytest(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[str]:
-    """A real ``pytest`` process on the config in ``pytester.path`` (for signals and kills)."""
+def start_pytest(pytester: pytest.Pytester, *args: str, own_group: bool = False) -> subprocess.Popen[str]:
+    """A real ``pytest`` process on the config in ``pytester.path`` (for signals and kills).
+
+    :param own_group: in a process group of its own, so a Ctrl-C (``os.killpg``) reaches all its processes (``-n``).
+    """
     return subprocess.Popen(
         [sys.executable, "-m", "pytest", "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", *args],
         cwd=pytester.path,
@@ -75,6 +79,9 @@ def start_pytest(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[str]
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        start_new_session=own_group,
+        # SIGINT as a terminal's Ctrl-C has it, even if this process ignores it.
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if own_group else None,
     )
 
 

@@ -14,7 +14,6 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from pytest_agentcompass.environments.local import LocalSession
 from pytest_agentcompass.environments.workspaces import FLAT_REMOVAL_ENTRIES, InlineRemoval
 from pytest_agentcompass.errors import SessionError
 
-from conftest import write_config
+from conftest import start_pytest, write_config
 
 
 def lock(directory: Path) -> None:
@@ -520,16 +519,7 @@ def test_no_workspace_outlives_a_distributed_run(
         [{"name": "w", "benchmark": {"id": "writers.py:Writers"}, "environment": environment}],
         task_concurrency=4,
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", "-n", "2"],
-        cwd=pytester.path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # even if this process ignores it
-    )
+    proc = start_pytest(pytester, "-n", "2", own_group=True)
     try:
         if ending == "ctrl-c":
             deadline = time.monotonic() + 60  # a guard against a hang, not a measurement

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SUITES, tracing_request, write_config
+from conftest import SUITES, start_pytest, tracing_request, write_config
 from tracing import read_trace
 
 #: A guard against a hang (a lost permit deadlocks these runs), never a measurement.
@@ -176,20 +175,6 @@ def test_exit_first_under_xdist_stops_and_records_it(pytester: pytest.Pytester, 
     assert info["status"] == "stopped"
 
 
-def _start(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[str]:
-    """A real ``pytest -n 2`` in its own process group (so a Ctrl-C can reach all its processes)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "pytest", "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", *args],
-        cwd=pytester.path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # even if this process ignores it
-    )
-
-
 def _wait_for_event(trace: Path, proc: subprocess.Popen[str], event: str) -> dict[str, Any]:
     import time
 
@@ -212,7 +197,7 @@ def test_a_killed_worker_gives_its_permits_back_and_the_run_resumes(pytester: py
         [tracing_request("a", trace, n=4, hang_if={"file": str(flag)})],
         task_concurrency=1,
     )
-    proc = _start(pytester, "-n", "2")
+    proc = start_pytest(pytester, "-n", "2", own_group=True)
     holder = _wait_for_event(trace, proc, "run_task")
     flag.unlink()  # tasks that start from now on do not hang
     os.kill(holder["pid"], signal.SIGKILL)
@@ -237,7 +222,7 @@ def test_ctrl_c_under_xdist_leaves_an_interrupted_run_that_resumes(pytester: pyt
     flag = pytester.path / "hang"
     flag.touch()
     write_config(pytester, [tracing_request("a", trace, n=4, hang_if={"file": str(flag)})], task_concurrency=4)
-    proc = _start(pytester, "-n", "2")
+    proc = start_pytest(pytester, "-n", "2", own_group=True)
     _wait_for_event(trace, proc, "run_task")
     flag.unlink()
     os.killpg(proc.pid, signal.SIGINT)
@@ -363,7 +348,7 @@ def test_ctrl_c_on_the_controller_alone_cancels_the_workers_tasks(pytester: pyte
         task_concurrency=4,
         cleanup_grace_seconds=30,
     )
-    proc = _start(pytester, "-n", "2")
+    proc = start_pytest(pytester, "-n", "2", own_group=True)
     _wait_for_event(trace, proc, "run_task")
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=GUARD)  # the tasks hang for good: only a cancel ends them
@@ -404,7 +389,7 @@ def test_an_interrupted_distributed_run_counts_every_task_as_in_process(
     monkeypatch.setenv("HANGING_DIR", str(started))
     pytester.makepyfile(hanging=HANGING)
     write_config(pytester, [{"name": "h", "benchmark": {"id": "hanging.py:Hanging"}}], task_concurrency=2)
-    proc = _start(pytester, "-n", "2", "--junitxml=j.xml")
+    proc = start_pytest(pytester, "-n", "2", "--junitxml=j.xml", own_group=True)
     deadline = time.monotonic() + GUARD
     while len(list(started.iterdir())) < 2 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -212,13 +211,16 @@ def test_whole_attempt_retry_releases_and_reacquires_the_permit(tmp_path: Path) 
 def test_open_qps_spaces_environment_opens(tmp_path: Path) -> None:
     log: Log = []
     state = make_state(tmp_path, Recorder(log, "a", [0.0] * 8), env={"open_qps": 20})
+    before = time.monotonic()
     orchestrate([state], workers=8)
-    opened = sorted(t for kind, _, t in log if kind == "start")
-    gaps = [b - a for a, b in itertools.pairwise(opened)]
-    # 20 opens per second: starts follow opens ~50 ms apart (checked loosely: the
-    # steps between open and start may vary a little under load).
-    assert opened[-1] - opened[0] >= 7 * 0.05 * 0.9
-    assert sorted(gaps)[len(gaps) // 2] >= 0.04
+    started = [t for kind, _, t in log if kind == "start"]
+    # 20 opens per second: the limiter gives the 8th open a slot 7 x 50 ms after
+    # the first, which came after ``before``, and a task starts after its open.
+    # Only a lower bound: a busy machine makes it later, never earlier (gaps
+    # between starts are not checked: a loop that wakes late starts several
+    # tasks whose slots have passed at once).
+    assert len(started) == 8
+    assert max(started) - before >= 7 * 0.05 - 0.001
 
 
 def test_qps_zero_is_unlimited() -> None:

@@ -108,6 +108,9 @@ def _settle_soon(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Any], c
 def _settle(waiter: asyncio.Future[Any], call: Future[Any]) -> None:
     if waiter.cancelled():
         return  # the awaiting task was cancelled: the call ran on, abandoned
+    if call.cancelled():  # the pool shut down with it still queued
+        waiter.cancel()
+        return
     error = call.exception()
     if error is None:
         waiter.set_result(call.result())

@@ -18,6 +18,7 @@ resumes on the next run like any other unfinished run.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +72,7 @@ class DistributedRun:
         #: The task items the workers collected, and those whose reports reached the controller.
         self.task_nodeids: list[str] = []
         self.reported: set[str] = set()
+        self.interrupt_reported = False
         workerinput = getattr(self.config, "workerinput", None)
         if workerinput is not None:
             from .worker import WorkerPlugin
@@ -239,10 +241,14 @@ class DistributedRun:
         if session.shouldfail or session.shouldstop:
             return  # -x or --maxfail: what never ran is not reported, as with pytest's own loop
         hook = session.config.hook
-        for nodeid in self.task_nodeids:
+        for nodeid in dict.fromkeys(self.task_nodeids):
             if nodeid in self.reported:
                 continue
             path, _, name = nodeid.partition("::")
+            request, _, task_id = name.partition("::")
+            state = self.states.get(request)
+            if state is not None and os.path.exists(state.store.detail_path(task_id)):
+                continue  # it ended on its worker, whose report was lost: the summary counts it from its detail
             location = (path, None, name)
             hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
             for when, outcome, longrepr in (
@@ -252,6 +258,9 @@ class DistributedRun:
                 report = pytest.TestReport(nodeid, location, {}, outcome, longrepr, when)  # type: ignore[arg-type]
                 hook.pytest_runtest_logreport(report=report)
             hook.pytest_runtest_logfinish(nodeid=nodeid, location=location)
+        # These errors count towards -x/--maxfail in pytest's session (which
+        # cannot be undone): the run is still recorded interrupted, not stopped.
+        self.interrupt_reported = True
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -268,7 +277,9 @@ class DistributedRun:
             return
         self.finalized = True
         result = OrchestrationResult()
-        if session.shouldfail or session.shouldstop:
+        if self.interrupt_reported:
+            result.status, result.reason = "interrupted", "interrupted by the user"
+        elif session.shouldfail or session.shouldstop:
             result.status, result.reason = "stopped", str(session.shouldfail or session.shouldstop)
         elif interrupted:
             result.status, result.reason = "interrupted", "interrupted by the user"

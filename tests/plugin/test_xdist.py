@@ -380,8 +380,9 @@ class Hanging(HarnessFreeBenchmark):
 """
 
 
+@pytest.mark.parametrize("exit_first", [False, True])
 def test_an_interrupted_distributed_run_counts_every_task_as_in_process(
-    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exit_first: bool
 ) -> None:
     """Running and never-started tasks are errors in pytest's counts and in junit, not missing."""
     started = tmp_path / "started"
@@ -389,7 +390,7 @@ def test_an_interrupted_distributed_run_counts_every_task_as_in_process(
     monkeypatch.setenv("HANGING_DIR", str(started))
     pytester.makepyfile(hanging=HANGING)
     write_config(pytester, [{"name": "h", "benchmark": {"id": "hanging.py:Hanging"}}], task_concurrency=2)
-    proc = start_pytest(pytester, "-n", "2", "--junitxml=j.xml", own_group=True)
+    proc = start_pytest(pytester, "-n", "2", "--junitxml=j.xml", *(["-x"] if exit_first else []), own_group=True)
     deadline = time.monotonic() + GUARD
     while len(list(started.iterdir())) < 2 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
@@ -402,3 +403,5 @@ def test_an_interrupted_distributed_run_counts_every_task_as_in_process(
     assert suite is not None
     assert (suite.get("tests"), suite.get("errors")) == ("8", "8")
     assert "Traceback" not in out and "INTERNALERROR" not in out, out
+    # Those errors count towards -x in pytest's session: the run was still interrupted, not stopped.
+    assert run_info(only_run(pytester, "h"))["status"] == "interrupted"

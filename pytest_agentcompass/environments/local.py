@@ -7,6 +7,7 @@ It isolates files, not the network: the only policy it can honour is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import secrets
@@ -277,7 +278,10 @@ class LocalEnvironment(BaseEnvironment):
         killed = await asyncio.to_thread(kill_marked, run_id)
         leftovers = list(self._parent().glob(f"agentcompass-{run_id}-*"))
         for path in leftovers:
-            await asyncio.to_thread(shutil.rmtree, path, True)
+            # The same removal as a close's: a link or a FIFO left in a
+            # workspace's place goes itself (rmtree would open a FIFO and wait).
+            with contextlib.suppress(SessionError):  # best effort, as before a resume
+                await asyncio.to_thread(remove_workspace, path)
         return killed + len(leftovers)
 
     def _spares_in_use(self) -> Spares | None:

@@ -120,8 +120,10 @@ class Engines:
                 raise Unavailable(f"{tool} is not installed")
         if os.geteuid() != 0:
             raise Unavailable("starting dockerd needs root")
+        _sweep_dead_sessions()
         # Short: a Unix socket path is limited to 107 bytes.
         self.root = Path(tempfile.mkdtemp(prefix="acpool-", dir="/tmp"))
+        (self.root / "owner").write_text(_process_key(os.getpid()))
         self.engines: list[ExtraEngine] = []
         self.netns: list[str] = []
         try:
@@ -147,20 +149,55 @@ class Engines:
     def close(self) -> None:
         for engine in self.engines:
             engine.stop()
-        # dockerd mounts its data root on itself and each container's network namespace under its
-        # exec root; a killed daemon leaves them mounted (deepest first, so parents come free).
-        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
-        for mount in sorted((m for m in mounts if m.startswith(f"{self.root}/")), reverse=True):
-            _run("umount", "--lazy", mount, check=False)
-        for engine in self.engines:
-            for pid in _processes_mentioning(f"{engine.root}/exec"):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for name in self.netns:
-            _run("ip", "netns", "del", name, check=False)
-        shutil.rmtree(self.root, ignore_errors=True)
+        _remove_traces(self.root, self.netns)
+
+
+def _remove_traces(root: Path, netns: list[str]) -> None:
+    """Every trace of the engines under ``root``: mounts, leftover processes, namespaces, files."""
+    # dockerd mounts its data root on itself and each container's network namespace under its
+    # exec root; a killed daemon leaves them mounted (deepest first, so parents come free).
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for mount in sorted((m for m in mounts if m.startswith(f"{root}/")), reverse=True):
+        _run("umount", "--lazy", mount, check=False)
+    for pid in _processes_mentioning(f"{root}/"):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for name in netns:
+        _run("ip", "netns", "del", name, check=False)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _process_key(pid: int) -> str:
+    """``pid`` and its start time: a pid the kernel hands out again does not match."""
+    try:
+        return f"{pid} {Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[19]}"
+    except (OSError, IndexError):
+        return ""
+
+
+def _sweep_dead_sessions() -> None:
+    """Remove the engines of test sessions that were killed (``close`` never ran for them).
+
+    A session killed outright takes its daemons along (``PR_SET_PDEATHSIG``)
+    but leaves their namespaces, mounts and folder; one still running
+    (another clone's suite on this machine) is left alone.
+    """
+    netns = Path("/var/run/netns")
+    for root in Path("/tmp").glob("acpool-*"):
+        try:
+            owner = (root / "owner").read_text()
+        except FileNotFoundError:
+            owner = ""  # made before its owner was written, or by an older suite: judged by age
+            if time.time() - root.stat().st_mtime < 3600:
+                continue
+        except OSError:
+            continue
+        if owner and _process_key(int(owner.split()[0])) == owner:
+            continue
+        names = [entry.name for entry in netns.glob(f"{root.name}-*")] if netns.is_dir() else []
+        _remove_traces(root, names)
 
 
 def _die_with_parent() -> None:

@@ -7,12 +7,14 @@ import contextvars
 import functools
 import inspect
 import logging
+import signal
 import types
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from .errors import UserExit
 from .runtime.threads import pool_of
 
 __all__ = ["call_user", "maybe_await"]
@@ -67,7 +69,34 @@ async def call_user(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any
     interrupted, so it is abandoned, said so here, and listed again at the end
     of the session if it is still running. A sync function returning an
     awaitable has it awaited on the loop.
+
+    ``sys.exit()`` and ``KeyboardInterrupt`` in ``fn`` become :class:`UserExit`:
+    let through, they would end the event loop itself (see :func:`_escaped`).
     """
+    try:
+        return await _call(fn, *args, **kwargs)
+    except (SystemExit, KeyboardInterrupt) as exc:
+        # With the user's frames: the trace shows where the exit was called.
+        raise _escaped(fn, exc).with_traceback(exc.__traceback__) from exc
+
+
+def _escaped(fn: Callable[..., Any], exc: SystemExit | KeyboardInterrupt) -> UserExit:
+    """What ``fn`` raising ``exc`` means for the run, as pytest treats the same in a test.
+
+    asyncio re-raises both out of the loop from whichever task raised them:
+    every task would stop at once, unrecorded. ``sys.exit()`` fails this one
+    task instead; a ``KeyboardInterrupt`` interrupts the run the way Ctrl-C
+    does, through the SIGINT handler in place (the run's, or xdist's worker).
+    """
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    if isinstance(exc, SystemExit):
+        return UserExit(f"{name} called sys.exit({exc.code!r}): the task fails, the run goes on")
+    if signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, None):
+        signal.raise_signal(signal.SIGINT)
+    return UserExit(f"{name} raised KeyboardInterrupt: the run is interrupted, as by Ctrl-C")
+
+
+async def _call(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     if _is_async(fn):
         return await fn(*args, **kwargs)
     if getattr(fn, "__func__", None) in _inline():

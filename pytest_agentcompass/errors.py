@@ -15,6 +15,7 @@ __all__ = [
     "PolicyError",
     "PreflightError",
     "TaskIdError",
+    "UserExit",
     "WorkspacePathError",
 ]
 
@@ -53,3 +54,13 @@ class WorkspacePathError(SessionError):
 
 class ArtifactError(AgentCompassError):
     """A submission artifact is too large, of the wrong type or empty."""
+
+
+class UserExit(AgentCompassError):
+    """A lifecycle method called ``sys.exit()`` or raised ``KeyboardInterrupt``.
+
+    Out of a task, either would end the event loop, and with it every other
+    task and the run's bookkeeping. As in a pytest test, ``sys.exit()`` fails
+    that task alone, and ``KeyboardInterrupt`` interrupts the run as Ctrl-C
+    does (the plugin raises SIGINT for it).
+    """

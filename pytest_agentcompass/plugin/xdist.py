@@ -206,6 +206,9 @@ class DistributedRun:
         from .worker import WORKER_NOTES
 
         output = getattr(node, "workeroutput", {})
+        if output.get("exitstatus") == pytest.ExitCode.INTERRUPTED and self.service is not None:
+            # A worker interrupted alone (a task raised KeyboardInterrupt): the others stop too, as for Ctrl-C.
+            self.service.stop_all("interrupted by the user", interrupt=True)
         for nodeid, fspath, _ in output.get(WORKER_GATES, ()):
             self.gates[nodeid] = fspath
         for request, notes in output.get(WORKER_NOTES, {}).items():
@@ -305,9 +308,14 @@ class DistributedRun:
 
     def _finalize(self, state: RequestRuntime, result: OrchestrationResult) -> RequestRuntime | None:
         """Finalize one request from the details the workers wrote, once."""
-        if not state.prepared:
-            release_run_dir(state.store.run_dir)
+        if not state.prepared and (result.status == "completed" or not state.wanted or state.failed is not None):
+            if result.status == "interrupted" and state.failed is None:
+                state.stop("interrupted", result.reason or "interrupted by the user")  # a Ctrl-C before any task was handed out
+            else:
+                release_run_dir(state.store.run_dir)
             return None
+        # (Unprepared but with tasks chosen: a Ctrl-C during the preflights. Its
+        # tasks are recorded as cancelled below, as in process.)
         state.notes.extend(n for n in self.worker_notes.get(state.name, ()) if n not in state.notes)
         recorded = self.recorded.get(state.name, {})
         by_id = {t.task_id: t for t in state.tasks}

@@ -20,6 +20,9 @@ log = logging.getLogger("pytest_agentcompass")
 #: After a second Ctrl-C, how long cancelled cleanups get to unwind before they are abandoned.
 STUCK_TASK_SECONDS = 1.0
 
+#: Tasks whose cleanup would not end, kept for the rest of the process (see :func:`_drop_stuck_tasks`).
+_ABANDONED: list[asyncio.Task[object]] = []
+
 
 def drive(orchestrator: Orchestrator) -> OrchestrationResult:
     """Run ``orchestrator`` on a new event loop with two-stage Ctrl-C handling.
@@ -65,7 +68,9 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
         except KeyboardInterrupt:
             forced = True
             raise
-        if orchestrator.result.forced:
+        if orchestrator.result.forced or orchestrator.result.stuck_tasks:
+            # Also when the grace ran out: left pending, a task would be closed by the
+            # garbage collector outside its context, its cleanup failing in odd ways.
             _drop_stuck_tasks(loop)
     finally:
         if in_main_thread:
@@ -107,3 +112,6 @@ def _drop_stuck_tasks(loop: asyncio.AbstractEventLoop, *, wait: bool = True) -> 
             # Deliberately abandoned (their cleanup refused to end); nothing to report twice.
             with contextlib.suppress(AttributeError):
                 task._log_destroy_pending = False  # type: ignore[attr-defined]
+            # And never closed: the garbage collector would throw GeneratorExit into
+            # its coroutine outside its context, where its cleanup fails again, noisily.
+            _ABANDONED.append(task)

@@ -107,6 +107,8 @@ class Orchestrator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main: asyncio.Task[object] | None = None
         self._interrupted = False
+        #: Tasks recorded as cancelled when the run stopped: an end they reach later is not reported again.
+        self._given_up: set[tuple[str, str]] = set()
 
     # -- public --------------------------------------------------------------
     def stop(self, reason: str = "stopped") -> None:
@@ -178,12 +180,16 @@ class Orchestrator:
         self._main = asyncio.current_task()
         if self._interrupted:
             raise asyncio.CancelledError
-        for state in self.requests:
-            try:
-                await state.preflight()
-            except PreflightError as exc:
-                state.failed = str(exc)
-                state.prepared = True
+        try:
+            for state in self.requests:
+                try:
+                    await state.preflight()
+                except PreflightError as exc:
+                    state.failed = str(exc)
+                    state.prepared = True
+        except asyncio.CancelledError:  # Ctrl-C while a preflight waits: every task is cancelled, and recorded
+            await self._cancel_remaining([], "interrupted", "interrupted by the user")
+            raise
         self.started_at = time.monotonic()
         tasks = [asyncio.ensure_future(self._prepare_in_order())]
         tasks += [asyncio.ensure_future(self._worker()) for _ in range(self.task_concurrency)]
@@ -303,6 +309,8 @@ class Orchestrator:
                 self._changed.set()
                 if self.slots is not None:
                     self.slots.release()
+            if (state.name, task.task_id) in self._given_up:
+                continue  # ended after the grace: already reported as cancelled, once is enough
             self._notify(outcome)
 
     def _notify(self, outcome: TaskOutcome) -> None:
@@ -385,10 +393,12 @@ class Orchestrator:
             else:
                 unfinished = [t for t in state.tasks if t.task_id in state.wanted]
             for task in unfinished:
+                self._given_up.add((state.name, task.task_id))
                 outcome = state.cancelled_outcome(task, reason if status == "interrupted" else f"{status}: {reason}")
                 state.outcomes[task.task_id] = outcome  # counted: a cancelled task is an error, not nothing
                 self.result.unfinished.append(outcome)
-            if not state.finalized and state.prepared and state.failed is None and not self.shared:
+            # Prepared or not (a Ctrl-C during the preflights): the run directory says how it ended.
+            if not state.finalized and state.failed is None and not self.shared:
                 state.stop(status, reason)
                 state.finalized = True
         if still:

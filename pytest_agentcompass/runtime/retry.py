@@ -111,6 +111,7 @@ _PROGRAMMING = frozenset(
         "PolicyError",
         "ConfigError",
         "TaskIdError",
+        "UserExit",
     }
 )
 _RATE_LIMIT = frozenset({"RateLimitError", "TooManyRequests"})

@@ -36,7 +36,7 @@ def _inline() -> frozenset[Any]:
     from .harnesses.base import BaseHarness
 
     names = {
-        BaseBenchmark: ("prepare_task", "collect_artifacts"),
+        BaseBenchmark: ("make_benchmark_plan", "adjust_plan", "prepare_task", "collect_artifacts"),
         BaseHarness: ("preflight", "adjust_input", "start_session", "close_session", "aclose"),
     }
     return frozenset(getattr(base, name) for base, names_ in names.items() for name in names_)

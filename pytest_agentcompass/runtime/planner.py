@@ -7,9 +7,11 @@ then matching recipes adjust the plan within the fields they declare.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from .._compat import call_user
 from ..errors import ComponentError
 from ..types import EVALUATION_MODES, EvaluationMode, ExecutionPlan, TaskSpec
 
@@ -22,7 +24,8 @@ __all__ = ["BenchmarkPlanError", "Planner", "Recipe", "resolve_evaluation_mode"]
 
 
 class BenchmarkPlanError(Exception):
-    """``make_benchmark_plan`` raised: the benchmark's fault, reported by the task it hit."""
+    """``make_benchmark_plan`` raised, or a planning hook returned no plan: the
+    benchmark's fault, reported by the task it hit."""
 
 
 @runtime_checkable
@@ -72,18 +75,27 @@ class Planner:
         # Dumped once: the request's timeouts are the same for every plan (each plan gets its own copy).
         self._timeouts = req.execution.timeouts.model_dump()
 
-    def plan(self, task: TaskSpec, attempt_index: int) -> ExecutionPlan:
+    async def plan(self, task: TaskSpec, attempt_index: int) -> ExecutionPlan:
         """A new plan for attempt ``attempt_index`` of ``task``.
 
+        The benchmark's planning hooks go through :func:`call_user` like every
+        lifecycle method: a sync one runs off the loop (a slow one leaves other
+        tasks running, and the deadline or Ctrl-C still ends the run), an
+        async one is awaited.
+
+        :raises BenchmarkPlanError: if ``make_benchmark_plan`` raises, or a hook returns no plan.
         :raises PolicyError: if the provider cannot honour the plan's policies.
         :raises ComponentError: if a recipe oversteps its declared fields.
         """
         req = self.req
         network = req.environment.network
         try:
-            benchmark_plan = self.benchmark.make_benchmark_plan(task, req)
+            benchmark_plan = await call_user(self.benchmark.make_benchmark_plan, task, req)
         except Exception as exc:
             raise BenchmarkPlanError(f"make_benchmark_plan raised {type(exc).__name__}: {exc}") from exc
+        if benchmark_plan is not None and inspect.isawaitable(benchmark_plan):
+            # It would be recorded as "<coroutine object ...>" and never run.
+            raise BenchmarkPlanError(f"make_benchmark_plan returned {_kind(benchmark_plan)}, not plan data")
         plan = ExecutionPlan(
             task_id=task.task_id,
             attempt_index=attempt_index,
@@ -100,7 +112,10 @@ class Planner:
                 **({"model": req.model.id} if req.model else {}),
             },
         )
-        plan = self.benchmark.adjust_plan(plan, task, req)
+        adjusted = await call_user(self.benchmark.adjust_plan, plan, task, req)
+        if not isinstance(adjusted, ExecutionPlan):
+            raise BenchmarkPlanError(f"adjust_plan returned {_kind(adjusted)}, not an ExecutionPlan")
+        plan = adjusted
         for recipe in self.recipes:
             if recipe.matches(req, task):
                 plan = self._apply(recipe, plan, task)
@@ -123,3 +138,11 @@ class Planner:
         if adjusted.evaluation_environment_mode not in EVALUATION_MODES:
             raise ComponentError(f"recipe {recipe.name!r} set evaluation mode {adjusted.evaluation_environment_mode!r}")
         return dataclasses.replace(adjusted, recipes=(*plan.recipes, recipe.name))
+
+
+def _kind(value: object) -> str:
+    """What a hook returned, for its error: "a coroutine", "a dict", "None"."""
+    if inspect.iscoroutine(value):
+        value.close()  # refused, never to run: no "was never awaited" warning on top of the error
+        return "a coroutine"
+    return "None" if value is None else f"a {type(value).__name__}"

@@ -106,7 +106,7 @@ class RequestRuntime:
                 await call_user(ctx.harness.preflight, ctx.req)
             if self.tasks:
                 # A plan the provider cannot honour fails here, before anything opens.
-                ctx.planner.plan(self.tasks[0], 0)
+                await ctx.planner.plan(self.tasks[0], 0)
         except BenchmarkPlanError:
             pass  # the benchmark's own fault: every task it hits reports it
         except Exception as exc:

@@ -94,7 +94,7 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
     while (index := scheduler.next_index()) is not None:
         ctx.events.on_attempt_start(task.task_id, index)
         try:
-            plan = ctx.planner.plan(task, index)
+            plan = await ctx.planner.plan(task, index)
         except Exception as exc:  # a plan that cannot be built fails the attempt, not the run
             record = AttemptRecord(
                 result=RunResult(

@@ -67,6 +67,29 @@ def test_make_benchmark_plan_raising_is_a_clear_error_and_releases_the_run(pytes
     assert not (run_dir / "run.lock").exists()
 
 
+@pytest.mark.parametrize(
+    ("hook", "message"),
+    [
+        (
+            "async def make_benchmark_plan(self, task, req):\n        return self.later()\n"
+            "    async def later(self):\n        return {}",
+            "*planning attempt 0 failed: make_benchmark_plan returned a coroutine, not plan data*",
+        ),
+        (
+            "def adjust_plan(self, plan, task, req):\n        dataclasses.replace(plan, timeouts={})",
+            "*planning attempt 0 failed: adjust_plan returned None, not an ExecutionPlan*",
+        ),
+    ],
+    ids=["make_benchmark_plan", "adjust_plan"],
+)
+def test_a_planning_hook_that_returns_no_plan_is_named(pytester: pytest.Pytester, hook: str, message: str) -> None:
+    # Was recorded as the plan ("<coroutine object ...>"), or an AttributeError deep in the planner.
+    result = run(pytester, [bench_request(pytester, ANSWERS + "    " + hook + "\n")], "-W", "error::RuntimeWarning")
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines([message])
+    assert "never awaited" not in result.stdout.str() + result.stderr.str()
+
+
 @pytest.mark.parametrize("status", ["inference_error", "environment_error"])
 def test_a_plain_string_status_is_accepted(pytester: pytest.Pytester, status: str) -> None:
     body = ANSWERS.replace('output="x")', f'status="{status}", error="quota exceeded")')

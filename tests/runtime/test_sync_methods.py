@@ -1,4 +1,8 @@
-"""Sync lifecycle methods run off the event loop: they overlap, and stage timeouts end them."""
+"""Sync lifecycle methods run off the event loop: they overlap, and stage timeouts end them.
+
+The planning hooks (``make_benchmark_plan``, ``adjust_plan``) included: sync
+ones run in a worker thread, async ones are awaited.
+"""
 
 from __future__ import annotations
 
@@ -46,6 +50,40 @@ class Stuck(Together):
         return RunResult(task.task_id, output="late")
 
 
+def off_loop():
+    return threading.current_thread() is not threading.main_thread()
+
+
+class SyncPlan(Together):
+    def make_benchmark_plan(self, task, req):
+        return {"threaded": off_loop()}
+
+    async def adjust_plan(self, plan, task, req):
+        return dataclasses.replace(plan, benchmark_plan={**plan.benchmark_plan, "adjusted": True})
+
+    def run_task(self, task, prepared, env, req, plan):
+        assert plan.benchmark_plan == {"threaded": True, "adjusted": True}, plan.benchmark_plan
+        return RunResult(task.task_id, output="ok")
+
+
+class AsyncPlan(SyncPlan):
+    async def make_benchmark_plan(self, task, req):
+        return {"threaded": True}
+
+    def adjust_plan(self, plan, task, req):
+        return dataclasses.replace(plan, benchmark_plan={**plan.benchmark_plan, "adjusted": off_loop()})
+
+
+class StuckPlan(Together):
+    def make_benchmark_plan(self, task, req):
+        if task.task_id == "t1":  # not t0, which preflight plans before the deadline starts
+            NEVER.wait(20)
+        return None
+
+    def run_task(self, task, prepared, env, req, plan):
+        return RunResult(task.task_id, output="ok")
+
+
 class Where(BaseAnalyzer):
     name = "where"
 
@@ -54,7 +92,9 @@ class Where(BaseAnalyzer):
 """
 
 
-def run(pytester: pytest.Pytester, bench: str, **execution: object) -> tuple[pytest.RunResult, Path]:
+def run(
+    pytester: pytest.Pytester, bench: str, timeout_seconds: float | None = None, **execution: object
+) -> tuple[pytest.RunResult, Path]:
     pytester.makepyfile(bench=BENCH)
     request = {
         "name": "r",
@@ -63,7 +103,8 @@ def run(pytester: pytest.Pytester, bench: str, **execution: object) -> tuple[pyt
         "analyzers": [{"id": "bench.py:Where"}],
         "execution": {"retry_backoff_seconds": 0, "max_retries": 0, **execution},
     }
-    write_config(pytester, [request], task_concurrency=4, cleanup_grace_seconds=1)
+    top = {"timeout_seconds": timeout_seconds} if timeout_seconds else {}
+    write_config(pytester, [request], task_concurrency=4, cleanup_grace_seconds=1, **top)
     result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
     (run_dir,) = (pytester.path / "runs" / "r").iterdir()
     return result, run_dir
@@ -84,3 +125,24 @@ def test_a_stage_timeout_ends_a_blocked_sync_run_task(pytester: pytest.Pytester)
     output = result.stdout.str()
     assert "inference stage timed out after 0.5s" in output
     assert "Stuck.run_task is still running in a worker thread" in output
+
+
+@pytest.mark.parametrize("bench", ["SyncPlan", "AsyncPlan"])
+def test_planning_hooks_may_be_sync_or_async(pytester: pytest.Pytester, bench: str) -> None:
+    # Sync planning hooks ran on the loop; an async one's coroutine was recorded as the plan.
+    result, run_dir = run(pytester, bench)
+    result.assert_outcomes(passed=4)
+    plans = json.loads((run_dir / "run_info.json").read_text())["resolved_execution_plans"]
+    recorded = [attempt["benchmark_plan"] for task in plans.values() for attempt in task.values()]
+    assert recorded == [{"threaded": True, "adjusted": True}] * 4
+
+
+def test_the_deadline_ends_a_blocked_sync_make_benchmark_plan(pytester: pytest.Pytester) -> None:
+    result, _ = run(pytester, "StuckPlan", timeout_seconds=1)
+    result.assert_outcomes(passed=3, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*orchestration timeout of 1*s reached*",
+            "*blocking call(s) still running*abandoned*StuckPlan.make_benchmark_plan",
+        ]
+    )

@@ -19,6 +19,7 @@ The folder's modules, each with one job:
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -54,10 +55,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--agentcompass-concurrency",
         dest="agentcompass_concurrency",
-        type=int,
+        type=_task_concurrency,
         default=None,
         metavar="N",
-        help="override task_concurrency of the config",
+        help="override task_concurrency of the config (at least 1)",
     )
     group.addoption(
         "--agentcompass-progress",
@@ -96,6 +97,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write one self-contained HTML report of the session to PATH",
     )
     parser.addini("agentcompass_config", "agentcompass YAML config to run when --agentcompass is not given")
+
+
+def _task_concurrency(value: str) -> int:
+    """``--agentcompass-concurrency``: at least 1, as the config's ``task_concurrency``
+    (0 or less meant no worker at all, and a run that waited forever)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

@@ -142,3 +142,19 @@ def test_a_short_secret_is_masked_whole_not_inside_ids(
     assert [p.name for p in (pytester.path / "runs/r1").iterdir()] == [run_dir.name]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert "pass@1" in summary["metrics"] and summary["request"] == "r1"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("0", "must be at least 1, got 0"), ("-3", "must be at least 1, got -3"), ("two", "'two' is not a whole number")],
+)
+def test_the_concurrency_option_is_checked_like_the_config(
+    pytester: pytest.Pytester, trace: Path, value: str, message: str
+) -> None:
+    # -1 waited forever with no output; 0 was taken for "not given" and ignored.
+    write_config(pytester, [tracing_request("r", trace, n=2)])
+    option = f"--agentcompass-concurrency={value}"
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", option, timeout=30)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*argument --agentcompass-concurrency: {message}"])
+    assert not trace.exists()  # nothing ran

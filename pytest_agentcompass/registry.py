@@ -12,6 +12,7 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+import traceback
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -98,6 +99,27 @@ def _builtins() -> dict[str, dict[str, Any]]:
     }
 
 
+def _is_file(target: str) -> bool:
+    return target.endswith(".py") or "/" in target
+
+
+def _raised_at(exc: BaseException, origin: Path | None) -> str:
+    """``"file:line: "`` where ``exc`` was raised: the innermost frame in the user's
+    module ``origin`` (where its own code went wrong), else the last frame.
+
+    A location, not a traceback: the frames between are importlib's and ours.
+    A ``SyntaxError`` already names its file and line.
+    """
+    if isinstance(exc, SyntaxError):
+        return ""
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if origin is not None and Path(f.filename) == origin]
+    if not (own or frames):
+        return ""
+    frame = (own or frames)[-1]
+    return f"{frame.filename}:{frame.lineno}: "
+
+
 class Registry:
     """Resolves component ids for one pytest session."""
 
@@ -145,25 +167,44 @@ class Registry:
         except ComponentError as exc:
             raise ComponentError(f"{exc}{suffix}") from None
         except Exception as exc:
-            raise ComponentError(f"cannot import {kind} {component_id!r}{suffix}: {type(exc).__name__}: {exc}") from exc
+            at = _raised_at(exc, self._origin(target))
+            raise ComponentError(
+                f"cannot import {kind} {component_id!r}{suffix}: {at}{type(exc).__name__}: {exc}"
+            ) from exc
         try:
             obj = getattr(module, attr)
         except AttributeError:
             raise ComponentError(f"{target!r} has no attribute {attr!r}{suffix}") from None
         return obj
 
-    def _import(self, target: str) -> Any:
-        if target.endswith(".py") or "/" in target:
-            path = Path(target)
-            if not path.is_absolute():
-                bases = list(dict.fromkeys(b for b in (self.config_dir, self.rootdir) if b is not None))
-                tried = [(base / path).resolve() for base in bases]
-                path = next((p for p in tried if p.is_file()), tried[0])
-                if not path.is_file():
-                    raise ComponentError(f"no such file {target!r} (looked in {', '.join(str(b) for b in bases)})")
-            path = path.resolve()
+    def _file_of(self, target: str) -> Path:
+        """The file a ``path/to/file.py`` target names: next to the config, else under the rootdir."""
+        path = Path(target)
+        if not path.is_absolute():
+            bases = list(dict.fromkeys(b for b in (self.config_dir, self.rootdir) if b is not None))
+            tried = [(base / path).resolve() for base in bases]
+            path = next((p for p in tried if p.is_file()), tried[0])
             if not path.is_file():
-                raise ComponentError(f"no such file {path}")
+                raise ComponentError(f"no such file {target!r} (looked in {', '.join(str(b) for b in bases)})")
+        path = path.resolve()
+        if not path.is_file():
+            raise ComponentError(f"no such file {path}")
+        return path
+
+    def _origin(self, target: str) -> Path | None:
+        """The user's module file behind ``target``, after its import failed (None if unknown)."""
+        try:
+            if _is_file(target):
+                return self._file_of(target)
+            # Its parent packages are imported by now, so this finds the file without running it.
+            spec = importlib.util.find_spec(target)
+        except Exception:  # a parent package that failed itself: the last frame will do
+            return None
+        return Path(spec.origin) if spec is not None and spec.origin else None
+
+    def _import(self, target: str) -> Any:
+        if _is_file(target):
+            path = self._file_of(target)
             name = "agentcompass_user_" + hashlib.sha1(str(path).encode()).hexdigest()[:12] + "_" + path.stem
             if name in sys.modules:
                 return sys.modules[name]

@@ -241,6 +241,36 @@ def test_missing_benchmark_file_and_class(pytester: pytest.Pytester) -> None:
     )
 
 
+def test_a_module_that_raises_at_import_is_located(pytester: pytest.Pytester) -> None:
+    # The line in the user's module, not a traceback and not json's own frame.
+    pytester.makepyfile(
+        broken='import os\n\nX = {}["k"]\n',
+        deep='import json\n\nSETTINGS = json.loads("{")\n',
+        dotted='import os\nraise RuntimeError("boom")\n',
+    )
+    pytester.syspathinsert()
+    write_config(
+        pytester,
+        [
+            {"name": "file", "benchmark": {"id": "broken.py:B"}},
+            {"name": "deep", "benchmark": {"id": "deep.py:B"}},
+            {"name": "dotted", "benchmark": {"id": "dotted:B"}},
+        ],
+    )
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    result.assert_outcomes(errors=3)
+    path = pytester.path
+    result.stdout.fnmatch_lines(
+        [
+            f"cannot import benchmark 'broken.py:B' (requests[[]0[]].benchmark.id): {path}/broken.py:3: KeyError: 'k'",
+            f"cannot import benchmark 'deep.py:B' (*): {path}/deep.py:3: JSONDecodeError: *",
+            f"cannot import benchmark 'dotted:B' (*): {path}/dotted.py:2: RuntimeError: boom",
+        ],
+        consecutive=False,
+    )
+    assert "Traceback" not in result.stdout.str()
+
+
 def test_harness_none_needs_a_harness_free_benchmark(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         bench="""

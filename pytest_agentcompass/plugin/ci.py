@@ -162,6 +162,7 @@ class CiRun:
                 path = save_baseline(self.save_path, [s.summary for s in finalized if s.summary is not None])
             except BaselineError as exc:
                 _say(terminal, f"agentcompass: {exc}", red=True)
+                _fail_session(session)
             else:
                 _say(terminal, f"agentcompass: baseline written to {path}")
         if self.html_path is not None:
@@ -173,6 +174,17 @@ class CiRun:
                 _say(terminal, f"agentcompass: cannot write the HTML report {self.html_path}: {exc}", red=True)
             else:
                 _say(terminal, f"agentcompass: HTML report written to {path}")
+
+
+def _fail_session(session: pytest.Session) -> None:
+    """Make the exit status non-zero for something asked for that did not happen.
+
+    A missed gate fails its item; a baseline that could not be written has
+    no item to fail, and with exit status 0 CI would go on without it. A
+    status that is already non-zero says more and is kept.
+    """
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _tasks_of(summary: dict[str, Any]) -> dict[str, Known]:

@@ -155,11 +155,14 @@ def test_unusable_baseline_is_one_usage_error(
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
 
 
-def test_unwritable_baseline_path_is_one_message_and_keeps_the_results(pytester: pytest.Pytester, trace: Path) -> None:
+def test_unwritable_baseline_path_is_one_message_keeps_the_results_and_fails_the_run(
+    pytester: pytest.Pytester, trace: Path
+) -> None:
+    # The exit status was 0: CI went green without the baseline it was asked to write.
     write_config(pytester, [tracing_request("a", trace, n=2)])
     (pytester.path / "file").write_text("")
-    result = pytester.runpytest(RUN, "--agentcompass-save-baseline=file/base.json")
+    result = pytester.runpytest_subprocess(RUN, "--agentcompass-save-baseline=file/base.json")
     result.assert_outcomes(passed=2)
-    assert result.ret == pytest.ExitCode.OK
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["agentcompass: cannot write baseline *file/base.json: File exists"])
     assert "Traceback" not in result.stdout.str()

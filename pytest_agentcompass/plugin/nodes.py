@@ -17,7 +17,7 @@ from ..runtime.assembly import RequestSetup
 from ..runtime.traces import format_trace
 from ..types import TaskSpec
 from .keys import RunHandle, run_key
-from .outcomes import TaskProblem, phase_problems, set_properties
+from .outcomes import NotRunText, TaskNotRun, TaskProblem, phase_problems, set_properties
 
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
@@ -138,6 +138,8 @@ class TaskItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def _repr_failure_py(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> TerminalRepr:
+        if isinstance(excinfo.value, TaskNotRun):
+            return NotRunText(str(excinfo.value), excinfo.value.reason)  # type: ignore[return-value]
         if isinstance(excinfo.value, TaskProblem):
             return _Text(str(excinfo.value))  # type: ignore[return-value]
         return super()._repr_failure_py(excinfo, style)

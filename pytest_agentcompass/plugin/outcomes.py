@@ -9,7 +9,7 @@ that leaves the task's own result standing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
@@ -21,9 +21,11 @@ if TYPE_CHECKING:
     from ..redact import Redactor
 
 __all__ = [
+    "NotRunText",
     "TaskCleanupError",
     "TaskError",
     "TaskFailed",
+    "TaskNotRun",
     "TaskProblem",
     "TaskStorageError",
     "emit_reports",
@@ -41,6 +43,34 @@ class TaskProblem(Exception):
 
 class TaskError(TaskProblem):
     """The task could not be scored (setup phase)."""
+
+
+class TaskNotRun(TaskError):
+    """Its request failed before running anything; ``reason`` is why (shown once in the summary)."""
+
+    def __init__(self, text: str, reason: str) -> None:
+        super().__init__(text)
+        self.reason = reason
+
+
+class NotRunText:
+    """The longrepr of a :class:`TaskNotRun`: the terminal shows the pointer, ``str()`` the reason too.
+
+    The terminal prints the reason once, in the agentcompass summary, not once
+    per task; junit writes ``str(longrepr)`` into each ``<error>`` (message and
+    text), where a reader of one test case has no summary to look at.
+    """
+
+    def __init__(self, text: str, reason: str) -> None:
+        self.text = text
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.text}\nreason: {self.reason}"
+
+    def toterminal(self, tw: Any) -> None:
+        for line in self.text.splitlines():
+            tw.line(line)
 
 
 class TaskFailed(TaskProblem):
@@ -71,7 +101,9 @@ def phase_problems(outcome: TaskOutcome, pass_threshold: float) -> dict[When, Ta
             lines.append(f"after {outcome.retries} retr{'y' if outcome.retries == 1 else 'ies'}")
         if outcome.trace:
             lines += ["", outcome.trace]
-        problems["setup"] = TaskError("\n".join(lines + _footer(outcome)))
+        text = "\n".join(lines + _footer(outcome))
+        reason = outcome.not_run_reason
+        problems["setup"] = TaskError(text) if reason is None else TaskNotRun(text, reason)
     elif not outcome.passed:
         lines = [
             f"score {result.score} is below the pass threshold {pass_threshold}",
@@ -168,7 +200,9 @@ def redact_longrepr(report: TestReport | pytest.CollectReport, redactor: Redacto
     """Mask ``${VAR}`` values in a report's failure text and sections (a collection error's too)."""
     if not redactor:
         return
-    if report.longrepr is not None and not isinstance(report.longrepr, tuple):
+    if isinstance(report.longrepr, NotRunText):  # masked in its parts: kept short on the terminal
+        report.longrepr = NotRunText(redactor.text(report.longrepr.text), redactor.text(report.longrepr.reason))
+    elif report.longrepr is not None and not isinstance(report.longrepr, tuple):
         text = str(report.longrepr)
         masked = redactor.text(text)
         if masked != text:

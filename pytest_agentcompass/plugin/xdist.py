@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -31,6 +31,7 @@ from ..runtime.request import RequestRuntime
 from ..runtime.store import release_run_dir
 from ..runtime.task import TaskOutcome, outcome_from_detail
 from ..runtime.threads import run_with_pool, workers_for
+from .outcomes import NotRunText
 
 if TYPE_CHECKING:
     from ..permit_service import PermitService
@@ -42,6 +43,8 @@ __all__ = ["DistributedRun", "run_single_task"]
 
 #: Keys of ``config.workerinput`` (set by the controller for each worker).
 RUN_ID, RUN_DIRS, PERMITS = "agentcompass_run_id", "agentcompass_run_dirs", "agentcompass_permits"
+#: A serialized report's key for the two parts of a :class:`NotRunText`.
+NOT_RUN = "agentcompass_not_run"
 #: The worker's loop plugin, registered by :class:`DistributedRun` on workers.
 WORKER_PLUGIN = "agentcompass-worker"
 
@@ -189,6 +192,26 @@ class DistributedRun:
         session = getattr(self, "session", None)
         if self.service is not None and session is not None and (session.shouldfail or session.shouldstop):
             self.service.stop_all(str(session.shouldfail or session.shouldstop))
+
+    # -- reports on the wire (worker -> controller) -----------------------------------
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_to_serializable(self, config: pytest.Config, report: Any) -> Generator[None, Any, Any]:
+        """On a worker: a not-run task's report keeps its two parts (xdist would send ``str()``,
+        and the controller's terminal would print the request's reason once per task)."""
+        data = yield
+        longrepr = getattr(report, "longrepr", None)
+        if isinstance(data, dict) and isinstance(longrepr, NotRunText):
+            data[NOT_RUN] = [longrepr.text, longrepr.reason]
+        return data
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_from_serializable(self, config: pytest.Config, data: Any) -> Generator[None, Any, Any]:
+        """On the controller: rebuild what :meth:`pytest_report_to_serializable` took apart."""
+        parts = data.pop(NOT_RUN, None) if isinstance(data, dict) else None
+        report = yield
+        if parts is not None and report is not None:
+            report.longrepr = NotRunText(*parts)
+        return report
 
     # -- the controller, at the end -----------------------------------------------------
     def pytest_keyboard_interrupt(self, excinfo: Any) -> None:

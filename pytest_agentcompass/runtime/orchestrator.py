@@ -440,5 +440,6 @@ def not_run(state: RequestRuntime, task: TaskSpec, what: str) -> TaskOutcome:
     """
     message = f"not run: request {state.name!r} {what} (the reason is in the agentcompass summary)"
     outcome = state.error_outcome(task, message, state.failed_status)
+    outcome.not_run_reason = state.failed
     state.outcomes[task.task_id] = outcome
     return outcome

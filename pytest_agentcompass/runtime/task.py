@@ -53,6 +53,9 @@ class TaskOutcome:
     output: str = ""
     #: Why the detail record could not be written (the result itself stands).
     storage_error: str | None = None
+    #: Why its request ran nothing (a failed preflight): printed once in the
+    #: summary, and carried by each task's junit error.
+    not_run_reason: str | None = None
 
     def slim(self) -> None:
         """Drop what only reporting needed, once reported: output, artifacts,

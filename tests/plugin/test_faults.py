@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,16 @@ from pytest_agentcompass import HarnessFreeBenchmark, LocalEnvironment, Prefligh
 """
 
 
-def bench_request(pytester: pytest.Pytester, body: str, cls: str = "B", **request: Any) -> dict[str, Any]:
+def bench_request(
+    pytester: pytest.Pytester,
+    body: str,
+    cls: str = "B",
+    benchmark_params: dict[str, Any] | None = None,
+    **request: Any,
+) -> dict[str, Any]:
     pytester.makepyfile(bench=HEAD + body)
-    return {"name": "r", "benchmark": {"id": f"bench.py:{cls}"}, **request}
+    benchmark: dict[str, Any] = {"id": f"bench.py:{cls}", **({"params": benchmark_params} if benchmark_params else {})}
+    return {"name": "r", "benchmark": benchmark, **request}
 
 
 def run(pytester: pytest.Pytester, requests: list[dict[str, Any]], *args: str, **top: Any) -> pytest.RunResult:
@@ -165,21 +173,52 @@ def test_bytes_go_to_files_and_other_objects_are_named(pytester: pytest.Pytester
 
 
 PREFLIGHT = """
+import os
+
 class P(LocalEnvironment):
     async def preflight(self):
-        raise PreflightError("the engine at tcp://nowhere is not reachable")
+        raise PreflightError("the engine at tcp://nowhere refused the token " + os.environ["ENGINE_TOKEN"])
 """
 
 
-def test_a_preflight_failure_is_printed_once(pytester: pytest.Pytester) -> None:
-    request = bench_request(pytester, ANSWERS + PREFLIGHT, environment={"id": "bench.py:P"})
-    result = run(pytester, [request])
+def junit_errors(path: Path) -> list[tuple[str, str]]:
+    """(message, text) of every ``<error>`` in a junit file."""
+    return [(e.get("message", ""), e.text or "") for e in ET.parse(path).getroot().iter("error")]
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["in-process", "xdist"])
+def test_a_preflight_failure_is_printed_once_and_carried_by_junit(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: list[str]
+) -> None:
+    # junit only said "the reason is in the agentcompass summary", which a CI page of test cases does not show.
+    monkeypatch.setenv("ENGINE_TOKEN", "tok-0123456789")
+    params = {"token": "${ENGINE_TOKEN}"}  # a ${VAR} value: the run masks it everywhere
+    request = bench_request(pytester, ANSWERS + PREFLIGHT, environment={"id": "bench.py:P"}, benchmark_params=params)
+    result = run(pytester, [request], "--junitxml=j.xml", *workers)
     result.assert_outcomes(errors=3)
-    assert result.stdout.str().count("tcp://nowhere is not reachable") == 1
+    assert result.stdout.str().count("tcp://nowhere refused the token ***") == 1  # in the summary alone
     result.stdout.fnmatch_lines(
         ["*not run: request 'r' failed its preflight (the reason is in the agentcompass summary)*"]
     )
     result.stdout.fnmatch_lines(["r: 3 tasks, 0 passed, 0 failed, 3 errors (3 environment)", "  *tcp://nowhere*"])
+    errors = junit_errors(pytester.path / "j.xml")
+    assert len(errors) == 3
+    reason = "reason: request 'r': the engine at tcp://nowhere refused the token ***"
+    assert all(reason in message and reason in text for message, text in errors), errors
+    assert "tok-0123456789" not in result.stdout.str() + (pytester.path / "j.xml").read_text()
+
+
+def test_a_bad_evaluation_mode_at_preflight_is_in_each_junit_error(pytester: pytest.Pytester) -> None:
+    body = ANSWERS.replace(
+        '[TaskSpec(f"t{i}") for i in range(3)]',
+        '[TaskSpec(f"t{i}", evaluation_environment_mode="bogus") for i in range(2)]',
+    )
+    result = run(pytester, [bench_request(pytester, body)], "--junitxml=j.xml")
+    result.assert_outcomes(errors=2)
+    assert result.stdout.str().count("evaluation mode 'bogus'") == 1
+    errors = junit_errors(pytester.path / "j.xml")
+    assert len(errors) == 2
+    assert all("reason: request 'r': task 't0': evaluation mode 'bogus' is not one of" in m for m, _ in errors), errors
 
 
 @pytest.fixture

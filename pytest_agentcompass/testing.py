@@ -14,8 +14,8 @@ implement :meth:`~EnvironmentConformance.make_provider` and
 The checks cover idempotent close, cleanup after a failed or cancelled open,
 cancellation during exec (also right after it starts) and close, process trees
 (an exec returns when its first process exits; a child that escaped into its
-own session still dies at the timeout), and the network-policy transition rules.
-They need ``sh``, ``setsid``, ``sleep`` and ``cat`` in the sandbox.
+own session, or cleared its environment, still dies at the timeout), and the network-policy transition rules.
+They need ``sh``, ``setsid``, ``env``, ``sleep`` and ``cat`` in the sandbox.
 """
 
 from __future__ import annotations
@@ -227,6 +227,69 @@ class EnvironmentConformance:
                 assert result.timed_out
                 assert not await self._exists(session, "finished")
                 assert not await self._still_running_after(session, "escaped.pid", seconds=10)
+            finally:
+                await session.close()
+
+        _run(scenario, provider)
+        assert self.leaked(provider, tmp_path) == []
+
+    #: A command that clears its environment: nothing of the provider's (a marker variable) is left to find it by.
+    BARE_SLEEP = "exec env -i sleep 100"
+
+    def test_timeout_holds_for_a_command_that_clears_its_environment(self, tmp_path: Path) -> None:
+        """The exec returns at its timeout, timed out, whatever the command did to its environment."""
+        provider = self.make_provider(tmp_path)
+
+        async def scenario() -> None:
+            session = await self._open(provider)
+            try:
+                loop = asyncio.get_running_loop()
+                started = loop.time()
+                result = await session.exec(["sh", "-c", self.BARE_SLEEP], timeout=2)
+                assert result.timed_out
+                assert loop.time() - started < 20  # generous: the command alone would take 100 s
+            finally:
+                await session.close()
+
+        _run(scenario, provider)
+        assert self.leaked(provider, tmp_path) == []
+
+    def test_cancel_holds_for_a_command_that_clears_its_environment(self, tmp_path: Path) -> None:
+        """A cancel of such a command raises CancelledError promptly."""
+        provider = self.make_provider(tmp_path)
+
+        async def scenario() -> None:
+            session = await self._open(provider)
+            try:
+                loop = asyncio.get_running_loop()
+                task = asyncio.ensure_future(session.exec(["sh", "-c", self.BARE_SLEEP]))
+                await asyncio.sleep(1)
+                cancelled = loop.time()
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                assert loop.time() - cancelled < 20
+            finally:
+                await session.close()
+
+        _run(scenario, provider)
+        assert self.leaked(provider, tmp_path) == []
+
+    def test_escaped_child_without_environment_dies_at_the_timeout(self, tmp_path: Path) -> None:
+        """A child in its own session and with an empty environment does not outlive the exec's timeout."""
+        provider = self.make_provider(tmp_path)
+
+        async def scenario() -> None:
+            session = await self._open(provider)
+            try:
+                script = (
+                    "env -i setsid sh -c 'echo $$ > bare.pid; exec sleep 300' & "
+                    "while [ ! -s bare.pid ]; do sleep 0.1; done; exec sleep 100"
+                )
+                result = await session.exec(["sh", "-c", script], timeout=2)
+                assert result.timed_out
+                if await self._exists(session, "bare.pid"):  # else killed before it wrote (a loaded machine)
+                    assert not await self._still_running_after(session, "bare.pid", seconds=10)
             finally:
                 await session.close()
 

@@ -22,10 +22,12 @@ network attaches the bridge, and one that does not detaches it again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import logging
 import os
 import secrets
+import socket
 import struct
 import tarfile
 import time
@@ -54,20 +56,78 @@ BRIDGE = "bridge"
 _KEEPALIVE = ["sleep", "2147483647"]
 log = logging.getLogger("pytest_agentcompass")
 
-# Runs inside the container with the token as $1: every process whose
-# environment holds it is stopped, then killed, again until none is left (one
-# may fork). Stopped first, since the scan is slow and visits pids in name
-# order: a shell whose child died first would otherwise run its next command.
-_KILLER = (
-    "n=1; i=0; while [ $n -gt 0 ] && [ $i -lt 20 ]; do n=0; i=$((i+1)); s=; "
-    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = $$ ] && continue; '
-    f'if grep -q "{EXEC_MARKER}=$1" "$d/environ" 2>/dev/null; then kill -STOP "$p" 2>/dev/null && s="$s $p"; fi; '
-    'done; for p in $s; do kill -9 "$p" 2>/dev/null && n=$((n+1)); done; done'
-)
+#: The engine's init (tini), mounted here in every container started with ``init`` (as ours are).
+#: Each exec runs under one of its own, a subreaper (``-s``): every process the command starts
+#: stays in its tree, a ``setsid`` and a double fork whose parent died too (orphans go to the
+#: nearest subreaper, not to pid 1); and it never execs, so it keeps the exec's token in its
+#: environment whatever the command does to its own (``unset``, ``env -i``).
+_INIT = ["/sbin/docker-init", "-s", "--"]
+#: Seconds the output may stay open after the kill before the connection is shut (a process that
+#: could not be killed, or a stuck engine, must not hold the exec past its timeout).
+_DRAIN_GRACE = 5.0
+#: Seconds the kill keeps trying while the engine still reports the exec running.
+_KILL_PATIENCE = 10.0
+
+# Runs inside the container, as root, with ``AGENTCOMPASS_EXEC=<token>`` as $1. The exec's
+# processes are the ones whose environment holds it (its init above, whose parent is outside
+# the container, so its ppid is 0) and every process whose parent chain leads to one of them. Each round stops
+# them all (none forks or runs its next command meanwhile), then kills all but the init: kept,
+# stopped, to the end, so what it adopts stays in the tree for the next round. The init goes when
+# nothing else is left. Prints the pids still alive if the rounds ran out.
+_KILLER = r"""
+t=$1
+scan() {
+  all=; tree=; init=
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}; [ "$p" = $$ ] && continue
+    read -r s 2>/dev/null < "$d/stat" || continue
+    s=${s##*) }; set -- $s; [ "$1" = Z ] && continue
+    all="$all $p:$2"
+    if grep -qs "$t" "$d/environ"; then tree="$tree $p "; [ "$2" = 0 ] && init=$p; fi
+  done
+  grown=1
+  while [ $grown = 1 ]; do
+    grown=0
+    for e in $all; do
+      case "$tree" in *" ${e%:*} "*) continue;; *" ${e#*:} "*) tree="$tree ${e%:*} "; grown=1;; esac
+    done
+  done
+}
+i=0
+while [ $i -lt 50 ]; do
+  i=$((i+1)); scan
+  rest=; for p in $tree; do [ "$p" = "$init" ] || rest="$rest $p"; done
+  [ -z "$tree" ] && exit 0
+  kill -STOP $tree 2>/dev/null
+  if [ -n "$rest" ]; then kill -9 $rest 2>/dev/null; else kill -9 $init 2>/dev/null; fi
+done
+echo $tree
+"""
 
 
-def exec_output(api: Any, exec_id: str) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """Start exec ``exec_id``; returns an iterator of its ``(stdout, stderr)`` frames to the end.
+class ExecStream:
+    """The output of a started exec: its ``(stdout, stderr)`` frames, to the end, and a way to stop them."""
+
+    def __init__(self, frames: Iterator[tuple[bytes | None, bytes | None]], connection: Any) -> None:
+        self._frames = frames
+        self._connection = connection
+        #: Set by :meth:`abort`: the frames ended because the connection was shut, not with the exec.
+        self.aborted = False
+
+    def __iter__(self) -> Iterator[tuple[bytes | None, bytes | None]]:
+        return self._frames
+
+    def abort(self) -> None:
+        """Shut the connection, so a read blocked on it in another thread returns now."""
+        self.aborted = True
+        shutdown = getattr(getattr(self._connection, "_sock", self._connection), "shutdown", None)
+        if shutdown is not None:
+            with contextlib.suppress(Exception):  # closed already, or not a socket to shut
+                shutdown(socket.SHUT_RDWR)
+
+
+def exec_output(api: Any, exec_id: str) -> ExecStream:
+    """Start exec ``exec_id``; returns its output stream (see :class:`ExecStream`).
 
     Not the SDK's ``exec_start(stream=True)``: it reads the hijacked socket
     under the HTTP response's buffered reader, so frames that arrived with the
@@ -81,11 +141,14 @@ def exec_output(api: Any, exec_id: str) -> Iterator[tuple[bytes | None, bytes | 
         data={"Tty": False, "Detach": False},
         stream=True,
     )
-    api._raise_for_status(response)
+    connection = api._get_raw_response_socket(response)  # raises for an error status
+    # The client's request timeout (60 s) would end a quiet command's stream with a TimeoutError;
+    # how long an exec may take is the caller's timeout, which the exec enforces itself.
+    api._disable_socket_timeout(connection)
     reader = getattr(getattr(response.raw, "_fp", None), "fp", None)
     if not isinstance(reader, io.BufferedReader):  # ssh:// and named pipes: the SDK's reader
-        return iter(api._read_from_socket(response, True, tty=False, demux=True))
-    return _frames(response, reader)  # started by now: the caller may kill it at once
+        return ExecStream(iter(api._read_from_socket(response, True, tty=False, demux=True)), connection)
+    return ExecStream(_frames(response, reader), connection)  # started by now: the caller may kill it at once
 
 
 def _frames(response: Any, reader: io.BufferedReader) -> Iterator[tuple[bytes | None, bytes | None]]:
@@ -135,10 +198,14 @@ class DockerSession(EnvironmentSession):
         cwd: str | None = None,
         user: str | None = None,
     ) -> ExecResult:
-        """See :meth:`EnvironmentSession.exec`; ``user`` runs it as that user (the image's by default)."""
+        """See :meth:`EnvironmentSession.exec`; ``user`` runs it as that user (the image's by default).
+
+        On timeout or cancel, every process the command started is killed
+        (see :data:`_KILLER`), and the call returns (or raises) within
+        :data:`_KILL_PATIENCE` plus :data:`_DRAIN_GRACE` whatever it left.
+        """
         api = self.client.api
-        # Every process of this exec inherits the token, so a kill can find
-        # them all inside the container, setsid'd and double-forked ones too.
+        # The exec's init carries the token, so a kill can find it (and its tree) inside the container.
         token = secrets.token_hex(16)
         options = {
             "environment": {**(env or {}), EXEC_MARKER: token},
@@ -150,20 +217,25 @@ class DockerSession(EnvironmentSession):
         buffers = {"out": bytearray(), "err": bytearray()}
         cut = {"out": False, "err": False}
 
-        def start() -> Any:
+        def start() -> ExecStream:
             nonlocal exec_id
-            exec_id = api.exec_create(self.container.id, argv_list(argv), **options)["Id"]
+            exec_id = api.exec_create(self.container.id, [*_INIT, *argv_list(argv)], **options)["Id"]
             return exec_output(api, exec_id)
 
-        def pump(stream: Any) -> dict[str, Any]:
+        def pump(stream: ExecStream) -> dict[str, Any]:
             """Read the output to its end (every writer gone), then the exit code."""
-            for out, err in stream:
-                for key, chunk in (("out", out), ("err", err)):
-                    if chunk:
-                        room = self.output_limit - len(buffers[key])
-                        buffers[key] += chunk[: max(room, 0)]
-                        cut[key] = cut[key] or len(chunk) > room
-            return dict(api.exec_inspect(exec_id))
+            try:
+                for out, err in stream:
+                    for key, chunk in (("out", out), ("err", err)):
+                        if chunk:
+                            room = self.output_limit - len(buffers[key])
+                            buffers[key] += chunk[: max(room, 0)]
+                            cut[key] = cut[key] or len(chunk) > room
+            except Exception:
+                if not stream.aborted:
+                    raise
+            # Cut short by the kill: its exit code is not wanted (and the engine may be what hangs).
+            return {} if stream.aborted else dict(api.exec_inspect(exec_id))
 
         # One worker-thread call creates and starts the exec, one reads it to
         # the end. The start is a task of its own, so a cancel landing while
@@ -199,35 +271,62 @@ class DockerSession(EnvironmentSession):
         self,
         exec_id: Callable[[], str],
         token: str,
-        starting: asyncio.Future[Any],
+        starting: asyncio.Future[ExecStream],
         reader: asyncio.Future[dict[str, Any]] | None,
-        pump: Callable[[Any], dict[str, Any]],
+        pump: Callable[[ExecStream], dict[str, Any]],
     ) -> None:
         try:
             stream = await starting
         except Exception:
             return  # never started
-        await asyncio.to_thread(self._kill_exec, exec_id(), token)
+        killed = await asyncio.to_thread(self._kill_exec, exec_id(), token)
+        if not killed:
+            log.warning("%s: exec %s: some of its processes could not be killed", self.describe(), exec_id()[:12])
         # Every writer is dead: the stream ends now (read it to the end, also when nobody did yet).
-        await (reader if reader is not None else asyncio.to_thread(pump, stream))
+        reading = reader if reader is not None else asyncio.ensure_future(asyncio.to_thread(pump, stream))
+        try:
+            await asyncio.wait_for(asyncio.shield(reading), _DRAIN_GRACE)
+        except TimeoutError:
+            # A writer lives on (it could not be killed) or the engine holds the stream: stop reading it.
+            log.warning(
+                "%s: exec %s: output still open after the kill; stopped reading", self.describe(), exec_id()[:12]
+            )
+            stream.abort()
+            await reading
 
-    def _kill_exec(self, exec_id: str, token: str) -> None:
-        """Kill every process carrying the exec's token, inside the container (Docker cannot kill an exec)."""
+    def _kill_exec(self, exec_id: str, token: str) -> bool:
+        """Kill every process of the exec, inside the container (Docker cannot kill an exec).
+
+        :returns: whether the exec's main process is gone and the kill left nothing it knows of.
+        """
         api = self.client.api
-        for _ in range(50):
-            # Where this process sees the container's processes (same host, enough rights), do it here;
-            # the token in their environment makes sure they are the exec's and nobody else's.
-            if self.local:  # a Unix-socket engine: same kernel
-                kill_marked(token, EXEC_MARKER)
-            try:
-                killer = api.exec_create(self.container.id, ["sh", "-c", _KILLER, "killer", token])
-                api.exec_start(killer["Id"])
-            except Exception as exc:  # an image without sh: the host-side kill above is all there is
-                log.debug("cannot run the in-container kill: %s", exc)
+        deadline = time.monotonic() + _KILL_PATIENCE
+        while True:
+            left = self._run_killer(token)
             info = api.exec_inspect(exec_id)
             if not info.get("Running") and (info.get("Pid") or info.get("ExitCode") is not None):
-                return
+                return not left
+            if time.monotonic() > deadline:
+                return False
             time.sleep(0.1)  # started but not running yet: kill it once it is
+
+    def _run_killer(self, token: str) -> bool:
+        """Run :data:`_KILLER` in the container; returns whether processes of the exec may be left."""
+        api = self.client.api
+        try:
+            killer = api.exec_create(
+                self.container.id, ["sh", "-c", _KILLER, "killer", f"{EXEC_MARKER}={token}"], user="0"
+            )
+            left = api.exec_start(killer["Id"]).strip()
+        except Exception as exc:  # an image without sh
+            log.debug("cannot run the in-container kill: %s", exc)
+            left = b"?"
+        if left and self.local:
+            # Where this process sees the container's processes (same kernel, enough rights), the
+            # marked ones can still be killed from here. Only now: killing the exec's init first
+            # would hand its tree to the container's pid 1, out of the killer's reach.
+            kill_marked(token, EXEC_MARKER)
+        return bool(left)
 
     async def read_bytes(self, path: str) -> bytes:
         target = self._path(path)

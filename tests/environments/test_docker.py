@@ -240,3 +240,65 @@ def test_cancel_while_the_exec_is_starting_kills_it() -> None:
 
     assert asyncio.run(scenario()) == ""
     assert containers(f"agentcompass.conformance={mark}") == []
+
+
+def run_in_session(scenario: Any) -> Any:
+    """Run ``scenario(session)`` in a new container, removed after."""
+    import asyncio
+
+    from pytest_agentcompass.testing import make_plan
+
+    provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE}))
+    mark = uuid.uuid4().hex
+
+    async def main() -> Any:
+        session = await provider.open(provider.build_config(make_plan(), "task", {"agentcompass.conformance": mark}))
+        try:
+            return await scenario(session)
+        finally:
+            await session.close()
+            await provider.aclose()
+
+    try:
+        return asyncio.run(main())
+    finally:
+        assert containers(f"agentcompass.conformance={mark}") == []
+
+
+def test_a_command_that_drops_the_exec_marker_still_times_out() -> None:
+    """The marker the provider sets is the command's to unset: the timeout does not depend on it."""
+
+    async def scenario(session: Any) -> tuple[bool, float]:
+        started = time.monotonic()
+        result = await session.exec(["sh", "-c", "unset AGENTCOMPASS_EXEC; exec sleep 100"], timeout=2)
+        return result.timed_out, time.monotonic() - started
+
+    timed_out, took = run_in_session(scenario)
+    assert timed_out and took < 20  # generous; it blocked 60 s, then raised TimeoutError
+
+
+def test_nothing_the_exec_started_survives_its_timeout() -> None:
+    """A child that left the exec's session and environment is gone once the exec returns."""
+
+    async def scenario(session: Any) -> tuple[bool, str]:
+        script = "env -i setsid sleep 334 & sleep 0.5; exec sleep 100"
+        result = await session.exec(["sh", "-c", script], timeout=2)
+        return result.timed_out, (await session.exec(["ps", "-o", "args"], timeout=30)).stdout
+
+    timed_out, processes = run_in_session(scenario)
+    assert timed_out
+    assert "sleep 334" not in processes.splitlines(), processes
+
+
+def test_a_quiet_exec_outlasts_the_clients_request_timeout() -> None:
+    """The client's request timeout does not end a quiet exec's output (it raised TimeoutError at 60 s)."""
+
+    async def scenario(session: Any) -> Any:
+        session.client.api.timeout = 2  # the SDK's 60 s, made short
+        try:
+            return await session.exec(["sh", "-c", "sleep 6; echo done"], timeout=30)
+        finally:
+            session.client.api.timeout = 60
+
+    result = run_in_session(scenario)
+    assert (result.exit_code, result.stdout, result.timed_out) == (0, "done\n", False)

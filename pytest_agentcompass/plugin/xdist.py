@@ -333,7 +333,8 @@ class DistributedRun:
         """Finalize one request from the details the workers wrote, once."""
         if not state.prepared and (result.status == "completed" or not state.wanted or state.failed is not None):
             if result.status == "interrupted" and state.failed is None:
-                state.stop("interrupted", result.reason or "interrupted by the user")  # a Ctrl-C before any task was handed out
+                # A Ctrl-C before any task was handed out: recorded, not left "created".
+                state.stop("interrupted", result.reason or "interrupted by the user")
             else:
                 release_run_dir(state.store.run_dir)
             return None

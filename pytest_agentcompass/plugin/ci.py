@@ -157,6 +157,8 @@ class CiRun:
             return
         finalized = [s for s in self.run.runtimes if s.finalized and s.summary is not None]
         terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+        if any(s.unwritten for s in self.run.runtimes):
+            _fail_session(session)  # a run directory without its summary is not a result CI should accept
         if self.save_path is not None and finalized:
             try:
                 path = save_baseline(self.save_path, [s.summary for s in finalized if s.summary is not None])
@@ -172,6 +174,7 @@ class CiRun:
                 path = write_session_report(self.html_path, [s.store.run_dir for s in finalized], self.baseline)
             except OSError as exc:
                 _say(terminal, f"agentcompass: cannot write the HTML report {self.html_path}: {exc}", red=True)
+                _fail_session(session)
             else:
                 _say(terminal, f"agentcompass: HTML report written to {path}")
 

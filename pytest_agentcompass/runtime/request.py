@@ -76,6 +76,8 @@ class RequestRuntime:
         #: ``summary.json`` as written by :meth:`finalize`.
         self.summary: dict[str, Any] | None = None
         self.notes: list[str] = []
+        #: Run-directory files that could not be written at the end (see :meth:`_unwritten`).
+        self.unwritten: list[str] = []
         #: Wanted tasks the resumed run had already finished (set by :meth:`prepare`).
         self.resumed_done = 0
 
@@ -314,12 +316,22 @@ class RequestRuntime:
                 for o in ordered
             ],
         }
-        self.store.write_summary(summary)
         self.summary = summary
-        self.store.drop_empty_checkpoints()
+        try:
+            self.store.write_summary(summary)
+            self.store.drop_empty_checkpoints()
+        except OSError as exc:  # the run directory went read-only or full during the run
+            self._unwritten("summary.json", exc)
         self._close_info(status)
         self.finalized = True
         return summary
+
+    def _unwritten(self, name: str, exc: Exception) -> None:
+        """``name`` could not be written: said in the summary, and the session fails (plugin/ci.py)."""
+        message = f"could not write {name} in {self.store.run_dir}: {type(exc).__name__}: {exc}"
+        log.warning("request %s: %s", self.name, message)
+        self.notes.append(message)
+        self.unwritten.append(name)
 
     def counts(self) -> dict[str, int]:
         outcomes = list(self.outcomes.values())
@@ -358,7 +370,7 @@ class RequestRuntime:
                 **extra,
             )
         except (OSError, ValueError) as exc:  # a full disk must not also keep the lock
-            log.warning("request %s: could not record its end in run_info.json: %s", self.name, exc)
+            self._unwritten("run_info.json", exc)
         finally:
             release_run_dir(self.store.run_dir)
 

@@ -261,6 +261,42 @@ def test_an_unusable_output_dir_is_named(pytester: pytest.Pytester, trace: Path,
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 
+def test_a_run_directory_filling_up_mid_run_is_named_and_fails_the_session(
+    pytester: pytest.Pytester, small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = """
+import os
+class B(HarnessFreeBenchmark):
+    def load_tasks(self, req):
+        return [TaskSpec("t0"), TaskSpec("t1")]
+    def run_task(self, task, prepared, env, req, plan):
+        if task.task_id == "t1":  # the disk fills up under the run
+            try:
+                with open(os.path.join(os.environ["SMALL_DISK"], "ballast"), "wb") as ballast:
+                    while True:
+                        ballast.write(b"0" * 4096)
+                        ballast.flush()
+            except OSError:  # full
+                pass
+        return RunResult(task.task_id, output="x")
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=1.0)
+"""
+    monkeypatch.setenv("SMALL_DISK", str(small_disk))
+    request = bench_request(pytester, body)
+    result = run(pytester, [request], "--junitxml=junit.xml", output_dir=str(small_disk / "runs"), task_concurrency=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*its detail record could not be written, so a resume runs it again: *No space left on device*",
+            "r: 2 tasks, 2 passed, 0 failed, 0 errors",
+            "*note: could not write summary.json in *: OSError: *No space left on device*",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert (pytester.path / "junit.xml").is_file()
+
+
 @pytest.mark.parametrize(
     ("returned", "message"),
     [

@@ -29,6 +29,17 @@ def page_data(page: Path) -> dict[str, Any]:
     return data
 
 
+def test_an_unwritable_session_page_is_one_message_and_fails_the_run(pytester: pytest.Pytester, trace: Path) -> None:
+    # As for a baseline: with exit status 0, CI would go on without the page it was asked for.
+    write_config(pytester, [tracing_request("a", trace, n=2)])
+    (pytester.path / "file").write_text("")
+    result = pytester.runpytest(RUN, "--agentcompass-html=file/session.html")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["agentcompass: cannot write the HTML report *file/session.html: *"])
+    assert "Traceback" not in result.stdout.str()
+
+
 def test_every_run_directory_gets_a_report_and_the_session_one_page(pytester: pytest.Pytester, trace: Path) -> None:
     write_config(pytester, [tracing_request("a", trace, n=3, wrong=["t1"]), tracing_request("b", trace, n=2)])
     result = pytester.runpytest(RUN, "--agentcompass-html=out/session.html")

@@ -2,11 +2,11 @@
 
 Started once per pytest process as ``python -I -S _reaper.py`` with a Unix
 socket on stdin. For every command it receives (a JSON request plus four
-file descriptors: stdout, stderr, a control pipe and a status pipe) it forks
+file descriptors: stdout, stderr, a control socket and a status pipe) it forks
 a *per-exec reaper*: a process marked ``PR_SET_CHILD_SUBREAPER``, so every
 process the command starts stays its descendant, whatever it does (a
 ``setsid``, a double fork, a daemon that closes its pipes). When the
-command's first process exits, or the control pipe reaches end of file (the
+command's first process exits, or the control socket reaches end of file (the
 caller timed out, was cancelled, closed the session, or died, even by
 ``kill -9``), the reaper kills every descendant, reaps them, and writes one
 JSON status line. Forking a small, single-threaded server costs about a
@@ -94,6 +94,11 @@ class ExecReaper:
 
     def run(self) -> None:
         subreaper = become_subreaper()
+        try:
+            # For the caller, should the command stop this process: then it kills it (see process.py).
+            os.write(self.control, b"%d" % os.getpid())
+        except OSError:
+            pass  # the caller is gone already: the select below sees it
         request = self.request
         try:
             # Popen, not fork + exec: it uses vfork, several times cheaper on some virtual machines.

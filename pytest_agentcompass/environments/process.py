@@ -9,6 +9,9 @@ code; everything else it started is killed then, on timeout, on cancel, on
 Every command also carries ``AGENTCOMPASS_RUN=<run id>`` in its environment:
 if pytest *and* the reapers were killed (``kill -9`` of the process group),
 :func:`kill_marked` finds what is left by that marker when the run is resumed.
+And a token of its own, ``AGENTCOMPASS_EXEC``: a command that kills or stops
+its own reaper (it is the command's parent) leaves nobody to kill its tree,
+so then the caller does, by that token (see :class:`_Reaped`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -48,6 +52,8 @@ EXEC_MARKER = "AGENTCOMPASS_EXEC"
 _CHUNK = 64 * 1024
 #: How long to wait for the reaper's report after asking it to kill (it takes milliseconds).
 _KILL_WAIT = 10.0
+#: How often a reaper that has not answered yet is checked for being stopped meanwhile.
+_STOPPED_CHECK = 0.25
 
 
 def descendants(pid: int) -> list[int]:
@@ -101,7 +107,7 @@ class _ReaperServer:
         with theirs:
             # -I -S: no site, no user paths; the script needs only the standard library.
             # Its own session: a Ctrl-C or a kill of pytest's process group leaves the reapers
-            # alive to see their control pipes close and kill what the commands started.
+            # alive to see their control sockets close and kill what the commands started.
             self._proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", str(script)], stdin=theirs.fileno(), close_fds=True, start_new_session=True
             )
@@ -142,20 +148,107 @@ _server = _ReaperServer()
 shutdown_reaper = _server.shutdown
 
 
+class _Reaped:
+    """One command under its per-exec reaper, as the caller sees it.
+
+    The reaper writes its pid into the control socket when it starts; it is
+    read only when the command is to be killed. A reaper the command stopped
+    (``kill -STOP $PPID``) is killed itself, and one that died (``kill -9
+    $PPID``) or does not answer is replaced by a scan of ``/proc`` for the
+    exec's token: only then, a normal exec costs no scan.
+    """
+
+    def __init__(self, control: socket.socket, token: str, reported: asyncio.Future[dict[str, int]]) -> None:
+        self.control: socket.socket | None = control
+        self.token = token
+        self.reported = reported
+        self.reaper = 0
+        self._settling: asyncio.Future[None] | None = None
+
+    @property
+    def answered(self) -> bool:
+        """The reaper said it killed everything (or that the command could not start)."""
+        if not self.reported.done():
+            return False
+        report = self.reported.result()
+        return "returncode" in report or "errno" in report
+
+    def stop(self) -> None:
+        """Ask the reaper to kill the command's tree (it sees its control socket close)."""
+        if self.control is None:
+            return
+        if not self.reported.done():
+            self.reaper = _reaper_pid(self.control)
+        self.control.close()
+        self.control = None
+        if self.reaper and _stopped(self.reaper):
+            _kill_reaper(self.reaper)  # it would never see the socket close
+
+    async def settle(self) -> None:
+        """Wait until the reaper reports; if it cannot, kill what carries the exec's token."""
+        if self.answered:
+            return  # the usual case: no task, no scan
+        if self._settling is None:
+            # One for every caller (the exec itself and the session's close), shielded from their cancels.
+            self._settling = asyncio.ensure_future(self._settle())
+        await asyncio.shield(self._settling)
+
+    async def _settle(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _KILL_WAIT
+        while not self.reported.done() and loop.time() < deadline:
+            await asyncio.wait([self.reported], timeout=_STOPPED_CHECK)
+            if not self.reported.done() and self.reaper and _stopped(self.reaper):
+                _kill_reaper(self.reaper)  # stopped after stop() looked (a SIGSTOP lands late)
+        if not self.reported.done() and self.reaper:
+            # No answer in time (stuck): the reaper goes too.
+            _kill_reaper(self.reaper)
+            await asyncio.wait([self.reported], timeout=_KILL_WAIT)  # its status pipe closes as it dies
+        if not self.answered:
+            # Its children are now orphans (reparented to init): found by the token they inherited.
+            await asyncio.to_thread(kill_marked, self.token, EXEC_MARKER)
+
+
+def _reaper_pid(control: socket.socket) -> int:
+    try:
+        return int(control.recv(32, socket.MSG_DONTWAIT) or 0)
+    except (OSError, ValueError):
+        return 0  # not written yet: the reaper has not run
+
+
+def _stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (by a signal or a tracer)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] in (b"T", b"t")
+
+
+def _kill_reaper(pid: int) -> None:
+    """SIGKILL ``pid`` if it is still a reaper (its status pipe is open, so it should be: checked anyway)."""
+    try:
+        if b"_reaper.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 class ExecControls:
-    """The control pipes of a session's running commands; closing one makes its reaper kill everything."""
+    """A session's running commands; stopping one makes its reaper kill everything it started."""
 
     def __init__(self) -> None:
-        self._open: dict[int, asyncio.Future[dict[str, int]]] = {}
+        self._open: dict[int, _Reaped] = {}
         #: A command's reaper did not say in time that it killed everything (its processes may live on).
         self.unanswered = False
 
-    def add(self, fd: int, status: asyncio.Future[dict[str, int]]) -> None:
-        self._open[fd] = status
+    def add(self, command: _Reaped) -> None:
+        self._open[id(command)] = command
 
-    def kill(self, fd: int) -> None:
-        if self._open.pop(fd, None) is not None:
-            os.close(fd)
+    def kill(self, command: _Reaped) -> None:
+        if self._open.pop(id(command), None) is not None:
+            command.stop()
 
     async def kill_all(self) -> bool:
         """Kill every running command of the session and wait until its reaper says it is done.
@@ -163,12 +256,12 @@ class ExecControls:
         :returns: whether every reaper of the session's commands said so in
             time, these and the ones of commands killed before (a timed-out exec).
         """
-        statuses = list(self._open.values())
-        for fd in list(self._open):
-            self.kill(fd)
-        if statuses:
-            _, pending = await asyncio.wait(statuses, timeout=_KILL_WAIT)
-            if pending:
+        running = list(self._open.values())
+        for command in running:
+            self.kill(command)
+        if running:
+            await asyncio.gather(*(command.settle() for command in running))
+            if not all(command.answered for command in running):
                 self.unanswered = True
         return not self.unanswered
 
@@ -234,17 +327,22 @@ async def run_reaped(
     loop = asyncio.get_running_loop()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    ctl_r, ctl_w = os.pipe()
+    # A socket, not a pipe: the reaper writes its pid back on it, read only if it must be killed.
+    control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     st_r, st_w = os.pipe()
+    token = secrets.token_hex(8)
     try:
-        _server.spawn({"argv": list(argv), "env": dict(env), "cwd": cwd}, [out_w, err_w, ctl_r, st_w])
+        request = {"argv": list(argv), "env": {**env, EXEC_MARKER: token}, "cwd": cwd}
+        _server.spawn(request, [out_w, err_w, theirs.fileno(), st_w])
     except BaseException:
-        for fd in (out_r, ctl_w, err_r, st_r):
+        for fd in (out_r, err_r, st_r):
             os.close(fd)
+        control.close()
         raise
     finally:
-        for fd in (out_w, err_w, ctl_r, st_w):
+        for fd in (out_w, err_w, st_w):
             os.close(fd)
+        theirs.close()
     # From here on nothing awaits outside the try below, so a cancel always reaches the kill.
     out, err, status = _Drain(loop, out_r, output_limit), _Drain(loop, err_r, output_limit), _Drain(loop, st_r, 4096)
     reported: asyncio.Future[dict[str, int]] = loop.create_future()
@@ -254,22 +352,26 @@ async def run_reaped(
             reported.set_result(_parse(status.kept))
 
     status.done.add_done_callback(on_status)
-    controls.add(ctl_w, reported)
+    command = _Reaped(control, token, reported)
+    controls.add(command)
     timed_out = False
     try:
         try:
             async with asyncio.timeout(timeout):
                 await asyncio.shield(reported)
+                if not command.answered:
+                    # The reaper died without a word (the command killed it): the
+                    # command's end is now only seen as its output closing.
+                    await asyncio.wait([out.done, err.done])
         except TimeoutError:
             timed_out = True
     finally:
-        controls.kill(ctl_w)  # kills the tree unless it is gone already
+        controls.kill(command)  # kills the tree unless it is gone already
         try:
             try:
-                if not reported.done():
-                    await asyncio.wait([reported], timeout=_KILL_WAIT)
+                await command.settle()
             finally:
-                if not reported.done():
+                if not command.answered:
                     controls.unanswered = True  # the session's close keeps nothing it may still use
             # Every writer is dead once the reaper reported, so these end at once.
             await asyncio.wait([out.done, err.done], timeout=_KILL_WAIT)

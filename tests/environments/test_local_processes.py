@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from processes import kill_with_its_reapers
 from test_local_environment import alive, open_session
 
 from pytest_agentcompass import EnvironmentSpec, LocalEnvironment
+from pytest_agentcompass.environments import process
 from pytest_agentcompass.environments.local import LocalSession
 from pytest_agentcompass.environments.process import MARKER, kill_marked
 from pytest_agentcompass.testing import make_plan
@@ -113,6 +116,69 @@ def test_close_kills_an_exec_nobody_awaits(tmp_path: Path) -> None:
         assert not alive(daemon)
         result = await task
         assert result.exit_code == -signal.SIGKILL
+
+    asyncio.run(main())
+
+
+# $PPID is the exec's reaper. Each pid file is written before the attack, so the test knows what to look for.
+ATTACK = (
+    "echo $PPID > reaper.pid; echo $$ > main.pid; "
+    "setsid sh -c 'echo $$ > escaped.pid; exec sleep 351' </dev/null & "
+    "while [ ! -s escaped.pid ]; do sleep 0.01; done; kill -{signal} $PPID; exec sleep 352"
+)
+
+
+async def gone(pid: int, within: float = 30.0) -> bool:
+    """Whether ``pid`` is dead (a zombie counts) within ``within`` s: a guard against a hang, not a measurement."""
+    deadline = time.monotonic() + within
+    while alive(pid) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return not alive(pid)
+
+
+def attacked(reaper_pid: Path) -> bool:
+    """Whether the reaper named in ``reaper_pid`` is dead or stopped."""
+    if not reaper_pid.exists() or not reaper_pid.read_text().strip():
+        return False
+    pid = read_pid(reaper_pid)
+    return not alive(pid) or process._stopped(pid)
+
+
+@pytest.mark.parametrize("ending", ["timeout", "close"])
+@pytest.mark.parametrize("signal_name", ["KILL", "STOP"])
+def test_a_command_that_kills_or_stops_its_reaper_leaves_nothing(tmp_path: Path, signal_name: str, ending: str) -> None:
+    """The reaper is the command's parent: a command may kill or stop it. Then the caller kills by the exec's token.
+
+    Before: with the reaper killed, exec returned after 10 s, not timed out, and
+    both sleeps (one reparented to init) outlived the close; with it stopped,
+    exec took 22 s, and the stopped reaper, its server and the sleeps outlived pytest.
+    """
+
+    async def main() -> None:
+        session = await open_session(tmp_path)
+        script = ATTACK.format(signal=signal_name)
+        if ending == "timeout":
+            result = await session.exec(["sh", "-c", script], timeout=2)
+            assert result.timed_out, result
+            # A generous bound that still tells a stopped reaper's two 10 s waits apart from a kill at the timeout.
+            assert result.duration < 2 + process._KILL_WAIT
+        else:
+            running = asyncio.ensure_future(session.exec(["sh", "-c", script]))
+            deadline = time.monotonic() + 30  # a guard against a hang, not a measurement
+            while not attacked(session.root / "reaper.pid") and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)  # the test is about what follows the attack: wait for it to land
+        pids = {name: read_pid(session.root / f"{name}.pid") for name in ("reaper", "main", "escaped")}
+        try:
+            await session.close()
+            if ending == "close":
+                # Bounded: before, an exec whose reaper was stopped waited for it for ever.
+                assert (await asyncio.wait_for(running, 60)).exit_code == -signal.SIGKILL
+            survivors = [name for name, pid in pids.items() if not await gone(pid)]
+            assert survivors == [], f"{survivors} outlived the {ending}"
+        finally:
+            for pid in pids.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
     asyncio.run(main())
 

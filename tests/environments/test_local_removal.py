@@ -8,6 +8,7 @@ error, with the result kept; and every workspace is gone when the run ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import math
@@ -348,7 +349,8 @@ def test_a_workspace_whose_commands_may_live_on_is_not_kept(
             await session.close()
         finally:
             for pid in stopped:
-                os.kill(pid, signal.SIGCONT)
+                with contextlib.suppress(ProcessLookupError):  # a stopped reaper is killed by the close
+                    os.kill(pid, signal.SIGCONT)
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
         assert list(tmp_path.iterdir()) == [], "removed at close, not kept"

@@ -173,6 +173,7 @@ class WorkerLoop:
         root.addHandler(handler)
         thread = threading.Thread(target=self._drive, name="agentcompass-loop", daemon=True)
         interrupted = False
+        presses = 0
         try:
             with route_task_output():
                 thread.start()
@@ -181,10 +182,17 @@ class WorkerLoop:
                         result = self._serve()
                         break
                     except KeyboardInterrupt:
-                        if interrupted:
-                            raise  # a second Ctrl-C: leave at once
-                        interrupted = True
-                        self.orchestrator.interrupt()
+                        # As in process (runtime/driver.py): the first cancels within the
+                        # grace, the second skips the grace but not the bookkeeping (the
+                        # run's environments are swept), a third leaves at once.
+                        presses += 1
+                        if presses == 1:
+                            interrupted = True
+                            self.orchestrator.interrupt()
+                        elif presses == 2:
+                            self.orchestrator.force_threadsafe()
+                        else:
+                            raise
         finally:
             root.removeHandler(handler)
             for state in self.states.values():

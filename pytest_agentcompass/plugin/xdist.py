@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import sys
+import threading
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +66,8 @@ class DistributedRun:
         self.preflight_failed: set[str] = set()  # requests whose preflight failed here, in the controller
         self.service: PermitService | None = None
         self.session: pytest.Session | None = None
+        #: SIGINT's handler before a Ctrl-C made the controller hold the next one (see _hold_next_interrupt).
+        self._previous_sigint: Any = None
         #: Requests the controller could not build (their runs are not finalized), and why.
         self.unbuilt: dict[str, str] = {}
         #: Gate items the workers selected and left to the controller: node id -> file.
@@ -222,6 +227,34 @@ class DistributedRun:
         """
         if self.service is not None and not self.run.is_worker:
             self.service.stop_all("interrupted by the user", interrupt=True)
+        if not self.run.is_worker:
+            self._hold_next_interrupt()
+
+    def _hold_next_interrupt(self) -> None:
+        """A second Ctrl-C while the workers wind down is said, not raised; a third leaves at once.
+
+        The workers leave at once on their own second SIGINT (a terminal sends it
+        to them too). Raised here, it would end xdist's teardown, which waits for
+        them, and skip everything after it: the junit file, the run's summary
+        and the ``interrupted`` record, as without xdist it does not.
+        """
+        if threading.current_thread() is not threading.main_thread() or self._previous_sigint is not None:
+            return
+        presses = 0
+
+        def on_sigint(signum: int, frame: object) -> None:
+            nonlocal presses
+            presses += 1
+            if presses > 1:
+                raise KeyboardInterrupt
+            sys.stderr.write("\nagentcompass: exiting as soon as the workers stop; recording the run\n")
+
+        self._previous_sigint = signal.signal(signal.SIGINT, on_sigint)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._previous_sigint is not None:
+            signal.signal(signal.SIGINT, self._previous_sigint)
+            self._previous_sigint = None
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:

@@ -135,6 +135,11 @@ class Orchestrator:
         self._feed_closed = True
         self._poke(self._drain)
 
+    def force_threadsafe(self) -> None:
+        """:meth:`force` from another thread (an xdist worker's second Ctrl-C)."""
+        self.result.forced = True
+        self._poke(self._forced.set)
+
     def stop_threadsafe(self, reason: str) -> None:
         """:meth:`stop` from another thread."""
         self._poke(lambda: self.stop(reason))

@@ -188,3 +188,64 @@ class B(Base):
     assert "internal error" not in out, out
     assert (pytester.path / "junit.xml").read_text().count("<testcase ") == 2
     assert run_info(pytester)["status"] == "interrupted"
+
+
+STUCK = """
+import asyncio, dataclasses, os
+from pytest_agentcompass import HarnessFreeBenchmark, LocalEnvironment, LocalSession, RunResult, TaskSpec
+
+class Sleepy(HarnessFreeBenchmark):
+    def load_tasks(self, req):
+        return [TaskSpec(f"t{i}") for i in range(4)]
+    async def run_task(self, task, prepared, env, req, plan):
+        await env.exec(["sh", "-c", f"echo $$ >> {os.getcwd()}/pids; sleep 60"])
+        return RunResult(task.task_id, output="late")
+    async def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=1.0)
+
+class StubbornSession(LocalSession):
+    async def close(self):
+        await asyncio.sleep(60)  # a cleanup that never ends on its own
+        await super().close()
+
+class Stubborn(LocalEnvironment):
+    async def open(self, config):
+        base = await super().open(config)
+        return StubbornSession(base.root)
+"""
+
+
+@pytest.mark.parametrize("gap", [0.3, 1.0])
+def test_a_second_ctrl_c_under_xdist_exits_at_once_and_keeps_the_bookkeeping(
+    pytester: pytest.Pytester, gap: float
+) -> None:
+    pytester.makepyfile(bench=STUCK)
+    ws = pytester.path / "ws"
+    ws.mkdir()
+    request = {
+        "name": "r",
+        "benchmark": {"id": "bench.py:Sleepy"},
+        "environment": {"id": "bench.py:Stubborn", "params": {"base_dir": str(ws)}},
+    }
+    write_config(pytester, [request], cleanup_grace_seconds=120)
+    proc = start_pytest(pytester, "--junitxml=junit.xml", "-n", "2", own_group=True)
+    pids = pytester.path / "pids"
+    deadline = time.monotonic() + 60
+    while not (pids.exists() and len(pids.read_text().split()) >= 4):
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "tasks never started"
+        time.sleep(0.05)
+    ctrl_c(proc)
+    time.sleep(gap)
+    ctrl_c(proc)
+    out = finish(proc, timeout=60)  # the grace is 120 s: only the second Ctrl-C ends it this soon
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "Traceback" not in out, out
+    assert "r: 4 tasks, 0 passed, 0 failed, 4 errors" in out, out
+    assert (pytester.path / "junit.xml").read_text().count("<testcase ") == 4
+    info = run_info(pytester)
+    assert info["status"] == "interrupted", info
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    assert not (run_dir / "run.lock").exists()
+    for pid in (int(p) for p in pids.read_text().split()):
+        assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"

@@ -15,7 +15,6 @@ from concurrent.futures import Future
 from typing import Any
 
 from .errors import UserExit
-from .runtime.threads import pool_of
 
 __all__ = ["call_user", "maybe_await"]
 
@@ -104,6 +103,10 @@ async def _call(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     loop = asyncio.get_running_loop()
     # Named by the pool after ``fn`` (not Context.run) if it must be abandoned.
     work = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    # Here, not at the top: the runtime imports this module, and importing the
+    # runtime package from it first would be a cycle (this path hops a thread anyway).
+    from .runtime.threads import pool_of
+
     pool = pool_of(loop)
     call: asyncio.Future[Any] | Future[Any]
     if pool is None:  # a loop of someone else's: its default executor

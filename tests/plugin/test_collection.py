@@ -5,9 +5,13 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+import pytest_agentcompass
 
 from conftest import TRACING, tracing_request, write_config
 
@@ -91,6 +95,20 @@ def test_no_heavy_imports_without_the_option(pytester: pytest.Pytester) -> None:
         """
     )
     pytester.runpytest_subprocess().assert_outcomes(passed=1)
+
+
+def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
+    """No import cycle hides behind the usual import order (``_compat`` first failed)."""
+    package = Path(pytest_agentcompass.__file__).parent
+    names = sorted(
+        "pytest_agentcompass." + ".".join(path.relative_to(package).with_suffix("").parts)
+        for path in package.rglob("*.py")
+        if path.name != "__init__.py" and "assets" not in path.parts
+    )
+    script = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)"
+    for name in names:  # each alone: an earlier import must not break the cycle for a later one
+        done = subprocess.run([sys.executable, "-c", script, name], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, f"{name}: {done.stderr[-2000:]}"
 
 
 def test_option_without_paths_runs_only_the_config(pytester: pytest.Pytester, trace: Path) -> None:

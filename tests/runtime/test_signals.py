@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -44,7 +45,9 @@ def alive(pid: int) -> bool:
         return False
 
 
-def start(pytester: pytest.Pytester, environment: dict[str, object], grace: float) -> subprocess.Popen[str]:
+def start(
+    pytester: pytest.Pytester, environment: dict[str, object], grace: float, *args: str, own_group: bool = False
+) -> subprocess.Popen[str]:
     pytester.makepyfile(bench=BENCH)
     ws = pytester.path / "ws"
     ws.mkdir()
@@ -60,7 +63,7 @@ def start(pytester: pytest.Pytester, environment: dict[str, object], grace: floa
         task_concurrency=3,
         cleanup_grace_seconds=grace,
     )
-    proc = start_pytest(pytester)
+    proc = start_pytest(pytester, *args, own_group=own_group)
     pids = pytester.path / "pids"
     deadline = time.monotonic() + 60
     while not (pids.exists() and len(pids.read_text().split()) >= 3):
@@ -105,4 +108,26 @@ def test_second_interrupt_exits_at_once(pytester: pytest.Pytester) -> None:
     info = json.loads((run_dir / "run_info.json").read_text())
     assert info["status"] == "interrupted" and sorted(info["unfinished_tasks"]) == [f"t{i}" for i in range(6)]
     assert not (run_dir / "run.lock").exists()
+    assert list((pytester.path / "ws").iterdir()) == [], "the stuck sessions' workspaces were swept"
+
+
+@pytest.mark.parametrize("gap", [0.3, 1.0])
+def test_a_second_interrupt_under_xdist_exits_at_once_and_keeps_the_bookkeeping(
+    pytester: pytest.Pytester, gap: float
+) -> None:
+    proc = start(pytester, {"id": "bench.py:Stubborn"}, 120, "--junitxml=junit.xml", "-n", "2", own_group=True)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it: to xdist's workers too
+    time.sleep(gap)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)  # the grace is 120 s: only the second Ctrl-C ends it this soon
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    for noise in ("Traceback", "Task was destroyed", "Exception ignored", "INTERNALERROR"):
+        assert noise not in out, out
+    assert "r: 6 tasks, 0 passed, 0 failed, 6 errors" in out, out
+    assert (pytester.path / "junit.xml").read_text().count("<testcase ") == 6
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    assert json.loads((run_dir / "run_info.json").read_text())["status"] == "interrupted"
+    assert not (run_dir / "run.lock").exists()
+    for pid in (int(p) for p in (pytester.path / "pids").read_text().split()):
+        assert not alive(pid)
     assert list((pytester.path / "ws").iterdir()) == [], "the stuck sessions' workspaces were swept"

@@ -79,6 +79,10 @@ async def call_user(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any
         raise _escaped(fn, exc).with_traceback(exc.__traceback__) from exc
 
 
+#: Loops whose run a task's ``KeyboardInterrupt`` has already interrupted.
+_INTERRUPTED: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
 def _escaped(fn: Callable[..., Any], exc: SystemExit | KeyboardInterrupt) -> UserExit:
     """What ``fn`` raising ``exc`` means for the run, as pytest treats the same in a test.
 
@@ -90,7 +94,11 @@ def _escaped(fn: Callable[..., Any], exc: SystemExit | KeyboardInterrupt) -> Use
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
     if isinstance(exc, SystemExit):
         return UserExit(f"{name} called sys.exit({exc.code!r}): the task fails, the run goes on")
-    if signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, None):
+    loop = asyncio.get_running_loop()
+    # Once per loop: each further SIGINT would count as another Ctrl-C (the second
+    # skips the cleanup grace, the third leaves at once) when several tasks raise it.
+    if loop not in _INTERRUPTED and signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.SIG_DFL, None):
+        _INTERRUPTED.add(loop)
         signal.raise_signal(signal.SIGINT)
     return UserExit(f"{name} raised KeyboardInterrupt: the run is interrupted, as by Ctrl-C")
 

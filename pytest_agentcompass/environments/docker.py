@@ -253,7 +253,7 @@ class DockerSession(EnvironmentSession):
         finally:
             if reader is None or not reader.done():  # timed out or cancelled: kill the exec's processes
                 # Shielded: a second cancel must not leave the processes running.
-                stop = self._stop(lambda: exec_id, token, starting, reader, pump)
+                stop = self._stop(lambda: exec_id, token, user or "", starting, reader, pump)
                 await asyncio.shield(asyncio.ensure_future(stop))
         assert reader is not None
         code = (await reader).get("ExitCode")
@@ -271,6 +271,7 @@ class DockerSession(EnvironmentSession):
         self,
         exec_id: Callable[[], str],
         token: str,
+        user: str,
         starting: asyncio.Future[ExecStream],
         reader: asyncio.Future[dict[str, Any]] | None,
         pump: Callable[[ExecStream], dict[str, Any]],
@@ -279,7 +280,7 @@ class DockerSession(EnvironmentSession):
             stream = await starting
         except Exception:
             return  # never started
-        killed = await asyncio.to_thread(self._kill_exec, exec_id(), token)
+        killed = await asyncio.to_thread(self._kill_exec, exec_id(), token, user)
         if not killed:
             log.warning("%s: exec %s: some of its processes could not be killed", self.describe(), exec_id()[:12])
         # Every writer is dead: the stream ends now (read it to the end, also when nobody did yet).
@@ -294,28 +295,36 @@ class DockerSession(EnvironmentSession):
             stream.abort()
             await reading
 
-    def _kill_exec(self, exec_id: str, token: str) -> bool:
+    def _kill_exec(self, exec_id: str, token: str, user: str) -> bool:
         """Kill every process of the exec, inside the container (Docker cannot kill an exec).
+
+        ``user`` is the exec's ("": the image's). The kill runs as root, which can
+        signal anyone but, without ``CAP_SYS_PTRACE`` (not granted by default),
+        cannot read another user's ``/proc/<pid>/environ``: the processes of a
+        command run as someone else are found by a kill run as that user.
 
         :returns: whether the exec's main process is gone and the kill left nothing it knows of.
         """
         api = self.client.api
         deadline = time.monotonic() + _KILL_PATIENCE
         while True:
-            left = self._run_killer(token)
+            left = self._run_killer(token, "0")
             info = api.exec_inspect(exec_id)
+            if info.get("Running") and user not in ("0", "root"):
+                left = self._run_killer(token, user) or left
+                info = api.exec_inspect(exec_id)
             if not info.get("Running") and (info.get("Pid") or info.get("ExitCode") is not None):
                 return not left
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.1)  # started but not running yet: kill it once it is
 
-    def _run_killer(self, token: str) -> bool:
-        """Run :data:`_KILLER` in the container; returns whether processes of the exec may be left."""
+    def _run_killer(self, token: str, user: str) -> bool:
+        """Run :data:`_KILLER` in the container as ``user``; returns whether processes of the exec may be left."""
         api = self.client.api
         try:
             killer = api.exec_create(
-                self.container.id, ["sh", "-c", _KILLER, "killer", f"{EXEC_MARKER}={token}"], user="0"
+                self.container.id, ["sh", "-c", _KILLER, "killer", f"{EXEC_MARKER}={token}"], user=user
             )
             left = api.exec_start(killer["Id"]).strip()
         except Exception as exc:  # an image without sh

@@ -309,9 +309,15 @@ class DistributedRun:
             if state is not None and os.path.exists(state.store.detail_path(task_id)):
                 continue  # it ended on its worker, whose report was lost: the summary counts it from its detail
             location = (path, None, name)
+            why: object = "cancelled: interrupted by the user"
+            task = next((t for t in state.tasks if t.task_id == task_id), None) if state is not None else None
+            if state is not None and task is not None and request in self.preflight_failed and state.failed:
+                # Its request's preflight failed before the Ctrl-C: that is what it reports, as in process.
+                failed = not_run(state, task, "failed its preflight")
+                why = NotRunText(str(failed.result.error), self.run.redactor.text(state.failed))
             hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
             for when, outcome, longrepr in (
-                ("setup", "failed", "cancelled: interrupted by the user"),
+                ("setup", "failed", why),
                 ("teardown", "passed", None),
             ):
                 report = pytest.TestReport(nodeid, location, {}, outcome, longrepr, when)  # type: ignore[arg-type]

@@ -193,6 +193,12 @@ class Orchestrator:
                     state.failed = str(exc)
                     state.prepared = True
         except asyncio.CancelledError:  # Ctrl-C while a preflight waits: every task is cancelled, and recorded
+            for state in self.requests:
+                if state.failed is not None and not state.finalized and not self.shared:
+                    # Its own preflight failed before the Ctrl-C: reported and recorded as such.
+                    self._fail_request(state, "failed its preflight")
+                    state.stop("failed", state.failed)
+                    state.finalized = True
             await self._cancel_remaining([], "interrupted", "interrupted by the user")
             raise
         self.started_at = time.monotonic()

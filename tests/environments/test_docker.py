@@ -302,3 +302,15 @@ def test_a_quiet_exec_outlasts_the_clients_request_timeout() -> None:
 
     result = run_in_session(scenario)
     assert (result.exit_code, result.stdout, result.timed_out) == (0, "done\n", False)
+
+
+def test_a_command_run_as_another_user_is_killed_at_its_timeout() -> None:
+    """Root cannot read another user's process environments (no CAP_SYS_PTRACE): the kill still finds them."""
+
+    async def scenario(session: Any) -> tuple[bool, str]:
+        result = await session.exec(["sh", "-c", "sleep 335 & exec sleep 100"], timeout=2, user="65534")
+        return result.timed_out, (await session.exec(["ps", "-o", "args"], timeout=30)).stdout
+
+    timed_out, processes = run_in_session(scenario)
+    assert timed_out
+    assert not [line for line in processes.splitlines() if "sleep 335" in line or "sleep 100" in line], processes

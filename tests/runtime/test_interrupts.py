@@ -93,9 +93,9 @@ def test_keyboard_interrupt_in_a_task_interrupts_the_run_as_ctrl_c_does(pytester
     body = """
 class B(Base):
     def load_tasks(self, req):
-        return [TaskSpec("t0"), TaskSpec("t1"), TaskSpec("slow")]
+        return [TaskSpec("t0"), TaskSpec("t1"), TaskSpec("t2"), TaskSpec("t3"), TaskSpec("slow")]
     async def run_task(self, task, prepared, env, req, plan):
-        if task.task_id == "t1":
+        if task.task_id in ("t1", "t2", "t3"):  # several at once: still one interrupt, not a second and a third
             await asyncio.sleep(0.5)
             raise KeyboardInterrupt
         await asyncio.sleep(60 if task.task_id == "slow" else 0)
@@ -105,11 +105,11 @@ class B(Base):
     proc = start_pytest(pytester, "--junitxml=junit.xml", *(["-n", "2"] if xdist else []), own_group=True)
     out = finish(proc)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
-    assert "slow" in out and "interrupted by the user" in out, out
+    assert "slow" in out and "interrupted by the user" in out and "exiting now" not in out, out
     info = run_info(pytester)
     assert info["status"] == "interrupted" and "slow" in info["unfinished_tasks"], info  # type: ignore[operator]
     junit = (pytester.path / "junit.xml").read_text()
-    assert junit.count("<testcase ") == 3, junit
+    assert junit.count("<testcase ") == 5, junit
 
 
 @pytest.mark.parametrize("xdist", [False, True])
@@ -123,6 +123,10 @@ class H(BaseHarness):
     async def run(self, session, task, prepared, env, req, plan):
         return RunResult(task.task_id, output="ok")
 
+class Broken(H):
+    async def preflight(self, req):
+        raise RuntimeError("no model endpoint")
+
 class B(BaseBenchmark):
     evaluation_environment_mode = "none"
     def load_tasks(self, req):
@@ -131,6 +135,10 @@ class B(BaseBenchmark):
         return dataclasses.replace(result, score=1.0)
 """
     setup(pytester, body, harness={"id": "bench.py:H"})
+    # A request whose own preflight failed before the Ctrl-C is reported and recorded as failed.
+    broken = {"name": "a", "benchmark": {"id": "bench.py:B"}, "harness": {"id": "bench.py:Broken"}}
+    request = {"name": "r", "benchmark": {"id": "bench.py:B"}, "harness": {"id": "bench.py:H"}}
+    write_config(pytester, [broken, request], cleanup_grace_seconds=2.0)
     proc = start_pytest(pytester, "--junitxml=junit.xml", *(["-n", "2"] if xdist else []), own_group=True)
     started = pytester.path / "preflight-started"
     deadline = time.monotonic() + 60
@@ -146,7 +154,12 @@ class B(BaseBenchmark):
     assert info["status"] == "interrupted" and sorted(info["unfinished_tasks"]) == ["t0", "t1"], info  # type: ignore[call-overload]
     (run_dir,) = (pytester.path / "runs/r").iterdir()
     assert not (run_dir / "run.lock").exists()
-    assert (pytester.path / "junit.xml").read_text().count(">cancelled: interrupted by the user</error>") == 2
+    junit = (pytester.path / "junit.xml").read_text()
+    assert junit.count(">cancelled: interrupted by the user</error>") == 2 and junit.count("<testcase ") == 4, junit
+    assert "a: 2 tasks, 0 passed, 0 failed, 2 errors" in out, out
+    (failed_dir,) = (pytester.path / "runs/a").iterdir()
+    assert json.loads((failed_dir / "run_info.json").read_text())["status"] == "failed"
+    assert not (failed_dir / "run.lock").exists()
 
 
 @pytest.mark.parametrize(

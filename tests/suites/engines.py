@@ -68,12 +68,20 @@ class ExtraEngine:
         )
         log.close()
         deadline = time.monotonic() + START_TIMEOUT
-        while _run("docker", "-H", self.url, "version", check=False).returncode != 0:
+        while not self._answers():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 tail = (self.root / "dockerd.log").read_text(errors="replace")[-1500:]
                 self.stop()
                 raise Unavailable(f"dockerd did not start in netns {self.netns}:\n{tail}")
             time.sleep(0.2)
+
+    def _answers(self) -> bool:
+        """Whether the engine answers, asked with a bound: a half-started daemon accepted and never answered
+        (a restarted engine's ``docker version`` hung a test run for over an hour)."""
+        try:
+            return _run("docker", "-H", self.url, "version", check=False, timeout=15).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
 
     def docker(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return _run("docker", "-H", self.url, *args, check=check)

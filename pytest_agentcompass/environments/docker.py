@@ -22,16 +22,13 @@ network attaches the bridge, and one that does not detaches it again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import logging
 import os
 import secrets
-import socket
-import struct
 import tarfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -42,10 +39,11 @@ from ..errors import SessionError
 from ..types import ExecResult, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
 from .docker_engine import Engine, EngineParams, check_engines, docker_sdk, engine_list, engine_urls_as_mappings
+from .docker_exec import DRAIN_GRACE, INIT, ExecStream, exec_output, kill_exec
 from .docker_files import get_tree, put_tree
 from .docker_images import choose_image
 from .docker_pool import EnginePool
-from .process import DEFAULT_OUTPUT_LIMIT, EXEC_MARKER, kill_marked
+from .process import DEFAULT_OUTPUT_LIMIT, EXEC_MARKER
 
 if TYPE_CHECKING:
     from ..config import EnvironmentSpec
@@ -55,110 +53,6 @@ __all__ = ["DockerEnvironment", "DockerSession"]
 BRIDGE = "bridge"
 _KEEPALIVE = ["sleep", "2147483647"]
 log = logging.getLogger("pytest_agentcompass")
-
-#: The engine's init (tini), mounted here in every container started with ``init`` (as ours are).
-#: Each exec runs under one of its own, a subreaper (``-s``): every process the command starts
-#: stays in its tree, a ``setsid`` and a double fork whose parent died too (orphans go to the
-#: nearest subreaper, not to pid 1); and it never execs, so it keeps the exec's token in its
-#: environment whatever the command does to its own (``unset``, ``env -i``).
-_INIT = ["/sbin/docker-init", "-s", "--"]
-#: Seconds the output may stay open after the kill before the connection is shut (a process that
-#: could not be killed, or a stuck engine, must not hold the exec past its timeout).
-_DRAIN_GRACE = 5.0
-#: Seconds the kill keeps trying while the engine still reports the exec running.
-_KILL_PATIENCE = 10.0
-
-# Runs inside the container, as root, with ``AGENTCOMPASS_EXEC=<token>`` as $1. The exec's
-# processes are the ones whose environment holds it (its init above, whose parent is outside
-# the container, so its ppid is 0) and every process whose parent chain leads to one of them. Each round stops
-# them all (none forks or runs its next command meanwhile), then kills all but the init: kept,
-# stopped, to the end, so what it adopts stays in the tree for the next round. The init goes when
-# nothing else is left. Prints the pids still alive if the rounds ran out.
-_KILLER = r"""
-t=$1
-scan() {
-  all=; tree=; init=
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}; [ "$p" = $$ ] && continue
-    read -r s 2>/dev/null < "$d/stat" || continue
-    s=${s##*) }; set -- $s; [ "$1" = Z ] && continue
-    all="$all $p:$2"
-    if grep -qs "$t" "$d/environ"; then tree="$tree $p "; [ "$2" = 0 ] && init=$p; fi
-  done
-  grown=1
-  while [ $grown = 1 ]; do
-    grown=0
-    for e in $all; do
-      case "$tree" in *" ${e%:*} "*) continue;; *" ${e#*:} "*) tree="$tree ${e%:*} "; grown=1;; esac
-    done
-  done
-}
-i=0
-while [ $i -lt 50 ]; do
-  i=$((i+1)); scan
-  rest=; for p in $tree; do [ "$p" = "$init" ] || rest="$rest $p"; done
-  [ -z "$tree" ] && exit 0
-  kill -STOP $tree 2>/dev/null
-  if [ -n "$rest" ]; then kill -9 $rest 2>/dev/null; else kill -9 $init 2>/dev/null; fi
-done
-echo $tree
-"""
-
-
-class ExecStream:
-    """The output of a started exec: its ``(stdout, stderr)`` frames, to the end, and a way to stop them."""
-
-    def __init__(self, frames: Iterator[tuple[bytes | None, bytes | None]], connection: Any) -> None:
-        self._frames = frames
-        self._connection = connection
-        #: Set by :meth:`abort`: the frames ended because the connection was shut, not with the exec.
-        self.aborted = False
-
-    def __iter__(self) -> Iterator[tuple[bytes | None, bytes | None]]:
-        return self._frames
-
-    def abort(self) -> None:
-        """Shut the connection, so a read blocked on it in another thread returns now."""
-        self.aborted = True
-        shutdown = getattr(getattr(self._connection, "_sock", self._connection), "shutdown", None)
-        if shutdown is not None:
-            with contextlib.suppress(Exception):  # closed already, or not a socket to shut
-                shutdown(socket.SHUT_RDWR)
-
-
-def exec_output(api: Any, exec_id: str) -> ExecStream:
-    """Start exec ``exec_id``; returns its output stream (see :class:`ExecStream`).
-
-    Not the SDK's ``exec_start(stream=True)``: it reads the hijacked socket
-    under the HTTP response's buffered reader, so frames that arrived with the
-    headers (a fast command's whole output, on a busy machine or over TCP) sat
-    in that buffer and were lost: exit 0 and empty output. Reading frames
-    through the buffered reader itself keeps them.
-    """
-    response = api._post_json(  # the SDK's own request (see its exec_start), kept open
-        api._url("/exec/{0}/start", exec_id),
-        headers={"Connection": "Upgrade", "Upgrade": "tcp"},
-        data={"Tty": False, "Detach": False},
-        stream=True,
-    )
-    connection = api._get_raw_response_socket(response)  # raises for an error status
-    # The client's request timeout (60 s) would end a quiet command's stream with a TimeoutError;
-    # how long an exec may take is the caller's timeout, which the exec enforces itself.
-    api._disable_socket_timeout(connection)
-    reader = getattr(getattr(response.raw, "_fp", None), "fp", None)
-    if not isinstance(reader, io.BufferedReader):  # ssh:// and named pipes: the SDK's reader
-        return ExecStream(iter(api._read_from_socket(response, True, tty=False, demux=True)), connection)
-    return ExecStream(_frames(response, reader), connection)  # started by now: the caller may kill it at once
-
-
-def _frames(response: Any, reader: io.BufferedReader) -> Iterator[tuple[bytes | None, bytes | None]]:
-    try:
-        while len(header := reader.read(8)) == 8:
-            kind, size = struct.unpack(">BxxxL", header)
-            data = reader.read(size)
-            yield (data, None) if kind == 1 else (None, data)
-    finally:
-        response.close()
 
 
 class DockerSession(EnvironmentSession):
@@ -201,8 +95,8 @@ class DockerSession(EnvironmentSession):
         """See :meth:`EnvironmentSession.exec`; ``user`` runs it as that user (the image's by default).
 
         On timeout or cancel, every process the command started is killed
-        (see :data:`_KILLER`), and the call returns (or raises) within
-        :data:`_KILL_PATIENCE` plus :data:`_DRAIN_GRACE` whatever it left.
+        (see :func:`.docker_exec.kill_exec`), and the call returns (or raises)
+        within ``KILL_PATIENCE`` plus ``DRAIN_GRACE`` whatever it left.
         """
         api = self.client.api
         # The exec's init carries the token, so a kill can find it (and its tree) inside the container.
@@ -219,7 +113,7 @@ class DockerSession(EnvironmentSession):
 
         def start() -> ExecStream:
             nonlocal exec_id
-            exec_id = api.exec_create(self.container.id, [*_INIT, *argv_list(argv)], **options)["Id"]
+            exec_id = api.exec_create(self.container.id, [*INIT, *argv_list(argv)], **options)["Id"]
             return exec_output(api, exec_id)
 
         def pump(stream: ExecStream) -> dict[str, Any]:
@@ -280,13 +174,15 @@ class DockerSession(EnvironmentSession):
             stream = await starting
         except Exception:
             return  # never started
-        killed = await asyncio.to_thread(self._kill_exec, exec_id(), token, user)
+        killed = await asyncio.to_thread(
+            kill_exec, self.client.api, self.container.id, exec_id(), token, user, self.local
+        )
         if not killed:
             log.warning("%s: exec %s: some of its processes could not be killed", self.describe(), exec_id()[:12])
         # Every writer is dead: the stream ends now (read it to the end, also when nobody did yet).
         reading = reader if reader is not None else asyncio.ensure_future(asyncio.to_thread(pump, stream))
         try:
-            await asyncio.wait_for(asyncio.shield(reading), _DRAIN_GRACE)
+            await asyncio.wait_for(asyncio.shield(reading), DRAIN_GRACE)
         except TimeoutError:
             # A writer lives on (it could not be killed) or the engine holds the stream: stop reading it.
             log.warning(
@@ -294,48 +190,6 @@ class DockerSession(EnvironmentSession):
             )
             stream.abort()
             await reading
-
-    def _kill_exec(self, exec_id: str, token: str, user: str) -> bool:
-        """Kill every process of the exec, inside the container (Docker cannot kill an exec).
-
-        ``user`` is the exec's ("": the image's). The kill runs as root, which can
-        signal anyone but, without ``CAP_SYS_PTRACE`` (not granted by default),
-        cannot read another user's ``/proc/<pid>/environ``: the processes of a
-        command run as someone else are found by a kill run as that user.
-
-        :returns: whether the exec's main process is gone and the kill left nothing it knows of.
-        """
-        api = self.client.api
-        deadline = time.monotonic() + _KILL_PATIENCE
-        while True:
-            left = self._run_killer(token, "0")
-            info = api.exec_inspect(exec_id)
-            if info.get("Running") and user not in ("0", "root"):
-                left = self._run_killer(token, user) or left
-                info = api.exec_inspect(exec_id)
-            if not info.get("Running") and (info.get("Pid") or info.get("ExitCode") is not None):
-                return not left
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.1)  # started but not running yet: kill it once it is
-
-    def _run_killer(self, token: str, user: str) -> bool:
-        """Run :data:`_KILLER` in the container as ``user``; returns whether processes of the exec may be left."""
-        api = self.client.api
-        try:
-            killer = api.exec_create(
-                self.container.id, ["sh", "-c", _KILLER, "killer", f"{EXEC_MARKER}={token}"], user=user
-            )
-            left = api.exec_start(killer["Id"]).strip()
-        except Exception as exc:  # an image without sh
-            log.debug("cannot run the in-container kill: %s", exc)
-            left = b"?"
-        if left and self.local:
-            # Where this process sees the container's processes (same kernel, enough rights), the
-            # marked ones can still be killed from here. Only now: killing the exec's init first
-            # would hand its tree to the container's pid 1, out of the killer's reach.
-            kill_marked(token, EXEC_MARKER)
-        return bool(left)
 
     async def read_bytes(self, path: str) -> bytes:
         target = self._path(path)

@@ -300,6 +300,7 @@ class DistributedRun:
         if session.shouldfail or session.shouldstop:
             return  # -x or --maxfail: what never ran is not reported, as with pytest's own loop
         hook = session.config.hook
+        tasks_of: dict[str, dict[str, TaskSpec]] = {}
         for nodeid in dict.fromkeys(self.task_nodeids):
             if nodeid in self.reported:
                 continue
@@ -310,11 +311,14 @@ class DistributedRun:
                 continue  # it ended on its worker, whose report was lost: the summary counts it from its detail
             location = (path, None, name)
             why: object = "cancelled: interrupted by the user"
-            task = next((t for t in state.tasks if t.task_id == task_id), None) if state is not None else None
-            if state is not None and task is not None and request in self.preflight_failed and state.failed:
+            if state is not None and request in self.preflight_failed and state.failed:
                 # Its request's preflight failed before the Ctrl-C: that is what it reports, as in process.
-                failed = not_run(state, task, "failed its preflight")
-                why = NotRunText(str(failed.result.error), self.run.redactor.text(state.failed))
+                if request not in tasks_of:  # once per request, not a scan per task
+                    tasks_of[request] = {t.task_id: t for t in state.tasks}
+                task = tasks_of[request].get(task_id)
+                if task is not None:
+                    failed = not_run(state, task, "failed its preflight")
+                    why = NotRunText(str(failed.result.error), self.run.redactor.text(state.failed))
             hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
             for when, outcome, longrepr in (
                 ("setup", "failed", why),

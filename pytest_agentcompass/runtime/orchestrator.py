@@ -197,8 +197,7 @@ class Orchestrator:
                 if state.failed is not None and not state.finalized and not self.shared:
                     # Its own preflight failed before the Ctrl-C: reported and recorded as such.
                     self._fail_request(state, "failed its preflight")
-                    state.stop("failed", state.failed)
-                    state.finalized = True
+                    self._close_failed(state)
             await self._cancel_remaining([], "interrupted", "interrupted by the user")
             raise
         self.started_at = time.monotonic()
@@ -352,8 +351,7 @@ class Orchestrator:
                 if any(s.pending or not s.prepared for s in self.requests[:index]) and not self._stopping:
                     continue
                 if state.failed is not None:
-                    state.stop("failed", state.failed)  # record why and give the run back
-                    state.finalized = True
+                    self._close_failed(state)
                     continue
                 self.on_event("finalize", state)
                 await state.finalize("stopped" if self._stopping else "completed")
@@ -373,6 +371,13 @@ class Orchestrator:
                         state.finalized = True
                 return
             await self._wait(self._changed)
+
+    @staticmethod
+    def _close_failed(state: RequestRuntime) -> None:
+        """A request that failed before running: its run directory records why, and is given back."""
+        assert state.failed is not None
+        state.stop("failed", state.failed)
+        state.finalized = True
 
     async def _wait(self, event: asyncio.Event) -> None:
         await event.wait()

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from .errors import UserExit
+from .errors import UserBaseException, UserExit
 
 __all__ = ["call_user", "maybe_await"]
 
@@ -71,12 +71,33 @@ async def call_user(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any
 
     ``sys.exit()`` and ``KeyboardInterrupt`` in ``fn`` become :class:`UserExit`:
     let through, they would end the event loop itself (see :func:`_escaped`).
+    Any other ``BaseException`` that is not a cancellation of the calling
+    task becomes :class:`UserBaseException`.
     """
     try:
         return await _call(fn, *args, **kwargs)
     except (SystemExit, KeyboardInterrupt) as exc:
         # With the user's frames: the trace shows where the exit was called.
         raise _escaped(fn, exc).with_traceback(exc.__traceback__) from exc
+    except asyncio.CancelledError as exc:
+        current = asyncio.current_task()
+        if current is None or current.cancelling():
+            raise  # the task is being cancelled (a timeout, the deadline, a Ctrl-C): it ends as such
+        # Raised by fn itself (it awaited something it cancelled, or raised it): to asyncio the task
+        # would look cancelled, and it would end with no result and no report.
+        raise _foreign(fn, exc).with_traceback(exc.__traceback__) from exc
+    except Exception:
+        raise
+    except BaseException as exc:  # GeneratorExit, a class of the benchmark's own: would end the loop
+        raise _foreign(fn, exc).with_traceback(exc.__traceback__) from exc
+
+
+def _foreign(fn: Callable[..., Any], exc: BaseException) -> UserBaseException:
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    detail = f": {exc}" if str(exc) else ""
+    return UserBaseException(
+        f"{name} raised {type(exc).__name__}{detail} (a BaseException, not an Exception): the task fails"
+    )
 
 
 #: Loops whose run a task's ``KeyboardInterrupt`` has already interrupted.

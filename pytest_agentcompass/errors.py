@@ -15,6 +15,7 @@ __all__ = [
     "PolicyError",
     "PreflightError",
     "TaskIdError",
+    "UserBaseException",
     "UserExit",
     "WorkspacePathError",
 ]
@@ -63,4 +64,15 @@ class UserExit(AgentCompassError):
     task and the run's bookkeeping. As in a pytest test, ``sys.exit()`` fails
     that task alone, and ``KeyboardInterrupt`` interrupts the run as Ctrl-C
     does (the plugin raises SIGINT for it).
+    """
+
+
+class UserBaseException(AgentCompassError):
+    """A lifecycle method raised a ``BaseException`` that is not an ``Exception``.
+
+    A ``CancelledError`` its task was not cancelled with, ``GeneratorExit``,
+    or a class of the benchmark's own. Let through, asyncio takes the first
+    for a cancellation (the task ended unrecorded, the run passed) and the
+    others end the event loop (INTERNALERROR, results lost): each fails its
+    task instead, as an error does.
     """

@@ -58,6 +58,14 @@ class ConfigFile(pytest.File):
             yield RequestNode.from_parent(self, name=req.name, index=index, req=req)
 
 
+class _Escaped(Exception):
+    """A ``BaseException`` raised while a request loaded, carried as an error of its collection."""
+
+    def __init__(self, escaped: BaseException) -> None:
+        super().__init__(repr(escaped))
+        self.escaped = escaped
+
+
 class RequestNode(pytest.Collector):
     """One request: loads its benchmark's tasks once and yields an item per task."""
 
@@ -67,7 +75,14 @@ class RequestNode(pytest.Collector):
         self.req = req
 
     def collect(self) -> Iterable[pytest.Item]:
-        setup = self.config.stash[run_key].build(self.index, self.req, self)
+        try:
+            setup = self.config.stash[run_key].build(self.index, self.req, self)
+        except (KeyboardInterrupt, Exception):
+            raise
+        except BaseException as exc:
+            # sys.exit() (or another BaseException) in a component's module or __init__, in
+            # load_tasks or select_tasks: pytest would end in INTERNALERROR; it is this request's error.
+            raise _Escaped(exc) from exc
         if not setup.tasks:  # nothing to run must not pass for success in silence
             why = "load_tasks returned no tasks" if not setup.loaded else f"select_tasks kept none of {setup.loaded}"
             self.warn(pytest.PytestWarning(f"agentcompass: request {self.req.name!r}: {why}"))
@@ -89,7 +104,7 @@ class RequestNode(pytest.Collector):
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
         if isinstance(excinfo.value, AgentCompassError):
             return str(excinfo.value)
-        exc = excinfo.value
+        exc = excinfo.value.escaped if isinstance(excinfo.value, _Escaped) else excinfo.value
         return f"request {self.req.name!r}: loading tasks failed\n{format_trace(exc) or f'{type(exc).__name__}: {exc}'}"
 
 

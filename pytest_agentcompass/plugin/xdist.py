@@ -334,6 +334,7 @@ class DistributedRun:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.run.is_worker:
+            _ignore_the_teardown_sigint()
             return
         try:  # the loop was interrupted: still record what is on disk
             self._finalize_all(session, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
@@ -428,6 +429,25 @@ class DistributedRun:
             state.store.close()
             release_run_dir(state.store.run_dir)
         self.states.clear()
+
+
+def _ignore_the_teardown_sigint() -> None:
+    """A worker whose session is over ignores SIGINT from here on, until its process ends.
+
+    Once every worker has said it finished, xdist's controller tells the
+    workers' gateways to end, and execnet sends a worker SIGINT if it is
+    still busy 5 s later (``WorkerGateway._terminate_execution``). A worker
+    has more to do after it said it finished: the other plugins' terminal
+    summaries (hypothesis' imports its whole package, 2.5 s on a slow
+    machine) and pytest's garbage collections at unconfigure. On a loaded
+    machine that outlasts the 5 s, and the ``KeyboardInterrupt`` surfaced
+    wherever the worker was ("Exception ignored in ... KeyboardInterrupt").
+    Nothing is left to interrupt: every task is reported, the store is
+    closed, and a Ctrl-C reaches the controller, which records the run. Not
+    restored at unconfigure: the collections run after it.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 async def _run_and_close(state: RequestRuntime, task: TaskSpec) -> TaskOutcome:

@@ -202,7 +202,10 @@ class Orchestrator:
             raise
         self.started_at = time.monotonic()
         tasks = [asyncio.ensure_future(self._prepare_in_order())]
-        tasks += [asyncio.ensure_future(self._worker()) for _ in range(self.task_concurrency)]
+        # Never more workers than tasks, each takes one at a time (a task_concurrency of a
+        # billion started a billion coroutines for three tasks, and hung).
+        workers = min(self.task_concurrency, max(1, sum(len(state.tasks) for state in self.requests)))
+        tasks += [asyncio.ensure_future(self._worker()) for _ in range(workers)]
         if not self.shared:  # a shared run is finalized by the process that owns it
             tasks.append(asyncio.ensure_future(self._finalize_ready()))
         self._drain()

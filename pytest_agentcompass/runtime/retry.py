@@ -111,6 +111,7 @@ _PROGRAMMING = frozenset(
         "PolicyError",
         "ConfigError",
         "TaskIdError",
+        "UserBaseException",
         "UserExit",
     }
 )

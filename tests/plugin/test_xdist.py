@@ -405,3 +405,30 @@ def test_an_interrupted_distributed_run_counts_every_task_as_in_process(
     assert "Traceback" not in out and "INTERNALERROR" not in out, out
     # Those errors count towards -x in pytest's session: the run was still interrupted, not stopped.
     assert run_info(only_run(pytester, "h"))["status"] == "interrupted"
+
+
+def test_a_worker_slow_to_wind_down_ends_without_noise(pytester: pytest.Pytester, trace: Path) -> None:
+    """xdist ends the workers' gateways once all said they finished, and execnet sends a worker that is
+    still busy 5 s later SIGINT. What a worker does after that point (other plugins' terminal summaries,
+    pytest's collections) can take that long on a loaded machine: it must end quietly, run recorded."""
+    write_config(pytester, [tracing_request("a", trace, n=2)])
+    pytester.makeconftest(
+        """
+import os, time
+
+def pytest_terminal_summary(terminalreporter):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        time.sleep(7)  # past execnet's 5 s, within xdist's 10 s before it kills the worker
+        open(f"wound-down-{worker}", "w").close()
+"""
+    )
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)
+    result.assert_outcomes(passed=2)
+    assert result.ret == 0
+    out = result.stdout.str() + result.stderr.str()
+    for noise in ("KeyboardInterrupt", "Exception ignored", "Traceback"):
+        assert noise not in out, out
+    assert run_info(only_run(pytester, "a"))["status"] == "completed"
+    # Interrupted, the sleep ended at 5 s with a KeyboardInterrupt that nothing printed.
+    assert sorted(p.name for p in pytester.path.glob("wound-down-*")) == ["wound-down-gw0", "wound-down-gw1"]

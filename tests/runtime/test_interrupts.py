@@ -201,3 +201,88 @@ class B(Base):
     assert "internal error" not in out, out
     assert (pytester.path / "junit.xml").read_text().count("<testcase ") == 2
     assert run_info(pytester)["status"] == "interrupted"
+
+
+@pytest.mark.parametrize(
+    ("kind", "raising", "name"),
+    [
+        ("async", "raise asyncio.CancelledError()", "CancelledError"),
+        # What real code does: it cancels something it started, then awaits it.
+        (
+            "async",
+            "inner = asyncio.ensure_future(asyncio.sleep(10))\n"
+            "            await asyncio.sleep(0)\n            inner.cancel()\n            await inner",
+            "CancelledError",
+        ),
+        ("sync", "raise asyncio.CancelledError()", "CancelledError"),
+        ("async", "raise GeneratorExit()", "GeneratorExit"),
+        ("sync", "raise MyBase('mine')", "MyBase: mine"),
+    ],
+    ids=["cancelled", "awaits-what-it-cancelled", "cancelled-sync", "generator-exit", "own-class-sync"],
+)
+def test_a_base_exception_from_a_task_fails_that_task_alone(
+    pytester: pytest.Pytester, kind: str, raising: str, name: str
+) -> None:
+    """A ``CancelledError`` the task was not cancelled with made it vanish (run passed, no record);
+    the others ended the event loop (INTERNALERROR, every result lost)."""
+    body = f"""
+class MyBase(BaseException):
+    pass
+
+class B(Base):
+    {"async " if kind == "async" else ""}def run_task(self, task, prepared, env, req, plan):
+        if task.task_id == "t1":
+            {raising}
+        return RunResult(task.task_id, output="ok")
+"""
+    setup(pytester, body)
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", timeout=60)
+    out = result.stdout.str() + result.stderr.str()
+    for noise in (*NOISE, "KeyboardInterrupt"):
+        assert noise not in out, out
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+    assert f"B.run_task raised {name} (a BaseException, not an Exception): the task fails" in out, out
+    result.assert_outcomes(passed=3, errors=1)
+    assert run_info(pytester)["status"] == "completed"
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    detail = json.loads((run_dir / "details/t1.json").read_text())
+    assert detail["status"] == "inference_error", detail
+
+
+@pytest.mark.parametrize(
+    ("where", "body"),
+    [
+        ("module", "sys.exit(5)\n"),
+        ("load_tasks", "class B(Base):\n    def load_tasks(self, req):\n        sys.exit(4)\n"),
+        ("select_tasks", "class B(Base):\n    def select_tasks(self, tasks, req):\n        sys.exit(1)\n"),
+    ],
+    ids=["module", "load_tasks", "select_tasks"],
+)
+def test_sys_exit_while_a_request_loads_is_its_collection_error(
+    pytester: pytest.Pytester, where: str, body: str
+) -> None:
+    """pytest ended in INTERNALERROR ("mainloop: caught unexpected SystemExit!")."""
+    pytester.makepyfile(bench=HEAD + body)
+    good = "class G(Base):\n    async def run_task(self, *a):\n        return RunResult(a[0].task_id)\n"
+    pytester.makepyfile(good=HEAD + good)
+    requests = [{"name": "r", "benchmark": {"id": "bench.py:B"}}, {"name": "ok", "benchmark": {"id": "good.py:G"}}]
+    write_config(pytester, requests)
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", timeout=60)
+    out = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in out and result.ret == pytest.ExitCode.INTERRUPTED, out
+    result.stdout.fnmatch_lines(["*request 'r': loading tasks failed*", "*1 error during collection*"])
+    assert "SystemExit: " in out, out
+    assert f"in {where}" in out or where == "module", out
+
+
+def test_a_task_concurrency_far_above_the_task_count_runs(pytester: pytest.Pytester) -> None:
+    """It started one worker coroutine per unit of concurrency: a billion, for three tasks (a silent hang)."""
+    body = """
+class B(Base):
+    async def run_task(self, task, prepared, env, req, plan):
+        return RunResult(task.task_id, output="ok")
+"""
+    pytester.makepyfile(bench=HEAD + body)
+    write_config(pytester, [{"name": "r", "benchmark": {"id": "bench.py:B"}}], task_concurrency=10**9)
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", timeout=60)
+    result.assert_outcomes(passed=4)

@@ -45,6 +45,14 @@ def add_runtime_secret(value: str) -> None:
         _runtime = _runtime | {value}
 
 
+def _escaped_too(secrets: Iterable[str]) -> set[str]:
+    """``secrets``, and each as JSON writes it inside a string (an error that quotes a JSON payload)."""
+    forms: set[str] = set()
+    for secret in secrets:
+        forms.update((secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]))
+    return forms
+
+
 class Redactor:
     """Replaces known secret values wherever they appear.
 
@@ -64,7 +72,7 @@ class Redactor:
         runtime = _runtime
         if runtime is not self._seen:  # runtime secrets were added: merge once
             self._seen = runtime
-            self._all = sorted(self._own | runtime, key=len, reverse=True)
+            self._all = sorted(_escaped_too(self._own | runtime), key=len, reverse=True)
         return self._all
 
     def __bool__(self) -> bool:

@@ -214,31 +214,42 @@ def unserialisable(result: RunResult) -> str | None:
     would only be a ``repr``, so it is refused with the field's path.
     """
     for name in ("artifacts", "metadata"):
-        problem = _unserialisable(getattr(result, name), name)
+        value = getattr(result, name)
+        if not isinstance(value, Mapping):
+            return f"{name} is a {type(value).__name__}, not a dict"
+        problem = _unserialisable(value, name, 0)
         if problem is not None:
             return problem
     return None
 
 
-def _unserialisable(value: Any, path: str) -> str | None:
+#: Deeper than this, a value is taken for one that contains itself (it would be a RecursionError).
+_MAX_DEPTH = 100
+
+
+def _unserialisable(value: Any, path: str, depth: int) -> str | None:
     if isinstance(value, _RECORDABLE):
         return None
+    if depth > _MAX_DEPTH:
+        field_name, _, _ = path.partition("[")
+        return f"{field_name} nests deeper than {_MAX_DEPTH} levels (does it contain itself?) at {path[:60]}..."
     if isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, _JSON_SCALARS):
                 return f"{path} has a key of type {type(key).__name__} ({key!r}); keys must be strings"
-            problem = _unserialisable(item, f"{path}[{key!r}]")
+            problem = _unserialisable(item, f"{path}[{key!r}]", depth + 1)
             if problem is not None:
                 return problem
         return None
     if isinstance(value, list | tuple | set | frozenset):
         for index, item in enumerate(value):
-            problem = _unserialisable(item, f"{path}[{index}]")
+            problem = _unserialisable(item, f"{path}[{index}]", depth + 1)
             if problem is not None:
                 return problem
         return None
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _unserialisable({f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, path)
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return _unserialisable(fields, path, depth + 1)
     if hasattr(value, "model_dump"):
         return None
     kind = type(value).__name__

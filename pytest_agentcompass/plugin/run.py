@@ -8,13 +8,16 @@ fixtures and the xdist glue all reach it through that key.
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 from collections.abc import Generator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..config import LoadedConfig, RunRequest
+from ..config import SAFE_NAME, LoadedConfig, RunRequest
 from ..errors import AgentCompassError
 from ..registry import Registry
 from ..reports.gates import check_gate_names
@@ -66,10 +69,16 @@ class AgentCompassRun:
 
     def _make_run_id(self) -> str:
         hook = self.config.hook
-        return str(
-            hook.pytest_agentcompass_make_session_id(config=self.config)
-            or hook.pytest_agentcompass_make_run_id(config=self.config)
+        run_id = hook.pytest_agentcompass_make_session_id(config=self.config) or hook.pytest_agentcompass_make_run_id(
+            config=self.config
         )
+        # A folder name under output_dir: "../x" wrote outside it, "" into the request's folder itself.
+        if not isinstance(run_id, str) or not SAFE_NAME.match(run_id):
+            raise pytest.UsageError(
+                f"pytest_agentcompass_make_run_id returned {run_id!r}; a run id is a folder name: "
+                "letters, digits, '.', '_' and '-', starting with a letter or digit"
+            )
+        return run_id
 
     # -- life -----------------------------------------------------------------------
     def register(self) -> None:
@@ -114,6 +123,25 @@ class AgentCompassRun:
             plugin = manager.get_plugin(name)
             if plugin is not None:
                 manager.unregister(plugin, name)
+
+    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
+        """A request's run directories are never collected, whatever ``output_dir`` is.
+
+        Under a collected folder (``output_dir: tests/runs``), a ``test_*.py``
+        an agent wrote into its logs or artifacts was collected on the next
+        run and executed on the host.
+        """
+        if collection_path.name in self._request_names and collection_path.parent == self._output_root:
+            return True
+        return None
+
+    @functools.cached_property
+    def _request_names(self) -> frozenset[str]:
+        return frozenset(req.name for req in self.orchestration.requests)
+
+    @functools.cached_property
+    def _output_root(self) -> Path:
+        return Path(os.path.normpath(self.loaded.output_root))
 
     @property
     def orchestration(self) -> Any:

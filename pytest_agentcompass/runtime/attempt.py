@@ -312,9 +312,17 @@ def _score_problem(score: Any) -> str | None:
         return "evaluate returned a result without a score"
     if isinstance(score, bool) or not isinstance(score, int | float):
         return f"evaluate returned a score of type {type(score).__name__} ({score!r}), not a number"
-    if not math.isfinite(score):
-        return f"evaluate returned a score of {score!r}, not a finite number"
+    try:
+        finite = math.isfinite(score)
+    except OverflowError:  # an int past a float's range
+        finite = False
+    if not finite:
+        return f"evaluate returned a score of {_cut(repr(score))}, not a finite number"
     return None
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 class _AttemptArtifacts:

@@ -113,7 +113,7 @@ def test_an_unknown_status_names_the_valid_ones(pytester: pytest.Pytester) -> No
     result.stdout.fnmatch_lines(["*RunResult status 'oops' is not one of completed, scored, *"])
 
 
-@pytest.mark.parametrize("score", ["float('nan')", "float('inf')", "'high'"])
+@pytest.mark.parametrize("score", ["float('nan')", "float('inf')", "'high'", "10**400"])
 def test_a_non_finite_score_is_an_evaluation_error(pytester: pytest.Pytester, score: str) -> None:
     body = ANSWERS.replace("score=1.0", f"score={score}")
     result = run(pytester, [bench_request(pytester, body)])
@@ -332,3 +332,54 @@ def test_a_result_for_another_task_is_an_error(pytester: pytest.Pytester) -> Non
     result.stdout.fnmatch_lines(["*inference stage returned a RunResult whose task_id is 'other', not 't0'*"])
     (run_dir,) = (pytester.path / "runs/r").iterdir()
     assert json.loads((run_dir / "details/t1.json").read_text())["task_id"] == "t1"
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        # Was an internal error ("'list' object is not a mapping") and no detail written.
+        ("[1, 2]", "metadata is a list, not a dict"),
+        # Were RecursionErrors called inference errors of the "general" stage.
+        (
+            "(lambda d: d.update(me=d) or d)({})",
+            "metadata nests deeper than 100 levels (does it contain itself?) at metadata*",
+        ),
+        (
+            "{'k': functools.reduce(lambda inner, _: [inner], range(100_000), [])}",
+            "metadata nests deeper than 100 levels*",
+        ),
+    ],
+    ids=["list", "circular", "deep"],
+)
+def test_result_metadata_that_cannot_be_recorded_is_named(
+    pytester: pytest.Pytester, metadata: str, message: str
+) -> None:
+    body = "import functools\n" + ANSWERS.replace('output="x")', f"output='x', metadata={metadata})")
+    result = run(pytester, [bench_request(pytester, body)])
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines([f"*inference stage returned a RunResult whose {message}"])
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    assert strict_json(run_dir / "details/t0.json")["status"] == "inference_error"
+
+
+@pytest.mark.parametrize("run_id", ["../../escaped", "", "a/b", 123])
+def test_a_run_id_that_is_no_folder_name_is_refused(pytester: pytest.Pytester, run_id: object) -> None:
+    """The hook's answer was used as a folder name unchecked: "../../escaped" wrote outside output_dir."""
+    pytester.makeconftest(f"def pytest_agentcompass_make_run_id(config):\n    return {run_id!r}\n")
+    result = run(pytester, [bench_request(pytester, ANSWERS)])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*pytest_agentcompass_make_run_id returned {run_id!r}; a run id is a folder name*"])
+    assert not (pytester.path / "runs").exists() and not (pytester.path.parent / "escaped").exists()
+
+
+def test_run_directories_under_a_collected_folder_are_never_collected(pytester: pytest.Pytester) -> None:
+    """With output_dir under the tests, a test file an agent wrote into its logs ran on the host next time."""
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    request = bench_request(pytester, ANSWERS)
+    written = pytester.path / "tests/runs/r/20260101T000000000000-abcd/artifacts/t0/attempt-0/agent/test_agent.py"
+    written.parent.mkdir(parents=True)
+    written.write_text("open('ran', 'w').close()\ndef test_agent():\n    pass\n")
+    write_config(pytester, [request], output_dir="tests/runs")
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", ".")
+    result.assert_outcomes(passed=4)  # three tasks and test_plain
+    assert "test_agent" not in result.stdout.str() and not (pytester.path / "ran").exists()

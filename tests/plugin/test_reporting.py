@@ -312,3 +312,12 @@ def test_a_secret_cut_by_an_output_cap_is_masked_in_pieces(
     texts += [p.read_text() for p in (pytester.path / "runs").rglob("*") if p.is_file()]
     assert not [t for t in texts for piece in pieces if piece in t]
     result.stdout.fnmatch_lines(["*0000****"])
+
+
+def test_a_secret_quoted_in_json_is_masked_whole() -> None:
+    """JSON escapes a secret's quotes and backslashes: ``P@ss<w>&\\"r\\\\d1234`` kept three characters."""
+    from pytest_agentcompass.redact import Redactor
+
+    secret = 'P@ss<w>&"r\\d1234'
+    message = "bad payload " + json.dumps({"k": secret}) + " and " + json.dumps({"k": secret}, ensure_ascii=False)
+    assert Redactor([secret]).text(message) == 'bad payload {"k": "***"} and {"k": "***"}'

@@ -92,8 +92,13 @@ async def call_user(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any
         raise _foreign(fn, exc).with_traceback(exc.__traceback__) from exc
 
 
+def _name(fn: Callable[..., Any]) -> str:
+    """How messages name a lifecycle method: ``B.run_task``, or the callable's type."""
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
 def _foreign(fn: Callable[..., Any], exc: BaseException) -> UserBaseException:
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    name = _name(fn)
     detail = f": {exc}" if str(exc) else ""
     return UserBaseException(
         f"{name} raised {type(exc).__name__}{detail} (a BaseException, not an Exception): the task fails"
@@ -112,7 +117,7 @@ def _escaped(fn: Callable[..., Any], exc: SystemExit | KeyboardInterrupt) -> Use
     task instead; a ``KeyboardInterrupt`` interrupts the run the way Ctrl-C
     does, through the SIGINT handler in place (the run's, or xdist's worker).
     """
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    name = _name(fn)
     if isinstance(exc, SystemExit):
         return UserExit(f"{name} called sys.exit({exc.code!r}): the task fails, the run goes on")
     loop = asyncio.get_running_loop()
@@ -152,7 +157,7 @@ async def _call(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         result = await waiter
     except asyncio.CancelledError:
         if not call.done():
-            name = getattr(fn, "__qualname__", None) or type(fn).__name__
+            name = _name(fn)
             log.warning("%s is still running in a worker thread: it cannot be interrupted and was abandoned", name)
         raise
     return await maybe_await(result)

@@ -62,6 +62,26 @@ def write_config(
     return path
 
 
+#: The plugins an inner pytest run loads: this one and xdist, as installed (through their entry points).
+INNER_PLUGINS = "-p agentcompass -p xdist -p xdist.looponfail"
+
+
+@pytest.fixture(autouse=True)
+def _inner_runs_load_only_this_plugin(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inner pytest runs (pytester, subprocesses, their xdist workers) load this plugin and xdist only.
+
+    Whatever else this machine has installed is not under test, and every inner
+    process paid for it: hypothesis' terminal summary alone imports its whole
+    package, about as long as the rest of a small run. Tests marked
+    ``all_plugins`` keep pytest's autoloading, to show the plugin among others.
+    """
+    if request.node.get_closest_marker("all_plugins") is None:
+        if "pytester" in request.fixturenames:
+            request.getfixturevalue("pytester")  # first: it clears PYTEST_ADDOPTS
+        monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+        monkeypatch.setenv("PYTEST_ADDOPTS", f"{INNER_PLUGINS} {os.environ.get('PYTEST_ADDOPTS', '')}".strip())
+
+
 @pytest.fixture
 def trace(pytester: pytest.Pytester) -> Path:
     return pytester.path / "trace.jsonl"

@@ -20,8 +20,6 @@ log = logging.getLogger("pytest_agentcompass")
 #: After a second Ctrl-C, how long cancelled cleanups get to unwind before they are abandoned.
 STUCK_TASK_SECONDS = 1.0
 
-#: Tasks whose cleanup would not end, kept for the rest of the process (see :func:`_drop_stuck_tasks`).
-_ABANDONED: list[asyncio.Task[object]] = []
 
 
 def drive(orchestrator: Orchestrator) -> OrchestrationResult:
@@ -114,4 +112,18 @@ def _drop_stuck_tasks(loop: asyncio.AbstractEventLoop, *, wait: bool = True) -> 
                 task._log_destroy_pending = False  # type: ignore[attr-defined]
             # And never closed: the garbage collector would throw GeneratorExit into
             # its coroutine outside its context, where its cleanup fails again, noisily.
-            _ABANDONED.append(task)
+            _keep_forever(task)
+
+
+def _keep_forever(task: asyncio.Task[object]) -> None:
+    """Give ``task`` a reference nothing ever drops, so that it is never finalized, not even at exit.
+
+    A list in a module is not enough: at interpreter exit the module's globals
+    are cleared, the task is freed and its coroutine closed, running the
+    cleanup that refused to end after pytest's summary ("... failed inside the
+    runtime", "Exception ignored in: <coroutine ...>"). The memory is the
+    process's until it ends, as a thread that will not stop keeps its own.
+    """
+    import ctypes  # only on this rare path
+
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(task))

@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).parents[2]
 
 
+@pytest.mark.all_plugins  # as users have them: with whatever else is installed
 def test_quickstart_runs_with_honest_outcomes(pytester: pytest.Pytester) -> None:
     shutil.copytree(ROOT / "example_suites", pytester.path / "example_suites")
     result = pytester.runpytest_subprocess("--agentcompass=example_suites/quickstart/agentcompass.yaml")

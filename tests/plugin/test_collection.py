@@ -67,6 +67,7 @@ def test_categories_are_markers(pytester: pytest.Pytester, trace: Path) -> None:
     result.assert_outcomes(passed=2, deselected=2)
 
 
+@pytest.mark.all_plugins  # as users have them: with whatever else is installed
 def test_no_side_effects_without_the_option(pytester: pytest.Pytester, trace: Path) -> None:
     pytester.makepyfile(test_plain="def test_a():\n    assert True\n")
     write_config(pytester, [tracing_request("first", trace)])
@@ -85,6 +86,7 @@ def test_no_side_effects_without_the_option(pytester: pytest.Pytester, trace: Pa
     assert not trace.exists()
 
 
+@pytest.mark.all_plugins  # as users have them: with whatever else is installed
 def test_no_heavy_imports_without_the_option(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_imports="""

@@ -34,6 +34,13 @@ class Base(HarnessFreeBenchmark):
 NOISE = ("Task was destroyed", "Event loop is closed", "Exception ignored", "INTERNALERROR", "different Context")
 
 
+NEVER_ENDS = (
+    "except asyncio.CancelledError:\n            while True:\n                try:\n"
+    "                    await asyncio.sleep(30)\n                except asyncio.CancelledError:\n"
+    "                    pass"
+)
+
+
 def run_info(pytester: pytest.Pytester) -> dict[str, object]:
     (run_dir,) = (pytester.path / "runs/r").iterdir()
     info: dict[str, object] = json.loads((run_dir / "run_info.json").read_text())
@@ -165,16 +172,13 @@ class B(BaseBenchmark):
 @pytest.mark.parametrize(
     ("cleanup", "xdist"),
     [
-        # A cleanup that a second cancellation ends, and one that ignores every cancellation.
+        # A cleanup that a second cancellation ends, and one that ignores every cancellation
+        # (abandoned, it must stay so: not be closed at the process's exit, after the summary).
         ("finally:\n            await asyncio.sleep(30)", False),
-        (
-            "except asyncio.CancelledError:\n            while True:\n                try:\n"
-            "                    await asyncio.sleep(30)\n                except asyncio.CancelledError:\n"
-            "                    pass",
-            True,
-        ),
+        (NEVER_ENDS, False),
+        (NEVER_ENDS, True),
     ],
-    ids=["slow-finally", "never-ends"],
+    ids=["slow-finally", "never-ends", "never-ends-xdist"],
 )
 def test_a_cleanup_outlasting_the_grace_reports_each_task_once(
     pytester: pytest.Pytester, cleanup: str, xdist: bool

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -229,6 +230,8 @@ _MAX_DEPTH = 100
 
 def _unserialisable(value: Any, path: str, depth: int) -> str | None:
     if isinstance(value, _RECORDABLE):
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{path} is {value!r}, which JSON cannot hold (use None or a string)"
         return None
     if depth > _MAX_DEPTH:
         field_name, _, _ = path.partition("[")

@@ -132,6 +132,12 @@ def pytest_configure(config: pytest.Config) -> None:
         # The ini key is relative to the ini file; the option to where pytest was started.
         base = config.inipath.parent if not config.getoption("agentcompass") and config.inipath else Path.cwd()
         path = base / path
+    if "::" in str(path.resolve()):
+        # It would load, then pytest would split the collected path there and find no such file.
+        raise pytest.UsageError(
+            f"agentcompass config {path}: its path contains '::', which pytest reads as a node id separator;"
+            " rename the file or folder"
+        )
     try:
         loaded = load_config(path.resolve())
     except ConfigError as exc:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..limits import on_run_stop, task_slots
-from ..runtime.driver import drive
+from ..runtime.driver import Terminated, drive, sigterm_interrupts
 from ..runtime.logs import TaskLogHandler, route_task_output
 from ..runtime.orchestrator import OrchestrationResult, Orchestrator
 from ..runtime.request import RequestRuntime
@@ -129,11 +129,12 @@ class WorkerLoop:
         }
 
     def _send_notes(self) -> None:
-        """What this worker's providers learned mid-run (an engine that stopped answering),
-        for the controller's summary: it finalizes the run and never saw it happen."""
+        """What this worker's providers learned mid-run (an engine that stopped answering), and
+        what failed as its requests closed, for the controller's summary: it finalizes the run
+        and never saw it happen."""
         # Preflight's notes are in the state already (and the controller ran its own preflight).
         notes = {
-            name: [n for n in getattr(s.ctx.provider, "notes", ()) if n not in s.notes]
+            name: [n for n in getattr(s.ctx.provider, "notes", ()) if n not in s.notes] + s.closing_notes
             for name, s in self.states.items()
         }
         workeroutput: dict[str, Any] = getattr(self.session.config, "workeroutput", {})
@@ -175,24 +176,24 @@ class WorkerLoop:
         interrupted = False
         presses = 0
         try:
-            with route_task_output():
+            with route_task_output(), sigterm_interrupts():
                 thread.start()
                 while True:
                     try:
                         result = self._serve()
                         break
-                    except KeyboardInterrupt:
+                    except KeyboardInterrupt as exc:
                         # As in process (runtime/driver.py): the first cancels within the
                         # grace, the second skips the grace but not the bookkeeping (the
-                        # run's environments are swept), a third leaves at once.
-                        presses += 1
-                        if presses == 1:
-                            interrupted = True
-                            self.orchestrator.interrupt()
-                        elif presses == 2:
-                            self.orchestrator.force_threadsafe()
-                        else:
+                        # run's environments are swept), a third leaves at once. A
+                        # SIGTERM is the first two.
+                        presses = max(presses + 1, 2) if isinstance(exc, Terminated) else presses + 1
+                        if presses > 2:
                             raise
+                        interrupted = True
+                        self.orchestrator.interrupt()  # idempotent
+                        if presses == 2:
+                            self.orchestrator.force_threadsafe()
         finally:
             root.removeHandler(handler)
             for state in self.states.values():

@@ -29,6 +29,7 @@ import pytest
 
 from ..errors import AgentCompassError, PreflightError
 from ..runtime.collector import fewer_collections
+from ..runtime.driver import sigterm_interrupts
 from ..runtime.orchestrator import OrchestrationResult, not_run
 from ..runtime.request import RequestRuntime
 from ..runtime.store import release_run_dir
@@ -273,17 +274,19 @@ class DistributedRun:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Any:
-        result = yield
-        if not self.run.is_worker:
-            # Finalize here, not at session end: the gate items' reports must
-            # count in the exit code, which pytest computes after this loop.
-            self._finalize_all(session, interrupted=False)
-            from .gates import report_gate
+        if self.run.is_worker:
+            return (yield)  # the worker's own loop handles SIGTERM (plugin/worker.py)
+        with sigterm_interrupts():  # as a Ctrl-C on the controller (the workers' own SIGTERM skips their grace)
+            result = yield
+        # Finalize here, not at session end: the gate items' reports must
+        # count in the exit code, which pytest computes after this loop.
+        self._finalize_all(session, interrupted=False)
+        from .gates import report_gate
 
-            # xdist counted the items the workers kept: the gates come on top.
-            session.testscollected += len(self.gates)
-            for nodeid, fspath in self.gates.items():
-                report_gate(session.config, self.run, nodeid, fspath)
+        # xdist counted the items the workers kept: the gates come on top.
+        session.testscollected += len(self.gates)
+        for nodeid, fspath in self.gates.items():
+            report_gate(session.config, self.run, nodeid, fspath)
         return result
 
     # (pytest takes hook implementations only from names starting with "pytest_")

@@ -76,7 +76,9 @@ class AttemptRunner:
     async def _attempt_with_permit(self) -> RunResult:
         try:
             async with self.ctx.capacity.permit():
-                return await self._attempt()
+                # save_artifact() from any code of this try, harness or benchmark, lands in its folder.
+                with artifact_sink(_AttemptArtifacts(self)):
+                    return await self._attempt()
         except StageFailure:
             raise
         except Exception as exc:
@@ -127,14 +129,13 @@ class AttemptRunner:
             assert isinstance(ctx.benchmark, HarnessFreeBenchmark)
             await self._switch(env, plan.run_network_policy)
             return await call_user(ctx.benchmark.run_task, task, prepared, env, req, plan)
-        with artifact_sink(_AttemptArtifacts(self)):
-            adjusted = await call_user(harness.adjust_input, task, prepared, req, plan)
-            session = await call_user(harness.start_session, task, adjusted, env, req, plan)
-            try:
-                await self._switch(env, plan.run_network_policy)
-                return await call_user(harness.run, session, task, adjusted, env, req, plan)
-            finally:
-                await self._cleanup("closing the harness session", lambda: call_user(harness.close_session, session))
+        adjusted = await call_user(harness.adjust_input, task, prepared, req, plan)
+        session = await call_user(harness.start_session, task, adjusted, env, req, plan)
+        try:
+            await self._switch(env, plan.run_network_policy)
+            return await call_user(harness.run, session, task, adjusted, env, req, plan)
+        finally:
+            await self._cleanup("closing the harness session", lambda: call_user(harness.close_session, session))
 
     async def _evaluate_fresh(self, prepared: PreparedTask, result: RunResult) -> RunResult:
         async with AsyncExitStack() as stack:

@@ -9,17 +9,48 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 from .orchestrator import OrchestrationResult, Orchestrator
 from .threads import BlockingCallPool, drain_shared_pools, use_pool, workers_for
 
-__all__ = ["drive"]
+__all__ = ["Terminated", "drive", "sigterm_interrupts"]
 
 log = logging.getLogger("pytest_agentcompass")
 
 #: After a second Ctrl-C, how long cancelled cleanups get to unwind before they are abandoned.
 STUCK_TASK_SECONDS = 1.0
 
+
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM, raised where a Ctrl-C would be: as a second Ctrl-C, it skips the cleanup grace.
+
+    What sends SIGTERM (``timeout``, a CI job being cancelled, ``docker stop``)
+    sends SIGKILL a few seconds later: a run that waited out its grace would lose
+    its bookkeeping. It keeps the bookkeeping instead: unfinished tasks recorded,
+    the run ``interrupted`` and unlocked, its environments removed.
+    """
+
+
+TERMINATED_MESSAGE = "\nagentcompass: terminated (SIGTERM); recording the run and removing its environments\n"
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Inside, SIGTERM raises :class:`Terminated` in the main thread (elsewhere: does nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        sys.stderr.write(TERMINATED_MESSAGE)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def drive(orchestrator: Orchestrator) -> OrchestrationResult:
@@ -30,7 +61,8 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
     bookkeeping: unfinished tasks are recorded, run directories say
     ``interrupted`` and are released, left-over Environments are swept, and
     the loop is closed without tasks dying unseen. A third raises
-    ``KeyboardInterrupt`` at once.
+    ``KeyboardInterrupt`` at once. A SIGTERM counts as the first two
+    (see :class:`Terminated`).
     """
     loop = asyncio.new_event_loop()
     pool = BlockingCallPool(workers_for(orchestrator.task_concurrency), grace=orchestrator.cleanup_grace_seconds)
@@ -50,13 +82,22 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
         else:
             raise KeyboardInterrupt
 
+    def on_sigterm() -> None:
+        nonlocal interrupts
+        sys.stderr.write(TERMINATED_MESSAGE)
+        interrupts = max(interrupts, 2)
+        main.cancel()
+        orchestrator.force()
+
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGINT) if in_main_thread else None
+    previous_term = signal.getsignal(signal.SIGTERM) if in_main_thread else None
     if in_main_thread:
         # Through the loop, not signal.signal: the loop's wakeup fd is written
         # from the C handler, so the loop wakes even when the kernel delivered
         # SIGINT to a worker thread while the main thread sat in epoll_wait.
         loop.add_signal_handler(signal.SIGINT, on_sigint)
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     forced = False
     try:
         try:
@@ -73,8 +114,11 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
     finally:
         if in_main_thread:
             loop.remove_signal_handler(signal.SIGINT)
+            loop.remove_signal_handler(signal.SIGTERM)
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
+            if previous_term is not None:
+                signal.signal(signal.SIGTERM, previous_term)
         if forced:
             _drop_stuck_tasks(loop, wait=False)
         else:
@@ -85,13 +129,20 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
             # One grace for everything cancellation waits on: async tasks first, then threads.
             left = 0.0 if orchestrator.result.forced else max(0.0, pool.grace - spent)
             ending = time.monotonic()
-            pool.shutdown(wait=True, cancel_futures=True, timeout=left)
+            pool.shutdown(wait=True, cancel_futures=True, timeout=left, notice=_say_waiting)
             # Then what cancelled tasks left in the process's shared pools (workspaces being removed).
             shared = drain_shared_pools(max(0.0, left - (time.monotonic() - ending)))
             abandoned = orchestrator.result.abandoned_calls = [*pool.abandoned, *shared]
             if abandoned:
                 log.warning("blocking calls still running after the cleanup grace: %s", ", ".join(abandoned))
     return orchestrator.result
+
+
+def _say_waiting(calls: list[str], seconds: float) -> None:
+    sys.stderr.write(
+        f"\nagentcompass: waiting up to {seconds:.0f} s more (cleanup_grace_seconds) for blocking calls"
+        f" that ignore cancellation: {', '.join(calls)}\n"
+    )
 
 
 def _drop_stuck_tasks(loop: asyncio.AbstractEventLoop, *, wait: bool = True) -> None:

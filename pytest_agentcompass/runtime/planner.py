@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -112,9 +113,13 @@ class Planner:
                 **({"model": req.model.id} if req.model else {}),
             },
         )
-        adjusted = await call_user(self.benchmark.adjust_plan, plan, task, req)
+        try:
+            adjusted = await call_user(self.benchmark.adjust_plan, plan, task, req)
+        except Exception as exc:
+            raise BenchmarkPlanError(f"adjust_plan raised {type(exc).__name__}: {exc}") from exc
         if not isinstance(adjusted, ExecutionPlan):
             raise BenchmarkPlanError(f"adjust_plan returned {_kind(adjusted)}, not an ExecutionPlan")
+        _check_timeouts(adjusted, "adjust_plan")
         plan = adjusted
         for recipe in self.recipes:
             if recipe.matches(req, task):
@@ -137,6 +142,7 @@ class Planner:
             )
         if adjusted.evaluation_environment_mode not in EVALUATION_MODES:
             raise ComponentError(f"recipe {recipe.name!r} set evaluation mode {adjusted.evaluation_environment_mode!r}")
+        _check_timeouts(adjusted, f"recipe {recipe.name!r}")
         return dataclasses.replace(adjusted, recipes=(*plan.recipes, recipe.name))
 
 
@@ -146,3 +152,17 @@ def _kind(value: object) -> str:
         value.close()  # refused, never to run: no "was never awaited" warning on top of the error
         return "a coroutine"
     return "None" if value is None else f"a {type(value).__name__}"
+
+
+def _check_timeouts(plan: ExecutionPlan, source: str) -> None:
+    """The config refuses a timeout that is not a positive number; a hook or recipe may not slip one in.
+
+    (A negative one timed every stage out at once, a string failed deep in asyncio.)
+    """
+    for stage, seconds in plan.timeouts.items():
+        if seconds is None:
+            continue
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
+            raise BenchmarkPlanError(
+                f"{source} set timeouts[{stage!r}] to {seconds!r}; a timeout is a positive number of seconds or None"
+            )

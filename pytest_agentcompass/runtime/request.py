@@ -76,6 +76,8 @@ class RequestRuntime:
         #: ``summary.json`` as written by :meth:`finalize`.
         self.summary: dict[str, Any] | None = None
         self.notes: list[str] = []
+        #: What failed while the request's shared resources closed (see :meth:`aclose`).
+        self.closing_notes: list[str] = []
         #: Run-directory files that could not be written at the end (see :meth:`_unwritten`).
         self.unwritten: list[str] = []
         #: Wanted tasks the resumed run had already finished (set by :meth:`prepare`).
@@ -266,17 +268,27 @@ class RequestRuntime:
         return TaskOutcome(request=self.name, task=task, result=result, passed=False)
 
     async def aclose(self) -> None:
-        """Release what the harness and the provider share between tasks; a failure is a warning."""
+        """Release what the harness and the provider share between tasks.
+
+        A failure belongs to no task: it is a warning and a note of the request's
+        summary (:attr:`closing_notes`, which an xdist worker hands its controller).
+        """
         harness = self.ctx.harness
         if harness is not None:
             try:
                 await call_user(harness.aclose)
             except Exception as exc:
-                log.warning("request %s: closing the harness failed: %s: %s", self.name, type(exc).__name__, exc)
+                self._closing_failed("the harness", exc)
         try:
             await self.ctx.provider.aclose()  # its clients (a pool of engines: the containers it still owes)
         except Exception as exc:
-            log.warning("request %s: closing the environment failed: %s: %s", self.name, type(exc).__name__, exc)
+            self._closing_failed("the environment", exc)
+
+    def _closing_failed(self, what: str, exc: Exception) -> None:
+        note = f"closing {what} failed: {type(exc).__name__}: {exc}"
+        log.warning("request %s: %s", self.name, note)
+        self.closing_notes.append(note)
+        self.notes.append(note)
 
     # -- finalization ------------------------------------------------------
     async def finalize(self, status: str = "completed") -> dict[str, Any]:

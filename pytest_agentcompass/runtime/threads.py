@@ -52,6 +52,10 @@ def _describe(fn: Callable[..., Any]) -> str:
     return f"{module}.{name}" if module else name
 
 
+#: How long a pool's shutdown waits in silence before it says what it waits for.
+NOTICE_AFTER = 1.0
+
+
 def workers_for(task_concurrency: int) -> int:
     """Threads a run may need: a Docker exec holds one while it streams, and each task makes a few calls."""
     return max(16, 4 * task_concurrency)
@@ -169,8 +173,20 @@ class BlockingCallPool(ThreadPoolExecutor):
             finally:
                 self._draining -= 1
 
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False, timeout: float | None = None) -> None:
-        """Take no new calls; with ``wait``, wait up to ``timeout`` (default: the grace) for running ones."""
+    def shutdown(
+        self,
+        wait: bool = True,
+        *,
+        cancel_futures: bool = False,
+        timeout: float | None = None,
+        notice: Callable[[list[str], float], object] | None = None,
+    ) -> None:
+        """Take no new calls; with ``wait``, wait up to ``timeout`` (default: the grace) for running ones.
+
+        ``notice(calls, seconds)`` is called if calls still run :data:`NOTICE_AFTER`
+        seconds into a longer wait, with how much of it is left: a user then sees
+        why the session does not end, instead of a silent pause.
+        """
         with self._lock:
             self._closed = True
             if cancel_futures:
@@ -179,7 +195,13 @@ class BlockingCallPool(ThreadPoolExecutor):
             self._lock.notify_all()
             if not wait:
                 return
-        self.abandoned = self.drain(self.grace if timeout is None else timeout)
+        timeout = self.grace if timeout is None else timeout
+        first = min(timeout, NOTICE_AFTER) if notice is not None else timeout
+        left = self.drain(first)
+        if left and notice is not None and timeout > first:
+            notice(left, timeout - first)
+            left = self.drain(timeout - first)
+        self.abandoned = left
 
 
 #: The pool each of the plugin's loops runs blocking calls on (see :func:`use_pool`).

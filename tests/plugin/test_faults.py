@@ -87,14 +87,27 @@ def test_make_benchmark_plan_raising_is_a_clear_error_and_releases_the_run(pytes
             "def adjust_plan(self, plan, task, req):\n        dataclasses.replace(plan, timeouts={})",
             "*planning attempt 0 failed: adjust_plan returned None, not an ExecutionPlan*",
         ),
+        # Its exception did not name it.
+        (
+            "def adjust_plan(self, plan, task, req):\n        raise ValueError('no room for ' + task.task_id)",
+            "*planning attempt 0 failed: adjust_plan raised ValueError: no room for t0*",
+        ),
+        # The config refuses these; from the hook, -5 timed every run out at once.
+        (
+            "def adjust_plan(self, plan, task, req):\n"
+            "        return dataclasses.replace(plan, timeouts={**plan.timeouts, 'run': -5})",
+            "*planning attempt 0 failed: adjust_plan set timeouts?'run'? to -5; a timeout is a positive number*",
+        ),
     ],
-    ids=["make_benchmark_plan", "adjust_plan"],
+    ids=["make_benchmark_plan", "adjust_plan", "adjust_plan-raises", "adjust_plan-negative-timeout"],
 )
 def test_a_planning_hook_that_returns_no_plan_is_named(pytester: pytest.Pytester, hook: str, message: str) -> None:
     # Was recorded as the plan ("<coroutine object ...>"), or an AttributeError deep in the planner.
     result = run(pytester, [bench_request(pytester, ANSWERS + "    " + hook + "\n")], "-W", "error::RuntimeWarning")
     result.assert_outcomes(errors=3)
     result.stdout.fnmatch_lines([message])
+    if "raise ValueError" in hook:  # and its trace is the hook's
+        result.stdout.fnmatch_lines(["*, in adjust_plan", "*raise ValueError('no room for ' + task.task_id)"])
     assert "never awaited" not in result.stdout.str() + result.stderr.str()
 
 
@@ -348,8 +361,11 @@ def test_a_result_for_another_task_is_an_error(pytester: pytest.Pytester) -> Non
             "{'k': functools.reduce(lambda inner, _: [inner], range(100_000), [])}",
             "metadata nests deeper than 100 levels*",
         ),
+        # Was written as a bare NaN: the detail file was no JSON a strict reader takes.
+        ("{'stats': {'mean': float('nan')}}", "metadata?'stats'??'mean'? is nan, which JSON cannot hold*"),
+        ("{'k': [float('-inf')]}", "metadata?'k'??0? is -inf, which JSON cannot hold*"),
     ],
-    ids=["list", "circular", "deep"],
+    ids=["list", "circular", "deep", "nan", "infinite"],
 )
 def test_result_metadata_that_cannot_be_recorded_is_named(
     pytester: pytest.Pytester, metadata: str, message: str
@@ -383,3 +399,77 @@ def test_run_directories_under_a_collected_folder_are_never_collected(pytester: 
     result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", ".")
     result.assert_outcomes(passed=4)  # three tasks and test_plain
     assert "test_agent" not in result.stdout.str() and not (pytester.path / "ran").exists()
+
+
+def test_save_artifact_works_from_benchmark_code_too(pytester: pytest.Pytester) -> None:
+    """From a HarnessFreeBenchmark's run_task it returned None and wrote nothing: only harnesses had the sink."""
+    body = """
+from pytest_agentcompass import save_artifact
+
+class B(HarnessFreeBenchmark):
+    evaluation_environment_mode = "none"
+    def load_tasks(self, req):
+        return [TaskSpec("t0"), TaskSpec("t1")]
+    async def run_task(self, task, prepared, env, req, plan):
+        path = save_artifact("agent/log.txt", "ran " + task.task_id)
+        return RunResult(task.task_id, output="x", metadata={"ran": path})
+    def collect_artifacts(self, task, prepared, result, env, req, plan):
+        path = save_artifact("collected.json", {"task": task.task_id})
+        return dataclasses.replace(result, metadata={**result.metadata, "collected": path})
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        path = save_artifact("grade.bin", b"\\xff\\x00")
+        return dataclasses.replace(result, score=1.0, metadata={**result.metadata, "graded": path})
+"""
+    result = run(pytester, [bench_request(pytester, body)])
+    result.assert_outcomes(passed=2)
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    for task in ("t0", "t1"):
+        metadata = strict_json(run_dir / f"details/{task}.json")["attempt_results"]["0"]["metadata"]
+        folder = f"artifacts/{task}/attempt-0"
+        assert metadata == {
+            "ran": f"{folder}/agent/log.txt",
+            "collected": f"{folder}/collected.json",
+            "graded": f"{folder}/grade.bin",
+        }
+        assert (run_dir / metadata["ran"]).read_text() == f"ran {task}"
+        assert json.loads((run_dir / metadata["collected"]).read_text()) == {"task": task}
+        assert (run_dir / metadata["graded"]).read_bytes() == b"\xff\x00"
+
+
+@pytest.mark.parametrize("name", ["we::ird.yaml", "a::b/agentcompass.yaml"])
+def test_a_config_path_with_a_node_id_separator_is_refused(pytester: pytest.Pytester, name: str) -> None:
+    """It loaded, then pytest split the collected path at '::' and ended with "file or directory not found"."""
+    request = bench_request(pytester, ANSWERS)
+    (pytester.path / name).parent.mkdir(exist_ok=True)
+    write_config(pytester, [request], name=name)
+    result = pytester.runpytest_subprocess(f"--agentcompass={name}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*agentcompass config */{name}: its path contains '::'*rename the file or folder"])
+    assert not (pytester.path / "runs").exists()
+
+
+@pytest.mark.parametrize("xdist", [False, True], ids=["in-process", "xdist"])
+def test_a_harness_aclose_that_raises_is_in_the_summary(pytester: pytest.Pytester, xdist: bool) -> None:
+    """It was only logged, outside any test: nothing in the terminal showed it."""
+    body = """
+from pytest_agentcompass import BaseBenchmark
+from pytest_agentcompass.harnesses.base import BaseHarness
+
+class B(BaseBenchmark):
+    evaluation_environment_mode = "none"
+    def load_tasks(self, req):
+        return [TaskSpec("t0"), TaskSpec("t1")]
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=1.0)
+
+class H(BaseHarness):
+    def run(self, session, task, prepared, env, req, plan):
+        return RunResult(task.task_id, output="x")
+    def aclose(self):
+        raise RuntimeError("the client pool would not close")
+"""
+    request = bench_request(pytester, body, harness={"id": "bench.py:H"})
+    result = run(pytester, [request], *(["-n", "2"] if xdist else []))
+    result.assert_outcomes(passed=2)
+    notes = [line for line in result.outlines if "closing the harness failed" in line]
+    assert notes == ["  note: closing the harness failed: RuntimeError: the client pool would not close"], notes

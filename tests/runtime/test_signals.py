@@ -131,3 +131,39 @@ def test_a_second_interrupt_under_xdist_exits_at_once_and_keeps_the_bookkeeping(
     for pid in (int(p) for p in (pytester.path / "pids").read_text().split()):
         assert not alive(pid)
     assert list((pytester.path / "ws").iterdir()) == [], "the stuck sessions' workspaces were swept"
+
+
+@pytest.mark.parametrize(
+    ("environment", "xdist", "whom"),
+    [
+        ({"id": "bench.py:Stubborn"}, False, "group"),
+        ({"id": "bench.py:Stubborn"}, True, "group"),
+        # kill <pid> under xdist: the controller alone; its workers cancel as on its Ctrl-C.
+        ({"id": "local"}, True, "controller"),
+    ],
+    ids=["in-process", "xdist", "xdist-controller-alone"],
+)
+def test_sigterm_ends_the_run_soon_and_keeps_the_bookkeeping(
+    pytester: pytest.Pytester, environment: dict[str, object], xdist: bool, whom: str
+) -> None:
+    """What `timeout` or a cancelled CI job sends, SIGKILL a few seconds behind: no 120 s grace is waited out."""
+    args = ("--junitxml=junit.xml", *(("-n", "2") if xdist else ()))
+    proc = start(pytester, environment, 120, *args, own_group=True)
+    if whom == "group":
+        os.killpg(proc.pid, signal.SIGTERM)  # as `timeout` sends it: to xdist's workers too
+    else:
+        proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "terminated (SIGTERM)" in out, out
+    for noise in ("Traceback", "Task was destroyed", "Exception ignored", "INTERNALERROR"):
+        assert noise not in out, out
+    assert "r: 6 tasks, 0 passed, 0 failed, 6 errors" in out, out
+    assert (pytester.path / "junit.xml").read_text().count("<testcase ") == 6
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    info = json.loads((run_dir / "run_info.json").read_text())
+    assert info["status"] == "interrupted" and sorted(info["unfinished_tasks"]) == [f"t{i}" for i in range(6)]
+    assert not (run_dir / "run.lock").exists()
+    for pid in (int(p) for p in (pytester.path / "pids").read_text().split()):
+        assert not alive(pid)
+    assert list((pytester.path / "ws").iterdir()) == [], "workspaces survived"

@@ -93,7 +93,7 @@ class Where(BaseAnalyzer):
 
 
 def run(
-    pytester: pytest.Pytester, bench: str, timeout_seconds: float | None = None, **execution: object
+    pytester: pytest.Pytester, bench: str, timeout_seconds: float | None = None, grace: float = 1, **execution: object
 ) -> tuple[pytest.RunResult, Path]:
     pytester.makepyfile(bench=BENCH)
     request = {
@@ -104,7 +104,7 @@ def run(
         "execution": {"retry_backoff_seconds": 0, "max_retries": 0, **execution},
     }
     top = {"timeout_seconds": timeout_seconds} if timeout_seconds else {}
-    write_config(pytester, [request], task_concurrency=4, cleanup_grace_seconds=1, **top)
+    write_config(pytester, [request], task_concurrency=4, cleanup_grace_seconds=grace, **top)
     result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
     (run_dir,) = (pytester.path / "runs" / "r").iterdir()
     return result, run_dir
@@ -125,6 +125,18 @@ def test_a_stage_timeout_ends_a_blocked_sync_run_task(pytester: pytest.Pytester)
     output = result.stdout.str()
     assert "inference stage timed out after 0.5s" in output
     assert "Stuck.run_task is still running in a worker thread" in output
+
+
+def test_the_wait_for_a_blocked_call_at_the_end_is_said(pytester: pytest.Pytester) -> None:
+    # The session sat silent for the whole cleanup grace (30 s by default) after the last task.
+    result, _ = run(pytester, "Stuck", grace=4, timeouts={"run": 0.5})
+    result.assert_outcomes(errors=1)
+    result.stderr.fnmatch_lines(
+        [
+            "agentcompass: waiting up to 3 s more (cleanup_grace_seconds) for blocking calls that ignore cancellation: "
+            "*Stuck.run_task*"
+        ]
+    )
 
 
 @pytest.mark.parametrize("bench", ["SyncPlan", "AsyncPlan"])

@@ -24,18 +24,21 @@ It relies on the worker plugin's ``channel``, ``sendevent`` and
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import queue
+import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..limits import on_run_stop, task_slots
-from ..runtime.driver import Terminated, drive, sigterm_interrupts
+from ..runtime.driver import drive, sigterm_interrupts
 from ..runtime.logs import TaskLogHandler, route_task_output
 from ..runtime.orchestrator import OrchestrationResult, Orchestrator
 from ..runtime.request import RequestRuntime
@@ -92,6 +95,8 @@ class WorkerLoop:
         self.shutdown = False
         #: Why another process stopped the run (``-x``), if it did.
         self.stopped: str | None = None
+        #: A Ctrl-C or SIGTERM reached this process while tasks ran.
+        self.interrupted = False
         items = [i for i in session.items if isinstance(i, TaskItem)]
         # An ordinary test ends with this as ``nextitem``, so session fixtures
         # (which components may come from) stay up while tasks run.
@@ -173,27 +178,10 @@ class WorkerLoop:
         root = logging.getLogger()
         root.addHandler(handler)
         thread = threading.Thread(target=self._drive, name="agentcompass-loop", daemon=True)
-        interrupted = False
-        presses = 0
         try:
-            with route_task_output(), sigterm_interrupts():
+            with route_task_output(), self._signals_as_events():
                 thread.start()
-                while True:
-                    try:
-                        result = self._serve()
-                        break
-                    except KeyboardInterrupt as exc:
-                        # As in process (runtime/driver.py): the first cancels within the
-                        # grace, the second skips the grace but not the bookkeeping (the
-                        # run's environments are swept), a third leaves at once. A
-                        # SIGTERM is the first two.
-                        presses = max(presses + 1, 2) if isinstance(exc, Terminated) else presses + 1
-                        if presses > 2:
-                            raise
-                        interrupted = True
-                        self.orchestrator.interrupt()  # idempotent
-                        if presses == 2:
-                            self.orchestrator.force_threadsafe()
+                result = self._serve()
         finally:
             root.removeHandler(handler)
             for state in self.states.values():
@@ -210,7 +198,7 @@ class WorkerLoop:
             return True
         # Handed over but never run (cancelled, or the loop had ended): reported, never lost.
         self._cancel_leftovers(result)
-        if interrupted or result.status == "cancelled":
+        if self.interrupted or result.status == "cancelled":
             raise KeyboardInterrupt
         while not self.shutdown:
             # The deadline passed: the controller may still send work until it sees it is done.
@@ -222,6 +210,44 @@ class WorkerLoop:
                 self.shutdown = True
         session._setupstate.teardown_exact(None)
         return True
+
+    @contextlib.contextmanager
+    def _signals_as_events(self) -> Iterator[None]:
+        """Ctrl-C and SIGTERM become events of the main thread's queue while tasks run.
+
+        As in process (runtime/driver.py): the first Ctrl-C cancels within the
+        grace, the second skips the grace but not the bookkeeping (the run's
+        environments are swept), a third leaves at once; a SIGTERM is the first
+        two. Events, not a ``KeyboardInterrupt`` raised wherever the main thread
+        is: raised just after it took the loop thread's "done", it lost that, and
+        the worker waited for it forever. (``SimpleQueue.put`` may be called from
+        a signal handler.)
+        """
+        presses = 0
+
+        def on_sigint(signum: int, frame: object) -> None:
+            nonlocal presses
+            presses += 1
+            if presses > 2:
+                raise KeyboardInterrupt
+            self.events.put(("signal", presses))
+
+        def on_sigterm() -> None:
+            nonlocal presses
+            presses = max(presses, 2)
+            # What follows is SIGKILL, not a third Ctrl-C: execnet's SIGINT to a
+            # worker still busy at teardown must not cut the sweep short.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            self.events.put(("signal", 2))
+
+        in_main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, on_sigint) if in_main_thread else None
+        try:
+            with sigterm_interrupts(on_sigterm):
+                yield
+        finally:
+            if in_main_thread:
+                signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
 
     def _serve(self) -> OrchestrationResult | BaseException:
         """Handle events until the loop thread is done; returns what it returned (or raised)."""
@@ -239,6 +265,11 @@ class WorkerLoop:
                 self.orchestrator.stop_threadsafe(value)
             elif kind == "interrupt":  # a Ctrl-C reached the controller alone: as if it reached us
                 self.orchestrator.interrupt()
+            elif kind == "signal":  # Ctrl-C (1, 2) or SIGTERM (2) here, see _signals_as_events
+                self.interrupted = True
+                self.orchestrator.interrupt()  # idempotent
+                if value >= 2:
+                    self.orchestrator.force_threadsafe()
             elif kind == "done":
                 return value  # type: ignore[no-any-return]
 

@@ -69,6 +69,8 @@ class DistributedRun:
         self.session: pytest.Session | None = None
         #: SIGINT's handler before a Ctrl-C made the controller hold the next one (see _hold_next_interrupt).
         self._previous_sigint: Any = None
+        #: SIGTERM's, likewise: held while the workers wind down after a Ctrl-C or SIGTERM.
+        self._previous_sigterm: Any = None
         #: Requests the controller could not build (their runs are not finalized), and why.
         self.unbuilt: dict[str, str] = {}
         #: Gate items the workers selected and left to the controller: node id -> file.
@@ -237,7 +239,8 @@ class DistributedRun:
         The workers leave at once on their own second SIGINT (a terminal sends it
         to them too). Raised here, it would end xdist's teardown, which waits for
         them, and skip everything after it: the junit file, the run's summary
-        and the ``interrupted`` record, as without xdist it does not.
+        and the ``interrupted`` record, as without xdist it does not. A SIGTERM
+        meanwhile is said too, not obeyed, for the same reason.
         """
         if threading.current_thread() is not threading.main_thread() or self._previous_sigint is not None:
             return
@@ -250,12 +253,21 @@ class DistributedRun:
                 raise KeyboardInterrupt
             sys.stderr.write("\nagentcompass: exiting as soon as the workers stop; recording the run\n")
 
+        def on_sigterm(signum: int, frame: object) -> None:
+            # Its default would end the controller before it records the run (run_info says running).
+            sys.stderr.write("\nagentcompass: terminated (SIGTERM); recording the run as soon as the workers stop\n")
+
         self._previous_sigint = signal.signal(signal.SIGINT, on_sigint)
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+            self._previous_sigterm = signal.signal(signal.SIGTERM, on_sigterm)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self._previous_sigint is not None:
             signal.signal(signal.SIGINT, self._previous_sigint)
             self._previous_sigint = None
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:

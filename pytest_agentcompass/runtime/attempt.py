@@ -331,11 +331,12 @@ class _AttemptArtifacts:
 
     def __init__(self, runner: AttemptRunner) -> None:
         self.runner = runner
-        self.retry = runner.record.retries
 
     def save(self, name: str, data: Any) -> str:
         runner = self.runner
-        return runner.ctx.store.save_artifact(runner.task.task_id, runner.plan.attempt_index, self.retry, name, data)
+        # The try in progress now: an evaluation retried within this try counts as a retry too.
+        retry = runner.record.retries
+        return runner.ctx.store.save_artifact(runner.task.task_id, runner.plan.attempt_index, retry, name, data)
 
 
 async def _uncancellable(awaitable: Awaitable[None]) -> None:

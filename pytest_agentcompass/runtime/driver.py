@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from .orchestrator import OrchestrationResult, Orchestrator
 from .threads import BlockingCallPool, drain_shared_pools, use_pool, workers_for
@@ -36,21 +36,31 @@ TERMINATED_MESSAGE = "\nagentcompass: terminated (SIGTERM); recording the run an
 
 
 @contextlib.contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """Inside, SIGTERM raises :class:`Terminated` in the main thread (elsewhere: does nothing)."""
+def sigterm_interrupts(on_term: Callable[[], object] | None = None) -> Iterator[None]:
+    """Inside, a SIGTERM calls ``on_term``, or raises :class:`Terminated`; in the main thread only.
+
+    Outside the main thread, or where SIGTERM was ignored when the process
+    started, nothing changes.
+    """
     if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is signal.SIG_IGN:
         yield
         return
 
     def on_sigterm(signum: int, frame: object) -> None:
         sys.stderr.write(TERMINATED_MESSAGE)
-        raise Terminated
+        if on_term is None:
+            raise Terminated
+        on_term()
 
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def drive(orchestrator: Orchestrator) -> OrchestrationResult:
@@ -70,13 +80,21 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
     main = loop.create_task(orchestrator.execute())
     interrupts = 0
 
+    def cancel_once() -> None:
+        # Only while nothing is cancelling yet: a cancellation thrown into the
+        # cleanup itself (the deadline's, or a Ctrl-C's) would cut it short
+        # before it records the unfinished tasks and releases the run.
+        if orchestrator.result.cleanup_started is None:
+            main.cancel()
+
     def on_sigint() -> None:
         nonlocal interrupts
         interrupts += 1
-        if interrupts == 1:
+        if interrupts == 1 and orchestrator.result.cleanup_started is None:
             sys.stderr.write("\nagentcompass: interrupted, cleaning up (press Ctrl-C again to exit at once)\n")
-            main.cancel()
-        elif interrupts == 2:
+            cancel_once()
+        elif interrupts <= 2:  # a second Ctrl-C, or a first while the deadline's cleanup waits
+            interrupts = 2
             sys.stderr.write("\nagentcompass: exiting now; recording the run and removing its environments\n")
             orchestrator.force()
         else:
@@ -85,18 +103,23 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
     def on_sigterm() -> None:
         nonlocal interrupts
         sys.stderr.write(TERMINATED_MESSAGE)
+        if interrupts == 0:
+            cancel_once()
         interrupts = max(interrupts, 2)
-        main.cancel()
         orchestrator.force()
 
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGINT) if in_main_thread else None
     previous_term = signal.getsignal(signal.SIGTERM) if in_main_thread else None
+    # A process started with SIGTERM ignored keeps it so (as the SIGINT of a
+    # background job is not: a run must stay interruptible).
+    on_term = in_main_thread and previous_term is not signal.SIG_IGN
     if in_main_thread:
         # Through the loop, not signal.signal: the loop's wakeup fd is written
         # from the C handler, so the loop wakes even when the kernel delivered
         # SIGINT to a worker thread while the main thread sat in epoll_wait.
         loop.add_signal_handler(signal.SIGINT, on_sigint)
+    if on_term:
         loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     forced = False
     try:
@@ -114,9 +137,10 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
     finally:
         if in_main_thread:
             loop.remove_signal_handler(signal.SIGINT)
-            loop.remove_signal_handler(signal.SIGTERM)
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
+        if on_term:
+            loop.remove_signal_handler(signal.SIGTERM)
             if previous_term is not None:
                 signal.signal(signal.SIGTERM, previous_term)
         if forced:
@@ -175,6 +199,13 @@ def _keep_forever(task: asyncio.Task[object]) -> None:
     runtime", "Exception ignored in: <coroutine ...>"). The memory is the
     process's until it ends, as a thread that will not stop keeps its own.
     """
-    import ctypes  # only on this rare path
+    try:
+        import ctypes  # only on this rare path
 
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(task))
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(task))
+    except (ImportError, AttributeError, OSError):  # not CPython: as long as the module lives, at least
+        _KEPT.append(task)
+
+
+#: Where :func:`_keep_forever` keeps tasks where it cannot leak a reference.
+_KEPT: list[asyncio.Task[object]] = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
+import numbers
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -119,7 +119,7 @@ class Planner:
             raise BenchmarkPlanError(f"adjust_plan raised {type(exc).__name__}: {exc}") from exc
         if not isinstance(adjusted, ExecutionPlan):
             raise BenchmarkPlanError(f"adjust_plan returned {_kind(adjusted)}, not an ExecutionPlan")
-        _check_timeouts(adjusted, "adjust_plan")
+        _check_timeouts(plan, adjusted, "adjust_plan")
         plan = adjusted
         for recipe in self.recipes:
             if recipe.matches(req, task):
@@ -142,7 +142,7 @@ class Planner:
             )
         if adjusted.evaluation_environment_mode not in EVALUATION_MODES:
             raise ComponentError(f"recipe {recipe.name!r} set evaluation mode {adjusted.evaluation_environment_mode!r}")
-        _check_timeouts(adjusted, f"recipe {recipe.name!r}")
+        _check_timeouts(plan, adjusted, f"recipe {recipe.name!r}")
         return dataclasses.replace(adjusted, recipes=(*plan.recipes, recipe.name))
 
 
@@ -154,15 +154,16 @@ def _kind(value: object) -> str:
     return "None" if value is None else f"a {type(value).__name__}"
 
 
-def _check_timeouts(plan: ExecutionPlan, source: str) -> None:
+def _check_timeouts(before: ExecutionPlan, after: ExecutionPlan, source: str) -> None:
     """The config refuses a timeout that is not a positive number; a hook or recipe may not slip one in.
 
     (A negative one timed every stage out at once, a string failed deep in asyncio.)
+    Only what ``source`` changed is its doing; ``inf`` is no limit, as in the config.
     """
-    for stage, seconds in plan.timeouts.items():
-        if seconds is None:
+    for stage, seconds in after.timeouts.items():
+        if seconds is None or before.timeouts.get(stage, None) is seconds:
             continue
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
+        if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not seconds > 0:
             raise BenchmarkPlanError(
                 f"{source} set timeouts[{stage!r}] to {seconds!r}; a timeout is a positive number of seconds or None"
             )

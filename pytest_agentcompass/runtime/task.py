@@ -106,7 +106,8 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
                     error=f"planning attempt {index} failed: "
                     + (str(exc) if isinstance(exc, BenchmarkPlanError) else f"{type(exc).__name__}: {exc}"),
                 ),
-                trace=format_trace(exc),
+                # A hook's own exception (BenchmarkPlanError names the hook): its trace, not the planner's.
+                trace=format_trace(exc.__cause__ if isinstance(exc, BenchmarkPlanError) and exc.__cause__ else exc),
             )
         else:
             modes.add(plan.evaluation_environment_mode)

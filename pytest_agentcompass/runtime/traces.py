@@ -14,20 +14,10 @@ _MAX_FRAMES = 12
 
 
 def format_trace(exc: BaseException) -> str:
-    """The traceback of ``exc`` without this plugin's and asyncio's frames.
-
-    Raised by the plugin itself, ``exc`` has none: its message says it all, a
-    bare header would repeat it. Raised ``from`` what a benchmark's code raised
-    (``adjust_plan raised ValueError: ...``), the trace is that code's.
-    """
-    frames: list[traceback.FrameSummary] = []
-    for _ in range(3):  # a cause of a cause at most; a chain may even loop
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_SKIP[0])]
-        frames = [f for f in frames if not any(s in f.filename for s in _SKIP[1:])][-_MAX_FRAMES:]
-        if frames or exc.__cause__ is None:
-            break
-        exc = exc.__cause__
-    if not frames:
+    """The traceback of ``exc`` without this plugin's and asyncio's frames."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_SKIP[0])]
+    frames = [f for f in frames if not any(s in f.filename for s in _SKIP[1:])][-_MAX_FRAMES:]
+    if not frames:  # raised by the plugin itself: its message says it all, a bare header would repeat it
         return ""
     lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)]
     lines.extend(traceback.format_exception_only(type(exc), exc))

@@ -473,3 +473,36 @@ class H(BaseHarness):
     result.assert_outcomes(passed=2)
     notes = [line for line in result.outlines if "closing the harness failed" in line]
     assert notes == ["  note: closing the harness failed: RuntimeError: the client pool would not close"], notes
+
+
+def test_an_evaluation_retried_saves_its_artifacts_apart(pytester: pytest.Pytester) -> None:
+    """A retried evaluate (mode none: the evaluation alone is redone) wrote over the first try's files."""
+    body = """
+import os
+from pytest_agentcompass import save_artifact
+
+class B(HarnessFreeBenchmark):
+    evaluation_environment_mode = "none"
+    def load_tasks(self, req):
+        return [TaskSpec("t0")]
+    def run_task(self, task, prepared, env, req, plan):
+        return RunResult(task.task_id, output="x")
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        first = not os.path.exists("evaluated")
+        save_artifact("grade.txt", "first try" if first else "second try")
+        if first:
+            open("evaluated", "w").close()
+            raise ConnectionError("the grader dropped the connection")
+        return dataclasses.replace(result, score=1.0)
+"""
+    request = bench_request(pytester, body, execution={"max_retries": 1, "retry_backoff_seconds": 0})
+    run(pytester, [request]).assert_outcomes(passed=1)
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    assert (run_dir / "artifacts/t0/attempt-0/grade.txt").read_text() == "first try"
+    assert (run_dir / "artifacts/t0/attempt-0-retry-1/grade.txt").read_text() == "second try"
+
+
+def test_an_infinite_timeout_is_no_limit(pytester: pytest.Pytester) -> None:
+    """The config takes `.inf`; the check of what adjust_plan sets refused it although the hook changed nothing."""
+    request = bench_request(pytester, ANSWERS, execution={"timeouts": {"run": float("inf")}})
+    run(pytester, [request]).assert_outcomes(passed=3)

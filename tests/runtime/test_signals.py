@@ -21,6 +21,8 @@ class Sleepy(HarnessFreeBenchmark):
     def load_tasks(self, req):
         return [TaskSpec(f"t{i}") for i in range(6)]
     async def run_task(self, task, prepared, env, req, plan):
+        with open(f"{os.getcwd()}/workers", "a") as out:  # which pytest process runs it
+            out.write(f"{os.getpid()} ")
         await env.exec(["sh", "-c", f"echo $$ >> {os.getcwd()}/pids; sleep 60"])
         return RunResult(task.task_id, output="late")
     def evaluate(self, task, prepared, result, req, plan, env=None):
@@ -46,8 +48,14 @@ def alive(pid: int) -> bool:
 
 
 def start(
-    pytester: pytest.Pytester, environment: dict[str, object], grace: float, *args: str, own_group: bool = False
+    pytester: pytest.Pytester,
+    environment: dict[str, object],
+    grace: float,
+    *args: str,
+    own_group: bool = False,
+    running: int = 3,
 ) -> subprocess.Popen[str]:
+    """A run of six tasks that sleep, returned once ``running`` of them run (``task_concurrency`` is that)."""
     pytester.makepyfile(bench=BENCH)
     ws = pytester.path / "ws"
     ws.mkdir()
@@ -60,13 +68,13 @@ def start(
                 "environment": {**environment, "params": {"base_dir": str(ws)}},
             }
         ],
-        task_concurrency=3,
+        task_concurrency=running,
         cleanup_grace_seconds=grace,
     )
     proc = start_pytest(pytester, *args, own_group=own_group)
     pids = pytester.path / "pids"
     deadline = time.monotonic() + 60
-    while not (pids.exists() and len(pids.read_text().split()) >= 3):
+    while not (pids.exists() and len(pids.read_text().split()) >= running):
         assert time.monotonic() < deadline, "tasks never started"
         assert proc.poll() is None, proc.communicate()[0]
         time.sleep(0.05)
@@ -138,18 +146,28 @@ def test_a_second_interrupt_under_xdist_exits_at_once_and_keeps_the_bookkeeping(
     [
         ({"id": "bench.py:Stubborn"}, False, "group"),
         ({"id": "bench.py:Stubborn"}, True, "group"),
+        # A CI job's cancel: Ctrl-C, then SIGTERM while the first cleanup waits on the stubborn ones.
+        ({"id": "bench.py:Stubborn"}, False, "group-after-ctrl-c"),
+        ({"id": "bench.py:Stubborn"}, True, "group-after-ctrl-c"),
         # kill <pid> under xdist: the controller alone; its workers cancel as on its Ctrl-C.
         ({"id": "local"}, True, "controller"),
     ],
-    ids=["in-process", "xdist", "xdist-controller-alone"],
+    ids=["in-process", "xdist", "in-process-after-ctrl-c", "xdist-after-ctrl-c", "xdist-controller-alone"],
 )
 def test_sigterm_ends_the_run_soon_and_keeps_the_bookkeeping(
     pytester: pytest.Pytester, environment: dict[str, object], xdist: bool, whom: str
 ) -> None:
     """What `timeout` or a cancelled CI job sends, SIGKILL a few seconds behind: no 120 s grace is waited out."""
     args = ("--junitxml=junit.xml", *(("-n", "2") if xdist else ()))
-    proc = start(pytester, environment, 120, *args, own_group=True)
-    if whom == "group":
+    # Under xdist all six run, so both workers are in their task loop (where they take signals) before the signal.
+    proc = start(pytester, environment, 120, *args, own_group=True, running=6 if xdist else 3)
+    if xdist:
+        assert len(set((pytester.path / "workers").read_text().split())) == 2
+    if whom.endswith("after-ctrl-c"):
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(1.0)
+        assert proc.poll() is None  # the first cleanup waits on the stubborn sessions, within its grace
+    if whom.startswith("group"):
         os.killpg(proc.pid, signal.SIGTERM)  # as `timeout` sends it: to xdist's workers too
     else:
         proc.send_signal(signal.SIGTERM)

@@ -54,6 +54,7 @@ def start(
     *args: str,
     own_group: bool = False,
     running: int = 3,
+    **top: object,
 ) -> subprocess.Popen[str]:
     """A run of six tasks that sleep, returned once ``running`` of them run (``task_concurrency`` is that)."""
     pytester.makepyfile(bench=BENCH)
@@ -70,6 +71,7 @@ def start(
         ],
         task_concurrency=running,
         cleanup_grace_seconds=grace,
+        **top,
     )
     proc = start_pytest(pytester, *args, own_group=own_group)
     pids = pytester.path / "pids"
@@ -79,6 +81,20 @@ def start(
         assert proc.poll() is None, proc.communicate()[0]
         time.sleep(0.05)
     return proc
+
+
+def assert_ended_cleanly(pytester: pytest.Pytester, out: str, status: str) -> None:
+    """Quiet; every task reported and recorded unfinished; the run released; no process or workspace left."""
+    for noise in ("Traceback", "Task was destroyed", "Exception ignored", "INTERNALERROR"):
+        assert noise not in out, out
+    assert "r: 6 tasks, 0 passed, 0 failed, 6 errors" in out, out
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    info = json.loads((run_dir / "run_info.json").read_text())
+    assert info["status"] == status and sorted(info["unfinished_tasks"]) == [f"t{i}" for i in range(6)]
+    assert not (run_dir / "run.lock").exists()
+    for pid in (int(p) for p in (pytester.path / "pids").read_text().split()):
+        assert not alive(pid)
+    assert list((pytester.path / "ws").iterdir()) == [], "workspaces survived"
 
 
 def test_first_interrupt_cleans_up_everything(pytester: pytest.Pytester) -> None:
@@ -174,14 +190,18 @@ def test_sigterm_ends_the_run_soon_and_keeps_the_bookkeeping(
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     assert "terminated (SIGTERM)" in out, out
-    for noise in ("Traceback", "Task was destroyed", "Exception ignored", "INTERNALERROR"):
-        assert noise not in out, out
-    assert "r: 6 tasks, 0 passed, 0 failed, 6 errors" in out, out
     assert (pytester.path / "junit.xml").read_text().count("<testcase ") == 6
-    (run_dir,) = (pytester.path / "runs/r").iterdir()
-    info = json.loads((run_dir / "run_info.json").read_text())
-    assert info["status"] == "interrupted" and sorted(info["unfinished_tasks"]) == [f"t{i}" for i in range(6)]
-    assert not (run_dir / "run.lock").exists()
-    for pid in (int(p) for p in (pytester.path / "pids").read_text().split()):
-        assert not alive(pid)
-    assert list((pytester.path / "ws").iterdir()) == [], "workspaces survived"
+    assert_ended_cleanly(pytester, out, "interrupted")
+
+
+def test_a_ctrl_c_while_the_deadlines_cleanup_waits_ends_it_and_keeps_the_bookkeeping(
+    pytester: pytest.Pytester,
+) -> None:
+    """It cancelled the orchestration a second time, inside that cleanup: nothing recorded, run_info `running`."""
+    proc = start(pytester, {"id": "bench.py:Stubborn"}, 120, timeout_seconds=4)
+    time.sleep(5)  # the tasks ran before the 4 s deadline: it has passed, its cleanup waits on the stubborn ones
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)  # the grace is 120 s
+    assert proc.returncode == pytest.ExitCode.TESTS_FAILED, out
+    assert_ended_cleanly(pytester, out, "timeout")

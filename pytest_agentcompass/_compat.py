@@ -8,6 +8,7 @@ import functools
 import inspect
 import logging
 import signal
+import threading
 import types
 import weakref
 from collections.abc import Callable
@@ -125,7 +126,9 @@ def _escaped(fn: Callable[..., Any], exc: SystemExit | KeyboardInterrupt) -> Use
     # skips the cleanup grace, the third leaves at once) when several tasks raise it.
     if loop not in _INTERRUPTED and signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.SIG_DFL, None):
         _INTERRUPTED.add(loop)
-        signal.raise_signal(signal.SIGINT)
+        # To the main thread, where Python runs signal handlers: raised in this one (an
+        # xdist worker's loop thread), it would wait for the main thread's next wake-up.
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
     return UserExit(f"{name} raised KeyboardInterrupt: the run is interrupted, as by Ctrl-C")
 
 

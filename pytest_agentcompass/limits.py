@@ -13,6 +13,7 @@ functions then hand out :class:`RemotePermits` and :class:`RemoteRateLimiter`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import deque
@@ -153,7 +154,9 @@ class RemotePermits(CapacityPermits):
             if remote:
                 self._remote -= 1
         if remote:
-            self._client.release(self._key)
+            # The service gone (a Ctrl-C'd run ending), what this process held went with it.
+            with contextlib.suppress(ConnectionError):
+                self._client.release(self._key)
 
 
 class RemoteRateLimiter(OpenRateLimiter):

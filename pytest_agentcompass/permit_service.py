@@ -300,7 +300,10 @@ class PermitClient:
                     abandoned = self._abandoned.pop(ident, None)
                 if entry is None:
                     if kind == "grant" and abandoned is not None:
-                        self.release(abandoned)  # granted after its waiter gave up
+                        # Granted after its waiter gave up. If the service is gone meanwhile
+                        # (a Ctrl-C'd run ending), so is what this connection held.
+                        with contextlib.suppress(ConnectionError):
+                            self.release(abandoned)
                     continue
                 loop, future, key = entry
                 value = float(rest[0]) if rest else 0.0

@@ -97,6 +97,8 @@ class WorkerLoop:
         self.stopped: str | None = None
         #: A Ctrl-C or SIGTERM reached this process while tasks ran.
         self.interrupted = False
+        #: Ctrl-C presses so far (the controller's word counts as the first, a SIGTERM as two).
+        self.presses = 0
         items = [i for i in session.items if isinstance(i, TaskItem)]
         # An ordinary test ends with this as ``nextitem``, so session fixtures
         # (which components may come from) stay up while tasks run.
@@ -220,24 +222,31 @@ class WorkerLoop:
         environments are swept), a third leaves at once; a SIGTERM is the first
         two. Events, not a ``KeyboardInterrupt`` raised wherever the main thread
         is: raised just after it took the loop thread's "done", it lost that, and
-        the worker waited for it forever. (``SimpleQueue.put`` may be called from
-        a signal handler.)
+        the worker waited for it forever. The orchestrator is told at once, from
+        the handler (its calls are thread-safe): an ordinary test running in the
+        main thread must not hold the tasks' cancellation back. (``SimpleQueue.put``
+        may be called from a signal handler.)
         """
-        presses = 0
+        terminated = False
 
         def on_sigint(signum: int, frame: object) -> None:
-            nonlocal presses
-            presses += 1
-            if presses > 2:
+            self.presses += 1
+            if self.presses > 2:
                 raise KeyboardInterrupt
-            self.events.put(("signal", presses))
+            self.orchestrator.interrupt()  # idempotent
+            if self.presses == 2:
+                self.orchestrator.force_threadsafe()
+            self.events.put(("signal", self.presses))
 
         def on_sigterm() -> None:
-            nonlocal presses
-            presses = max(presses, 2)
+            nonlocal terminated
+            terminated = True
             # What follows is SIGKILL, not a third Ctrl-C: execnet's SIGINT to a
             # worker still busy at teardown must not cut the sweep short.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            self.presses = max(self.presses, 2)
+            self.orchestrator.interrupt()
+            self.orchestrator.force_threadsafe()
             self.events.put(("signal", 2))
 
         in_main_thread = threading.current_thread() is threading.main_thread()
@@ -246,7 +255,7 @@ class WorkerLoop:
             with sigterm_interrupts(on_sigterm):
                 yield
         finally:
-            if in_main_thread:
+            if in_main_thread and not terminated:  # after a SIGTERM, SIGINT stays ignored to the end
                 signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
 
     def _serve(self) -> OrchestrationResult | BaseException:
@@ -264,12 +273,10 @@ class WorkerLoop:
                 self.stopped = value
                 self.orchestrator.stop_threadsafe(value)
             elif kind == "interrupt":  # a Ctrl-C reached the controller alone: as if it reached us
+                self.presses = max(self.presses, 1)  # so the next SIGINT (execnet's, at teardown) is the second
                 self.orchestrator.interrupt()
-            elif kind == "signal":  # Ctrl-C (1, 2) or SIGTERM (2) here, see _signals_as_events
+            elif kind == "signal":  # a Ctrl-C or SIGTERM here, already passed on (see _signals_as_events)
                 self.interrupted = True
-                self.orchestrator.interrupt()  # idempotent
-                if value >= 2:
-                    self.orchestrator.force_threadsafe()
             elif kind == "done":
                 return value  # type: ignore[no-any-return]
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 import threading
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -29,7 +28,7 @@ import pytest
 
 from ..errors import AgentCompassError, PreflightError
 from ..runtime.collector import fewer_collections
-from ..runtime.driver import sigterm_interrupts
+from ..runtime.driver import say, sigterm_interrupts
 from ..runtime.orchestrator import OrchestrationResult, not_run
 from ..runtime.request import RequestRuntime
 from ..runtime.store import release_run_dir
@@ -251,11 +250,11 @@ class DistributedRun:
             presses += 1
             if presses > 1:
                 raise KeyboardInterrupt
-            sys.stderr.write("\nagentcompass: exiting as soon as the workers stop; recording the run\n")
+            say("\nagentcompass: exiting as soon as the workers stop; recording the run\n")
 
         def on_sigterm(signum: int, frame: object) -> None:
             # Its default would end the controller before it records the run (run_info says running).
-            sys.stderr.write("\nagentcompass: terminated (SIGTERM); recording the run as soon as the workers stop\n")
+            say("\nagentcompass: terminated (SIGTERM); recording the run as soon as the workers stop\n")
 
         self._previous_sigint = signal.signal(signal.SIGINT, on_sigint)
         if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:

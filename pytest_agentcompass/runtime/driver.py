@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterator
 from .orchestrator import OrchestrationResult, Orchestrator
 from .threads import BlockingCallPool, drain_shared_pools, use_pool, workers_for
 
-__all__ = ["Terminated", "drive", "sigterm_interrupts"]
+__all__ = ["Terminated", "drive", "say", "sigterm_interrupts"]
 
 log = logging.getLogger("pytest_agentcompass")
 
@@ -35,6 +36,17 @@ class Terminated(KeyboardInterrupt):
 TERMINATED_MESSAGE = "\nagentcompass: terminated (SIGTERM); recording the run and removing its environments\n"
 
 
+def say(text: str) -> None:
+    """Write ``text`` to stderr from a signal handler.
+
+    ``sys.stderr.write`` there can raise "reentrant call" when the signal came
+    while the main thread was writing to a buffered stderr, and what the
+    handler had still to do would never happen.
+    """
+    with contextlib.suppress(OSError):
+        os.write(2, text.encode())
+
+
 @contextlib.contextmanager
 def sigterm_interrupts(on_term: Callable[[], object] | None = None) -> Iterator[None]:
     """Inside, a SIGTERM calls ``on_term``, or raises :class:`Terminated`; in the main thread only.
@@ -51,10 +63,11 @@ def sigterm_interrupts(on_term: Callable[[], object] | None = None) -> Iterator[
         return
 
     def on_sigterm(signum: int, frame: object) -> None:
-        sys.stderr.write(TERMINATED_MESSAGE)
+        if on_term is not None:
+            on_term()
+        say(TERMINATED_MESSAGE)
         if on_term is None:
             raise Terminated
-        on_term()
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:

@@ -148,13 +148,16 @@ class Orchestrator:
         """Cancel like a first Ctrl-C (cleanup within the grace); callable from any thread.
 
         Idempotent: one Ctrl-C may arrive twice under xdist (the signal, and the controller's word).
+        While the deadline's cleanup already runs it forces instead: a cancellation thrown into
+        that cleanup would cut it short before it records anything (decided in the loop thread,
+        where the cleanup starts).
         """
         if self._interrupted:
             return
         self._interrupted = True
         main = self._main
         if main is not None:
-            self._poke(main.cancel)
+            self._poke(lambda: main.cancel() if self.result.cleanup_started is None else self.force())
 
     def _poke(self, callback: Callable[[], object]) -> None:
         loop = self._loop
@@ -236,11 +239,19 @@ class Orchestrator:
         grace = self.cleanup_grace_seconds
         if self.result.cleanup_started is not None:
             grace = max(0.1, grace - (time.monotonic() - self.result.cleanup_started))
-        closing = asyncio.gather(*(state.aclose() for state in self.requests))
+        closing: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(s.aclose() for s in self.requests)))
+        forced: asyncio.Future[Any] = asyncio.ensure_future(self._forced.wait())  # a 2nd Ctrl-C, a SIGTERM
         try:
-            await asyncio.wait_for(closing, timeout=grace or None)
-        except TimeoutError:
-            log.warning("closing the harnesses took longer than the cleanup grace; abandoned")
+            await asyncio.wait({closing, forced}, timeout=grace or None, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            forced.cancel()
+        if not closing.done():
+            closing.cancel()
+            why = "a second Ctrl-C cut it short" if self.result.forced else "it took longer than the cleanup grace"
+            log.warning("closing the harnesses was abandoned: %s", why)
+            await asyncio.wait({closing}, timeout=1.0)  # let the cancellation land
+            if not closing.done():
+                self.result.stuck_tasks += 1  # the driver lets it go quietly
 
     async def _tick(self) -> None:
         assert self.on_tick is not None

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -201,3 +203,58 @@ def test_stop_reaches_every_process_including_later_ones(service: PermitService)
         early.close()
         if late is not None:
             late.close()
+
+
+def test_a_grant_for_a_cancelled_wait_after_the_service_is_gone_is_dropped_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader thread gave such a grant back, to a service already gone: an exception in that thread,
+    printed with its traceback in the middle of a Ctrl-C'd xdist run."""
+    failures: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: failures.append(args.exc_value))
+    address = str(tmp_path / "s")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(address)
+    server.listen(1)
+
+    async def scenario() -> None:
+        client = PermitClient(address)
+        conn, _ = server.accept()
+        try:
+            waiter = asyncio.ensure_future(client.acquire("k", 1))
+            await asyncio.sleep(0.05)
+            waiter.cancel()  # cancelled while its acquire is in flight
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            lines = b""
+            while lines.count(b"\n") < 2:  # "acquire 0 k 1", then "cancel 0"
+                lines += await asyncio.to_thread(conn.recv, 100)
+            assert lines.split() == [b"acquire", b"0", b"k", b"1", b"cancel", b"0"]
+            conn.sendall(b"grant 0\n")  # the grant crossed the cancel, then the service went away
+            conn.close()
+            await asyncio.to_thread(client._reader.join, 30)
+            assert not client._reader.is_alive()
+        finally:
+            client.close()
+            server.close()
+
+    asyncio.run(scenario())
+    assert failures == []
+
+
+def test_a_permit_given_back_after_the_service_is_gone_is_no_error(service: PermitService) -> None:
+    """A task's slot released after the controller's service closed (a Ctrl-C'd run ending) raised in its worker."""
+
+    async def scenario() -> None:
+        client = PermitClient(service.address)
+        try:
+            permits = RemotePermits(client, "capacity:x", 1)
+            await permits.acquire()
+            service.close()
+            await asyncio.to_thread(client._reader.join, 30)  # the reader saw the service go
+            permits.release()
+            assert permits.in_use == 0
+        finally:
+            client.close()
+
+    asyncio.run(scenario())

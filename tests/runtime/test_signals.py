@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,7 +32,9 @@ class Sleepy(HarnessFreeBenchmark):
 
 class StubbornSession(LocalSession):
     async def close(self):
-        await asyncio.sleep(60)  # cleanup that never ends on its own
+        with open(f"{os.getcwd()}/closing", "a") as out:
+            out.write("x")
+        await asyncio.sleep(600)  # cleanup that never ends on its own (a test would time out first)
         await super().close()
 
 class Stubborn(LocalEnvironment):
@@ -38,6 +42,37 @@ class Stubborn(LocalEnvironment):
         base = await super().open(config)
         return StubbornSession(base.root)
 """
+
+
+#: Runs started here; whatever a failed test leaves running is killed (a 120 s grace, on two cores).
+STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _kill_what_is_left() -> Iterator[None]:
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+def wait_for(path: Path, count: int, proc: subprocess.Popen[str]) -> None:
+    """Until ``path`` holds ``count`` marks (the stubborn closes write one each as they start)."""
+    deadline = time.monotonic() + 60
+    while not (path.exists() and len(path.read_text()) >= count):
+        assert time.monotonic() < deadline, f"{path.name}: {count} never reached"
+        assert proc.poll() is None, proc.communicate()[0]
+        time.sleep(0.05)
+
+
+def ended_soon(proc: subprocess.Popen[str], signalled: float) -> str:
+    """Its output; it had to end well before the grace (120 s) and the stubborn closes (600 s)."""
+    out, _ = proc.communicate(timeout=60)
+    assert time.monotonic() - signalled < 40, out
+    return out
 
 
 def alive(pid: int) -> bool:
@@ -74,6 +109,7 @@ def start(
         **top,
     )
     proc = start_pytest(pytester, *args, own_group=own_group)
+    STARTED.append(proc)
     pids = pytester.path / "pids"
     deadline = time.monotonic() + 60
     while not (pids.exists() and len(pids.read_text().split()) >= running):
@@ -181,27 +217,40 @@ def test_sigterm_ends_the_run_soon_and_keeps_the_bookkeeping(
         assert len(set((pytester.path / "workers").read_text().split())) == 2
     if whom.endswith("after-ctrl-c"):
         os.killpg(proc.pid, signal.SIGINT)
-        time.sleep(1.0)
-        assert proc.poll() is None  # the first cleanup waits on the stubborn sessions, within its grace
+        wait_for(pytester.path / "closing", 6 if xdist else 3, proc)  # the first cleanup waits on the stubborn ones
+    signalled = time.monotonic()
     if whom.startswith("group"):
         os.killpg(proc.pid, signal.SIGTERM)  # as `timeout` sends it: to xdist's workers too
     else:
         proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
+    out = ended_soon(proc, signalled)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     assert "terminated (SIGTERM)" in out, out
     assert (pytester.path / "junit.xml").read_text().count("<testcase ") == 6
     assert_ended_cleanly(pytester, out, "interrupted")
 
 
+@pytest.mark.parametrize("xdist", [False, True], ids=["in-process", "xdist"])
 def test_a_ctrl_c_while_the_deadlines_cleanup_waits_ends_it_and_keeps_the_bookkeeping(
-    pytester: pytest.Pytester,
+    pytester: pytest.Pytester, xdist: bool
 ) -> None:
     """It cancelled the orchestration a second time, inside that cleanup: nothing recorded, run_info `running`."""
-    proc = start(pytester, {"id": "bench.py:Stubborn"}, 120, timeout_seconds=4)
-    time.sleep(5)  # the tasks ran before the 4 s deadline: it has passed, its cleanup waits on the stubborn ones
-    assert proc.poll() is None
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)  # the grace is 120 s
-    assert proc.returncode == pytest.ExitCode.TESTS_FAILED, out
-    assert_ended_cleanly(pytester, out, "timeout")
+    running = 6 if xdist else 3
+    proc = start(
+        pytester,
+        {"id": "bench.py:Stubborn"},
+        120,
+        *(["-n", "2"] if xdist else []),
+        own_group=True,
+        running=running,
+        timeout_seconds=8,
+    )
+    wait_for(pytester.path / "closing", running, proc)  # the deadline passed; its cleanup waits on the stubborn ones
+    signalled = time.monotonic()
+    if xdist:
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it
+    else:
+        proc.send_signal(signal.SIGINT)
+    out = ended_soon(proc, signalled)
+    assert proc.returncode == (pytest.ExitCode.INTERRUPTED if xdist else pytest.ExitCode.TESTS_FAILED), out
+    assert_ended_cleanly(pytester, out, "interrupted" if xdist else "timeout")

@@ -93,19 +93,11 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
     main = loop.create_task(orchestrator.execute())
     interrupts = 0
 
-    def cancel_once() -> None:
-        # Only while nothing is cancelling yet: a cancellation thrown into the
-        # cleanup itself (the deadline's, or a Ctrl-C's) would cut it short
-        # before it records the unfinished tasks and releases the run.
-        if orchestrator.result.cleanup_started is None:
-            main.cancel()
-
     def on_sigint() -> None:
         nonlocal interrupts
         interrupts += 1
-        if interrupts == 1 and orchestrator.result.cleanup_started is None:
+        if interrupts == 1 and orchestrator.cancel_or_force():
             sys.stderr.write("\nagentcompass: interrupted, cleaning up (press Ctrl-C again to exit at once)\n")
-            cancel_once()
         elif interrupts <= 2:  # a second Ctrl-C, or a first while the deadline's cleanup waits
             interrupts = 2
             sys.stderr.write("\nagentcompass: exiting now; recording the run and removing its environments\n")
@@ -117,7 +109,7 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
         nonlocal interrupts
         sys.stderr.write(TERMINATED_MESSAGE)
         if interrupts == 0:
-            cancel_once()
+            orchestrator.cancel_or_force()
         interrupts = max(interrupts, 2)
         orchestrator.force()
 

@@ -148,16 +148,28 @@ class Orchestrator:
         """Cancel like a first Ctrl-C (cleanup within the grace); callable from any thread.
 
         Idempotent: one Ctrl-C may arrive twice under xdist (the signal, and the controller's word).
-        While the deadline's cleanup already runs it forces instead: a cancellation thrown into
-        that cleanup would cut it short before it records anything (decided in the loop thread,
-        where the cleanup starts).
+        What it does is decided by :meth:`cancel_or_force` in the loop thread, where cleanups start.
         """
         if self._interrupted:
             return
         self._interrupted = True
-        main = self._main
-        if main is not None:
-            self._poke(lambda: main.cancel() if self.result.cleanup_started is None else self.force())
+        self._poke(self.cancel_or_force)
+
+    def cancel_or_force(self) -> bool:
+        """In the loop thread: cancel the orchestration as a first Ctrl-C does; True if it did.
+
+        Once a cleanup has started (the deadline's, or an earlier cancellation's) it forces
+        instead: a cancellation thrown into that cleanup would cut it short before it records
+        the unfinished tasks and releases the run.
+        """
+        if self.result.cleanup_started is None:
+            if self._main is None:  # not started yet: execute() ends as soon as it does
+                self._interrupted = True
+            else:
+                self._main.cancel()
+            return True
+        self.force()
+        return False
 
     def _poke(self, callback: Callable[[], object]) -> None:
         loop = self._loop

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -18,6 +20,7 @@ __all__ = [
     "alternate_checkouts",
     "child_env",
     "describe_filesystem",
+    "file_creation_cost",
     "interleaved",
     "measure",
     "print_medians",
@@ -51,6 +54,28 @@ def describe_filesystem(path: Path) -> str:
     except OSError:
         pass
     return f"{best[1]} ({best[2]} on {best[0] or '?'})"
+
+
+def file_creation_cost(path: Path, files: int = 200) -> float:
+    """CPU microseconds this process spends creating one empty file in a new folder under ``path``, now.
+
+    A task writes one detail file, so this is the floor of a task's cost on
+    that file system at that moment. It moves a lot: on this machine's ext4,
+    in a folder of a block group where many files were just removed (a test
+    suite's runs, an earlier benchmark's temporary folder), one creation took
+    400-800 us of kernel CPU, against about 20 us elsewhere on the same disk.
+    """
+    probe = path / f".probe-{os.getpid()}"
+    probe.mkdir()
+    try:
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        for i in range(files):
+            os.close(os.open(probe / f"f{i}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        after = resource.getrusage(resource.RUSAGE_SELF)
+    finally:
+        shutil.rmtree(probe)
+    spent = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return spent / files * 1e6
 
 
 def child_env() -> dict[str, str]:
@@ -103,6 +128,7 @@ def write_suite(root: Path, module: str, source: str, concurrency: int, request:
 def interleaved(root: Path, repeat: int, extra: tuple[str, ...] = ()) -> Iterator[tuple[Measurement, Measurement]]:
     """(plain, plugin) pairs, alternated so a noisy neighbour hurts both sides alike; ``extra`` goes to both."""
     print(f"run directory and workspaces on: {describe_filesystem(root)}")
+    print(f"creating a file there: {file_creation_cost(root):.0f} us of CPU")
     # Unmeasured: writes the bytecode caches both sides then find (see child_env).
     measure(pytest_cmd("--collect-only", "plain"), root)
     measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--collect-only", *extra), root)
@@ -160,6 +186,8 @@ def alternate_checkouts(
     runs: dict[str, list[Measurement]] = {"plain": [], **{name: [] for name in paths}}
     names = list(paths)
     for round_ in range(rounds):
+        # Said each round: it is the floor of a task's cost, and it drifts (file_creation_cost).
+        print(f"creating a file in the run directory: {file_creation_cost(root):.0f} us of CPU", flush=True)
         runs["plain"].append(measure(pytest_cmd("plain", *extra), root))
         for name in names if round_ % 2 == 0 else names[::-1]:
             os.environ["PYTHONPATH"] = paths[name]

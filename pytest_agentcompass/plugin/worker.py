@@ -200,7 +200,7 @@ class WorkerLoop:
             return True
         # Handed over but never run (cancelled, or the loop had ended): reported, never lost.
         self._cancel_leftovers(result)
-        if self.interrupted or result.status == "cancelled":
+        if self.interrupted:  # a signal here; the controller's word alone waits for its shutdown below
             raise KeyboardInterrupt
         while not self.shutdown:
             # The deadline passed: the controller may still send work until it sees it is done.

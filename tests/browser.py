@@ -61,6 +61,13 @@ def require_chromium() -> str:
     return found
 
 
+def _env(profile: str) -> dict[str, str]:
+    # Chromium puts its singleton socket in a folder of its own under TMPDIR
+    # (org.chromium.Chromium.*) and leaves it there when terminated: inside
+    # the profile, it goes with the profile.
+    return {**os.environ, "TMPDIR": profile}
+
+
 def dump_dom(chromium: str, url: str, *, virtual_time_ms: int = 10_000) -> str:
     with tempfile.TemporaryDirectory(prefix="agentcompass-chromium-") as profile:
         done = subprocess.run(
@@ -73,6 +80,7 @@ def dump_dom(chromium: str, url: str, *, virtual_time_ms: int = 10_000) -> str:
                 url,
             ],
             capture_output=True,
+            env=_env(profile),
             text=True,
             timeout=120,
             check=False,
@@ -91,6 +99,7 @@ class Browser:
             [chromium, *FLAGS, f"--user-data-dir={self._profile.name}", "--remote-debugging-port=0", "about:blank"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            env=_env(self._profile.name),
             text=True,
         )
         self._drain: threading.Thread | None = None

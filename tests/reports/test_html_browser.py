@@ -6,6 +6,7 @@ Skipped without a browser locally; in CI (``CI=true``) a missing browser fails.
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,23 @@ def test_a_missing_browser_fails_in_ci_and_skips_locally(
     monkeypatch.setenv("CI", ci)
     with pytest.raises(outcome, match="chromium is not installed"):
         require_chromium()
+
+
+def test_the_browser_leaves_nothing_in_the_temporary_folder() -> None:
+    """A terminated chromium left its singleton-socket folder in /tmp, one per session (now in its profile)."""
+    chromium = require_chromium()
+    tmp = Path(tempfile.gettempdir())
+
+    def ours() -> set[Path]:
+        # Not the profiles: another xdist worker's browser test may hold one right now.
+        return set(tmp.glob("org.chromium.Chromium.*"))
+
+    before = ours()
+    with browser(chromium) as page:
+        page.open("about:blank")
+        assert page.evaluate("1 + 1") == 2
+    dump_dom(chromium, "about:blank")
+    assert ours() - before == set()
 
 
 def rows(dom: str) -> list[tuple[str, str]]:

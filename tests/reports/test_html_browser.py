@@ -47,9 +47,8 @@ def test_a_missing_browser_fails_in_ci_and_skips_locally(
         require_chromium()
 
 
-def test_the_browser_leaves_nothing_in_the_temporary_folder() -> None:
+def test_the_browser_leaves_nothing_in_the_temporary_folder(chromium: str) -> None:
     """A terminated chromium left its singleton-socket folder in /tmp, one per session (now in its profile)."""
-    chromium = require_chromium()
     tmp = Path(tempfile.gettempdir())
 
     def ours() -> set[Path]:

@@ -1,3 +1,3 @@
 """Root conftest: the test suite drives pytest itself through ``pytester``."""
 
-collect_ignore = ["example_suites", "benchmarks"]
+collect_ignore = ["example_suites", "perf"]

@@ -3,7 +3,7 @@
 Both sides are measured in the same run on the same machine, so the ratio is
 what matters. Usage::
 
-    python benchmarks/bench_overhead.py --n 10000
+    python perf/bench_overhead.py --n 10000
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ too. Each child also reports how many threads it started (counted by a
 Target: the writing side within 1.3x of the other, and no more threads.
 Usage::
 
-    python benchmarks/bench_workspace.py --n 10000 --concurrency 500 --repeat 5
-    python benchmarks/bench_workspace.py --n 10000 --base-dir /dev/shm   # workspaces elsewhere
+    python perf/bench_workspace.py --n 10000 --concurrency 500 --repeat 5
+    python perf/bench_workspace.py --n 10000 --base-dir /dev/shm   # workspaces elsewhere
 """
 
 from __future__ import annotations

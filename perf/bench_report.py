@@ -10,7 +10,7 @@ Writes a synthetic run directory of ``--n`` task details through the store
   animation frames after they were inserted), when every row was, and the
   load event.
 
-    python benchmarks/bench_report.py --n 10000 --repeat 3
+    python perf/bench_report.py --n 10000 --repeat 3
 """
 
 from __future__ import annotations

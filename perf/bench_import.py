@@ -16,7 +16,7 @@ Three kinds of child process, alternated, ``--repeat`` rounds each:
 
 Usage::
 
-    python benchmarks/bench_import.py --repeat 7
+    python perf/bench_import.py --repeat 7
     python -X importtime -c "import pytest; import pytest_agentcompass.plugin.run" 2> imports.txt
 """
 

@@ -3,7 +3,7 @@
 Ideal wall time is n * sleep / concurrency; the reference adds what plain
 pytest needs to report n items, measured in the same run. Usage::
 
-    python benchmarks/bench_scheduler.py --n 10000 --concurrency 500 --sleep 0.05
+    python perf/bench_scheduler.py --n 10000 --concurrency 500 --sleep 0.05
 """
 
 from __future__ import annotations

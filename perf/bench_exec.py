@@ -6,7 +6,7 @@ per-exec reapers are waited for, so their CPU counts). The baseline is what
 the provider did before the reaper: ``asyncio.create_subprocess_exec`` with
 pipes, in a new session. Usage::
 
-    python benchmarks/bench_exec.py --n 500 --repeat 5
+    python perf/bench_exec.py --n 500 --repeat 5
 """
 
 from __future__ import annotations

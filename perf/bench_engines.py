@@ -7,7 +7,7 @@ to ``--capacity`` sessions at once. Each task holds its container for
 ``--seconds`` (``sleep`` inside it): what bounds the run is the engine's
 slots, not this machine's CPU, which both engines share::
 
-    python benchmarks/bench_engines.py --n 48 --seconds 2 --capacity 4 --repeat 3
+    python perf/bench_engines.py --n 48 --seconds 2 --capacity 4 --repeat 3
 
 Figures: wall time and CPU (user + system, of pytest and its children; the
 engines' own CPU is not in it) of the whole pytest process, and the tasks'

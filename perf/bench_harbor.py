@@ -14,7 +14,7 @@ engine wall time says little, so both sides also count their requests to the
 engine per attempt (``COUNT_CALLS``: every HTTP request the SDK sends, by
 kind), which does not depend on the load.
 
-    python benchmarks/bench_harbor.py --n 20 --repeat 5
+    python perf/bench_harbor.py --n 20 --repeat 5
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ warm-up:
 
 Usage::
 
-    python benchmarks/bench_model_calls.py --calls 1000 --repeat 5
+    python perf/bench_model_calls.py --calls 1000 --repeat 5
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The target compares the plugin under ``-n W`` with what the work cannot go
 below: the ideal time (N * D / concurrency) plus plain pytest under ``-n W``
 running N trivial tests, both measured in the same run, alternated::
 
-    python benchmarks/bench_xdist.py --n 10000 --seconds 0.05 --concurrency 500 --workers 2 [--sync] [--dir /dev/shm]
+    python perf/bench_xdist.py --n 10000 --seconds 0.05 --concurrency 500 --workers 2 [--sync] [--dir /dev/shm]
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Plain pytest is measured at the same sizes for reference. Usage::
 
-    python benchmarks/bench_memory.py --sizes 1000 10000 50000
+    python perf/bench_memory.py --sizes 1000 10000 50000
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ plugin's imports are in the plugin side). Rounds alternate, so a noisy
 neighbour hurts both alike; the engine's own CPU is in neither side. At the
 end the script checks that neither side left a container behind (by label).
 
-    python benchmarks/bench_docker.py --n 40 --repeat 5
-    python benchmarks/bench_docker.py --n 100 --concurrency 10 --repeat 5
+    python perf/bench_docker.py --n 40 --repeat 5
+    python perf/bench_docker.py --n 100 --concurrency 10 --repeat 5
 
 ``--calls`` counts instead of timing, in this process: the engine requests and
 worker-thread hand-offs of ``--n`` attempts made straight on the provider (open,
@@ -32,7 +32,7 @@ the plan's network switches around one exec, close), against ``containers.run``
 / ``exec_run`` / ``remove`` on the SDK. Counts do not move with the machine's
 load, which the timings on a shared engine do.
 
-    python benchmarks/bench_docker.py --calls --n 10 [--network run]
+    python perf/bench_docker.py --calls --n 10 [--network run]
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ the ext4 under ``/tmp`` slows down for minutes after a run removes tens of
 thousands of files, so whole runs one after the other favour whichever went
 first. Usage::
 
-    python benchmarks/bench_xdist_ab.py --a /tmp/base --b /tmp/new --rounds 4 [--dir /dev/shm]
+    python perf/bench_xdist_ab.py --a /tmp/base --b /tmp/new --rounds 4 [--dir /dev/shm]
 """
 
 from __future__ import annotations

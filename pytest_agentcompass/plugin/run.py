@@ -190,6 +190,8 @@ class AgentCompassRun:
     def request_finalized(self, state: RequestRuntime, details: Sequence[Mapping[str, Any]] | None = None) -> None:
         from ..reports.html import write_run_report
 
+        if self.ci is not None:
+            self.ci.gates.record(state)  # the verdict goes into summary.json, which the page shows
         try:
             write_run_report(state.store, self.ci.baseline if self.ci else None, details)
         except Exception as exc:  # the report is a view: never worth a result

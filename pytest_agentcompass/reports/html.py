@@ -270,13 +270,19 @@ def _request_block(
     counts = "".join(f'<span class="{k}">{k}: <b>{v}</b></span>' for k, v in states.items())
     rows = "".join(f"<tr><td>{_e(k)}</td><td>{_e(_fmt(v))}</td></tr>" for k, v in metrics.items())
     gate_html = ""
-    if gates:
+    judged = summary.get("gates")  # the session's verdict (over the whole request), when it recorded one
+    if isinstance(judged, dict):
+        met, missed, passed = list(judged.get("ok") or []), list(judged.get("missed") or []), bool(judged.get("met"))
+    elif gates:
         check = check_gates(name, gates, metrics)
-        lines = [f'<tr><td class="missed">missed</td><td>{_e(m)}</td></tr>' for m in check.missed]
-        lines += [f"<tr><td>met</td><td>{_e(m)}</td></tr>" for m in check.met]
-        gate_html = (
-            f'<h4>gates: {"met" if check.passed else "MISSED"}</h4><table class="gates">{"".join(lines)}</table>'
-        )
+        met, missed, passed = check.met, check.missed, check.passed
+    if isinstance(judged, dict) or gates:
+        lines = [f'<tr><td class="missed">missed</td><td>{_e(m)}</td></tr>' for m in missed]
+        lines += [f"<tr><td>met</td><td>{_e(m)}</td></tr>" for m in met]
+        gate_html = f'<h4>gates: {"met" if passed else "MISSED"}</h4><table class="gates">{"".join(lines)}</table>'
+        if isinstance(judged, dict) and judged.get("carried_over"):
+            gate_html += f'<div class="meta">{_e(judged["carried_over"])} task(s) judged from earlier runs</div>'
+
     return (
         f'<section class="request" data-request="{_e(name)}"><h2>{_e(name)}</h2>'
         f'<div class="meta">run {_e(run_dir.name)} · {_e(status)}</div>'
@@ -286,10 +292,17 @@ def _request_block(
 
 
 def _chart(scores: Sequence[float], errors: int) -> str:
-    """An SVG histogram of scores in ten bins over [0, 1], plus a bar for errors."""
+    """An SVG histogram of scores in ten bins over [0, 1], plus a bar for errors.
+
+    Scores outside [0, 1] (any finite float is a score) go to the end bins, and the caption counts them.
+    """
     bins = [0] * 10
+    outside = 0
     for score in scores:
-        bins[min(9, max(0, int(score * 10)))] += 1
+        if not 0.0 <= score <= 1.0:  # also what int(score * 10) cannot take: 1e308 * 10 is inf
+            outside += 1
+            score = 0.0 if score < 0 or score != score else 1.0
+        bins[min(9, int(score * 10))] += 1
     bars = [*bins, errors]
     top = max(bars) or 1
     width, height, bar = 330, 120, 26
@@ -308,7 +321,8 @@ def _chart(scores: Sequence[float], errors: int) -> str:
             f"<title>{label}: {count}</title></rect>"
             f'<text x="{x + bar / 2}" y="{height + 12}" font-size="9" text-anchor="middle">{tick}</text>'
         )
-    parts.append(f'<text x="4" y="{height + 27}" font-size="10">score distribution ({len(scores)} scored)</text></svg>')
+    caption = f"score distribution ({len(scores)} scored" + (f", {outside} outside [0, 1]" if outside else "") + ")"
+    parts.append(f'<text x="4" y="{height + 27}" font-size="10">{caption}</text></svg>')
     return "".join(parts)
 
 

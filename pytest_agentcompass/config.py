@@ -137,6 +137,9 @@ class ExecutionSpec(_Model):
     keep_environment: bool = False
     pass_threshold: float = 1.0
     timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
+    #: What an integrity finding (``RunResult.metadata["integrity"]``) does: ``flag`` reports the
+    #: task as flagged and keeps its score; ``strict`` makes it an ``evaluation_error``.
+    integrity: Literal["flag", "strict"] = "flag"
 
     @field_validator("retry_pattern_list", mode="before")
     @classmethod

@@ -86,6 +86,10 @@ def render_page(
     columns = ["request", "task", "category", "state", "score", "attempts", "retries", "duration", "tokens", "error"]
     if baseline is not None:
         columns.append("change")
+    if any(page.integrity):  # integrity findings: a column and a filter, when a task has any
+        columns.append("integrity")
+        for row, count in zip(page.rows, page.integrity, strict=True):
+            row.append(count or None)
     data = {"columns": columns, "rows": page.rows, "details": page.details, "requests": page.requests}
     # "</" must not end the script element early; "<!--" must not open a comment.
     payload = json.dumps(data, separators=(",", ":"), default=str).replace("<", "\\u003c")
@@ -96,6 +100,12 @@ def render_page(
         + "".join(f"<option>{c}</option>" for c in ("regression", "improvement", "still failing", "new", "unchanged"))
         + "</select>"
         if baseline is not None
+        else ""
+    )
+    integrity_filter = (
+        '<select id="f-integrity" aria-label="integrity"><option value="">any integrity</option>'
+        "<option>flagged</option><option>clean</option></select>"
+        if "integrity" in columns
         else ""
     )
     heads = "".join(f'<th data-col="{c}">{c}</th>' for c in columns)
@@ -112,7 +122,7 @@ def render_page(
 <select id="f-state" aria-label="state"><option value="">any state</option><option>passed</option>
 <option>failed</option><option>error</option></select>
 <select id="f-request" aria-label="request"><option value="">any request</option>{options}</select>
-{change_filter}<span id="shown" class="meta"></span></div>
+{change_filter}{integrity_filter}<span id="shown" class="meta"></span></div>
 <table id="tasks"><thead><tr>{heads}</tr></thead><tbody></tbody></table><div id="more" class="meta"></div>
 <script id="agentcompass-data" type="application/json">{payload}</script>
 <script>{_asset("report.js")}</script>
@@ -137,6 +147,8 @@ class _Page:
         self.clip = max(160, min(8000, PAGE_BUDGET // max(1, total_tasks * 6)))
         self.spent = 0
         self.rows: list[list[Any]] = []
+        #: Integrity findings per row (a column of its own only when some task has any).
+        self.integrity: list[int] = []
         self.details: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
 
@@ -191,12 +203,15 @@ class _Page:
         if self.baseline is not None:
             row.append(change)
         self.rows.append(row)
-        self.details.append(self._detail(run_dir, task_id, detail))
+        found = _findings(metadata)
+        self.integrity.append(len(found))
+        self.details.append(self._detail(run_dir, task_id, detail, found))
 
-    def _detail(self, run_dir: Path, task_id: str, detail: Mapping[str, Any]) -> dict[str, Any]:
+    def _detail(self, run_dir: Path, task_id: str, detail: Mapping[str, Any], found: list[str]) -> dict[str, Any]:
         link = f"{self._run_link(run_dir)}details/{task_id}.json"
         if self.spent >= PAGE_BUDGET:
-            return {"detail": link, "omitted": "details omitted to keep the page small: open the detail record"}
+            omitted = {"detail": link, "omitted": "details omitted to keep the page small: open the detail record"}
+            return {**omitted, "integrity": found[:20]} if found else omitted
         clip = self.clip
         out: dict[str, Any] = {
             "detail": link,
@@ -204,6 +219,7 @@ class _Page:
             "error": _clip(detail.get("error"), clip),
             "trace": _clip(detail.get("trace"), clip * 2),
             "notes": [_clip(n, clip) for n in detail.get("notes") or []],
+            "integrity": [_clip(f, clip) for f in found],
             "attempts": [
                 f"attempt {i}: {a.get('status')} score={a.get('score')}"
                 + (f" error={_clip(a.get('error'), clip)}" if a.get("error") else "")
@@ -324,6 +340,23 @@ def _chart(scores: Sequence[float], errors: int) -> str:
     caption = f"score distribution ({len(scores)} scored" + (f", {outside} outside [0, 1]" if outside else "") + ")"
     parts.append(f'<text x="4" y="{height + 27}" font-size="10">{caption}</text></svg>')
     return "".join(parts)
+
+
+def _findings(metadata: Any) -> list[str]:
+    """One line per integrity finding recorded in a detail's metadata (see ``runtime.integrity``)."""
+    raw = metadata.get("integrity") if isinstance(metadata, dict) else None
+    if not raw:
+        return []
+    if not isinstance(raw, list):
+        return [f"malformed: {_clip(raw, 200)}"]
+    lines = []
+    for entry in raw:
+        if isinstance(entry, dict):
+            path = f" {entry['path']}" if entry.get("path") else ""
+            lines.append(f"{entry.get('check')}{path}: {entry.get('message')}")
+        else:
+            lines.append(f"malformed: {_clip(entry, 200)}")
+    return lines
 
 
 def _gates_of(info: Mapping[str, Any], name: str) -> dict[str, float]:

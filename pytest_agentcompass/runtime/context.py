@@ -105,6 +105,8 @@ def request_fingerprint(req: RunRequest) -> str:
             "attempts": execution.attempts.model_dump(mode="json"),
             "pass_threshold": execution.pass_threshold,
             "timeouts": execution.timeouts.model_dump(mode="json"),
+            # strict turns flagged results into errors; the default leaves earlier fingerprints alone
+            **({"integrity": execution.integrity} if execution.integrity != "flag" else {}),
         },
     }
     return _digest(relevant)

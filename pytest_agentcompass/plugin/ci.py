@@ -27,6 +27,7 @@ import pytest
 from ..reports.baseline import Baseline, BaselineError, Known, compare, load_baseline, save_baseline, state_of
 from .gates import GateJudge, drop_gate_items
 from .nodes import TaskItem
+from .progress import say_line
 
 if TYPE_CHECKING:
     from ..runtime.request import RequestRuntime
@@ -211,6 +212,6 @@ def _absolute(config: pytest.Config, raw: str | None) -> Path | None:
 
 def _say(terminal: Any, text: str, **markup: bool) -> None:
     if terminal is not None:
-        terminal.write_line(text, **markup)
+        say_line(terminal, text, **markup)
     else:
         log.warning("%s", text)

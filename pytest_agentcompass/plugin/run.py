@@ -31,7 +31,7 @@ from ..runtime.request import RequestRuntime
 from .gates import GateItem
 from .nodes import ConfigFile, TaskItem
 from .outcomes import emit_reports, redact_longrepr, redact_report
-from .progress import Progress
+from .progress import Progress, say_line
 
 if TYPE_CHECKING:
     from _pytest.reports import TestReport
@@ -351,8 +351,7 @@ class AgentCompassRun:
         """A line on the terminal while tasks run, even under ``-q``."""
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         if terminal is not None:
-            terminal.ensure_newline()
-            terminal.write_line(line)
+            say_line(terminal, line)
 
     def _progress(self) -> Progress:
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")

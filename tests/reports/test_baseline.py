@@ -190,3 +190,17 @@ def test_saving_into_a_missing_folder_creates_it(pytester: pytest.Pytester, trac
     assert result.ret == pytest.ExitCode.OK
     data = json.loads((pytester.path / "ci/baselines/base.json").read_text())
     assert set(data["requests"]["a"]["tasks"]) == {"t0"}
+
+
+@pytest.mark.parametrize("quiet", ["-q", "-qq"])
+def test_messages_start_on_a_line_of_their_own_under_quiet(pytester: pytest.Pytester, trace: Path, quiet: str) -> None:
+    # "[100%]agentcompass: baseline written ..." ran onto pytest's progress line.
+    write_config(pytester, [tracing_request("a", trace, n=2)])
+    result = pytester.runpytest_subprocess(
+        RUN, quiet, "--agentcompass-save-baseline=base.json", "--agentcompass-html=page.html"
+    )
+    assert result.ret == pytest.ExitCode.OK
+    lines = result.stdout.lines
+    for message in ("agentcompass: baseline written to", "agentcompass: HTML report written to"):
+        assert any(line.startswith(message) for line in lines), lines
+        assert not any(message in line and not line.startswith(message) for line in lines), lines

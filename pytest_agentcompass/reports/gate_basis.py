@@ -19,22 +19,24 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 from .._compat import call_user
 from ..benchmark import BaseBenchmark
+from ..runtime.request import StoredResults, checked_metrics
 from ..runtime.store import RunStore
 from ..runtime.store.files import read_json
 from ..runtime.store.runs import iter_runs
+from ..runtime.task import TaskOutcome, outcome_from_detail
 from ..types import RunResult, RunStatus, TaskSpec
 from .gates import GateCheck, check_gates
 
 if TYPE_CHECKING:
     from ..config import RunRequest
-    from ..runtime.task import TaskOutcome
 
 __all__ = ["GateVerdict", "judge_request"]
 
@@ -110,30 +112,21 @@ def judge_request(
     :returns: ``None`` when no task of the request has a result anywhere.
     """
     default = type(benchmark).aggregate_metrics is BaseBenchmark.aggregate_metrics
-    entries: dict[str, RunResult | str] = {}
-    errors: set[str] = set()
-    for task in tasks:
-        outcome = outcomes.get(task.task_id)
-        if outcome is None:
-            continue
-        # A custom aggregation may read anything of a result: the whole detail, read when it asks.
-        path = None if default else outcome.detail_path
-        entries[task.task_id] = path if path is not None else outcome.result
-        if outcome.result.is_error:
-            errors.add(task.task_id)
+    entries = {t.task_id: outcomes[t.task_id] for t in tasks if t.task_id in outcomes}
     this_run = len(entries)
-    sources = _carry_over(
-        tasks, entries, errors, request_dir, current, fingerprint, request_fingerprint, keep_paths=not default
-    )
+    sources = _carry_over(req.name, tasks, entries, request_dir, current, fingerprint, request_fingerprint)
     if not entries:
         return None
-    results = _Results([entries[t.task_id] for t in tasks if t.task_id in entries])
-    errored = len(errors)
+    ordered = [entries[t.task_id] for t in tasks if t.task_id in entries]
+    errored = sum(1 for o in ordered if o.result.is_error)
     whole = this_run == len(entries) == len(tasks)
     if whole and metrics is not None and default and (req.gate_errors == "fail" or not errored):
         judged: Mapping[str, Any] = metrics
     else:
-        judged = _aggregate(benchmark, req, _judged_view(results, req.gate_errors, default))
+        view = _judged_view(ordered, req.gate_errors, default)
+        # The default reads what slim outcomes keep; a custom aggregation each whole detail, when it asks.
+        results: Sequence[RunResult] = [o.result for o in view] if default else StoredResults(view)
+        judged = _aggregate(benchmark, req, results)
     return GateVerdict(
         check=check_gates(req.name, req.gates, judged),
         metrics=judged,
@@ -148,15 +141,13 @@ def judge_request(
 
 
 def _carry_over(
+    request: str,
     tasks: Sequence[TaskSpec],
-    entries: dict[str, RunResult | str],
-    errors: set[str],
+    entries: dict[str, TaskOutcome],
     request_dir: Path,
     current: Path | None,
     fingerprint: Callable[[TaskSpec], str],
     request_fingerprint: str,
-    *,
-    keep_paths: bool,
 ) -> list[str]:
     """Fill ``entries`` for the tasks without one from earlier runs, newest first; the runs used."""
     wanted = {t.task_id: t for t in tasks if t.task_id not in entries}
@@ -177,12 +168,11 @@ def _carry_over(
             task = wanted[name]
             if not isinstance(detail, dict) or detail.get("fingerprint") != fingerprint(task):
                 continue
-            result = RunResult.from_dict(detail)
-            if result.status is RunStatus.CANCELLED:
+            outcome = outcome_from_detail(request, task, detail, path)
+            if outcome.result.status is RunStatus.CANCELLED:
                 continue  # an interrupted try is no result: look further back
-            entries[name] = str(path) if keep_paths else _slim(result)
-            if result.is_error:
-                errors.add(name)
+            outcome.slim()  # the detail stays on disk; a custom aggregation reads it from there
+            entries[name] = outcome
             del wanted[name]
             found += 1
         if found:
@@ -192,61 +182,22 @@ def _carry_over(
     return sources
 
 
-def _slim(result: RunResult) -> RunResult:
-    """What the default aggregation reads: status, score and the attempts' scores."""
-    kept = {"attempt_scores": result.metadata["attempt_scores"]} if "attempt_scores" in result.metadata else {}
-    return RunResult(result.task_id, score=result.score, status=result.status, metadata=kept)
-
-
-def _load(path: str) -> RunResult:
-    try:
-        return RunResult.from_dict(read_json(path))
-    except (OSError, ValueError, TypeError):
-        return RunResult(Path(path).stem, status=RunStatus.EVALUATION_ERROR, error=f"{path} could not be read")
-
-
-class _Results(Sequence[RunResult]):
-    """Results in task order, each read from its detail file when it is accessed (memory stays flat)."""
-
-    def __init__(self, entries: Sequence[RunResult | str], transform: Callable[[RunResult], RunResult] | None = None):
-        self._entries = entries
-        self._transform = transform
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @overload
-    def __getitem__(self, index: int) -> RunResult: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[RunResult]: ...
-
-    def __getitem__(self, index: int | slice) -> RunResult | list[RunResult]:
-        if isinstance(index, slice):
-            return [self._one(e) for e in self._entries[index]]
-        return self._one(self._entries[index])
-
-    def _one(self, entry: RunResult | str) -> RunResult:
-        result = entry if isinstance(entry, RunResult) else _load(entry)
-        return self._transform(result) if self._transform else result
-
-
-def _judged_view(results: _Results, gate_errors: str, default: bool) -> Sequence[RunResult]:
-    """The results as the gates count them: errors left out, or errors as failed tasks scoring 0."""
+def _judged_view(ordered: list[TaskOutcome], gate_errors: str, default: bool) -> list[TaskOutcome]:
+    """The outcomes as the gates count them: errors left out, or errors as failed tasks scoring 0."""
     if gate_errors == "exclude":
-        return [r for r in results if not r.is_error]
+        return [o for o in ordered if not o.result.is_error]
     if default:
-        return results  # the default aggregation counts an error as a failure scoring 0 itself
-    return _Results(results._entries, _as_failure)
+        return ordered  # the default aggregation counts an error as a failure scoring 0 itself
+    return [_as_failure(o) if o.result.is_error else o for o in ordered]
 
 
-def _as_failure(result: RunResult) -> RunResult:
-    return RunResult(result.task_id, score=0.0, status=RunStatus.SCORED) if result.is_error else result
+def _as_failure(outcome: TaskOutcome) -> TaskOutcome:
+    failed = RunResult(outcome.result.task_id, score=0.0, status=RunStatus.SCORED)
+    return dataclasses.replace(outcome, result=failed, detail_path=None)  # not read back from its detail
 
 
 def _aggregate(benchmark: Any, req: RunRequest, results: Sequence[RunResult]) -> Mapping[str, Any]:
     """``aggregate_metrics`` over ``results``, as finalization calls it, from any thread."""
-    from ..runtime.request import checked_metrics
 
     async def aggregate() -> Any:
         return await call_user(benchmark.aggregate_metrics, results, req)

@@ -49,8 +49,16 @@ def summary(pytester: pytest.Pytester) -> dict[str, Any]:
     return json.loads((newest / "summary.json").read_text())  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("select", [["-k", "t1 or t3"], ["-m", "odd"], ["-k", "not gates"]])
-@pytest.mark.parametrize("xdist", [False, True], ids=["in-process", "n2"])
+@pytest.mark.parametrize(
+    ("select", "xdist"),
+    [
+        (["-k", "t1 or t3"], False),
+        (["-m", "odd"], False),
+        (["-k", "not gates"], False),
+        (["-k", "t1 or t3"], True),
+    ],
+    ids=["k", "m", "not-gates", "k-n2"],
+)
 def test_a_missed_gate_fails_the_session_when_its_item_is_not_selected(
     pytester: pytest.Pytester, select: list[str], xdist: bool
 ) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import html
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,7 +22,8 @@ from typing import Any
 
 from ..runtime.store.files import read_run_info_head
 from .baseline import Baseline, compare, read_run_tasks, state_of
-from .gates import check_gates
+from .html_blocks import clip as _clip
+from .html_blocks import esc, findings_of, request_block
 
 __all__ = ["PAGE_BUDGET", "render_page", "write_run_report", "write_session_report"]
 
@@ -94,7 +94,7 @@ def render_page(
     # "</" must not end the script element early; "<!--" must not open a comment.
     payload = json.dumps(data, separators=(",", ":"), default=str).replace("<", "\\u003c")
     requests = "\n".join(blocks)
-    options = "".join(f'<option value="{i}">{_e(r["name"])}</option>' for i, r in enumerate(page.requests))
+    options = "".join(f'<option value="{i}">{esc(r["name"])}</option>' for i, r in enumerate(page.requests))
     change_filter = (
         '<select id="f-change" aria-label="change"><option value="">any change</option>'
         + "".join(f"<option>{c}</option>" for c in ("regression", "improvement", "still failing", "new", "unchanged"))
@@ -110,12 +110,12 @@ def render_page(
     )
     heads = "".join(f'<th data-col="{c}">{c}</th>' for c in columns)
     generated = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    source = f" · baseline: {_e(baseline.source)}" if baseline is not None else ""
+    source = f" · baseline: {esc(baseline.source)}" if baseline is not None else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<title>{_e(title)}</title><style>{_asset("report.css")}</style></head>
+<title>{esc(title)}</title><style>{_asset("report.css")}</style></head>
 <body>
-<h1>{_e(title)}</h1><div class="meta">generated {generated} · {len(page.rows)} tasks{source}</div>
+<h1>{esc(title)}</h1><div class="meta">generated {generated} · {len(page.rows)} tasks{source}</div>
 <div class="requests">{requests}</div>
 <div class="controls">
 <input id="f-q" type="search" placeholder="filter: task id, category, error" aria-label="search">
@@ -180,7 +180,7 @@ class _Page:
         metrics = summary.get("metrics") or {}
         gates = _gates_of(info, name)
         self.requests.append({"name": name, "run_id": run_dir.name})
-        return _request_block(name, run_dir, info, summary, metrics, states, gates, scores)
+        return request_block(name, run_dir, info, summary, metrics, states, gates, scores)
 
     def _add_task(self, run_dir: Path, request: int, detail: Mapping[str, Any], state: str, change: str) -> None:
         task_id = str(detail.get("task_id"))
@@ -203,7 +203,7 @@ class _Page:
         if self.baseline is not None:
             row.append(change)
         self.rows.append(row)
-        found = _findings(metadata)
+        found = findings_of(metadata)
         self.integrity.append(len(found))
         self.details.append(self._detail(run_dir, task_id, detail, found))
 
@@ -270,93 +270,6 @@ class _Page:
             return Path(os.path.relpath(path, self.link_base)).as_posix()
         except ValueError:  # another drive
             return path.resolve().as_uri()
-
-
-def _request_block(
-    name: str,
-    run_dir: Path,
-    info: Mapping[str, Any],
-    summary: Mapping[str, Any],
-    metrics: Mapping[str, Any],
-    states: Mapping[str, int],
-    gates: Mapping[str, float],
-    scores: Sequence[float],
-) -> str:
-    status = summary.get("status") or info.get("status") or "unknown"
-    counts = "".join(f'<span class="{k}">{k}: <b>{v}</b></span>' for k, v in states.items())
-    rows = "".join(f"<tr><td>{_e(k)}</td><td>{_e(_fmt(v))}</td></tr>" for k, v in metrics.items())
-    gate_html = ""
-    judged = summary.get("gates")  # the session's verdict (over the whole request), when it recorded one
-    if isinstance(judged, dict):
-        met, missed, passed = list(judged.get("ok") or []), list(judged.get("missed") or []), bool(judged.get("met"))
-    elif gates:
-        check = check_gates(name, gates, metrics)
-        met, missed, passed = check.met, check.missed, check.passed
-    if isinstance(judged, dict) or gates:
-        lines = [f'<tr><td class="missed">missed</td><td>{_e(m)}</td></tr>' for m in missed]
-        lines += [f"<tr><td>met</td><td>{_e(m)}</td></tr>" for m in met]
-        gate_html = f'<h4>gates: {"met" if passed else "MISSED"}</h4><table class="gates">{"".join(lines)}</table>'
-        if isinstance(judged, dict) and judged.get("carried_over"):
-            gate_html += f'<div class="meta">{_e(judged["carried_over"])} task(s) judged from earlier runs</div>'
-
-    return (
-        f'<section class="request" data-request="{_e(name)}"><h2>{_e(name)}</h2>'
-        f'<div class="meta">run {_e(run_dir.name)} · {_e(status)}</div>'
-        f'<div class="counts">{counts}</div><table class="metrics">{rows}</table>{gate_html}'
-        f"{_chart(scores, states.get('error', 0))}</section>"
-    )
-
-
-def _chart(scores: Sequence[float], errors: int) -> str:
-    """An SVG histogram of scores in ten bins over [0, 1], plus a bar for errors.
-
-    Scores outside [0, 1] (any finite float is a score) go to the end bins, and the caption counts them.
-    """
-    bins = [0] * 10
-    outside = 0
-    for score in scores:
-        if not 0.0 <= score <= 1.0:  # also what int(score * 10) cannot take: 1e308 * 10 is inf
-            outside += 1
-            score = 0.0 if score < 0 or score != score else 1.0
-        bins[min(9, int(score * 10))] += 1
-    bars = [*bins, errors]
-    top = max(bars) or 1
-    width, height, bar = 330, 120, 26
-    parts = [
-        f'<svg class="chart" role="img" aria-label="score distribution" width="{width}" height="{height + 30}" '
-        f'viewBox="0 0 {width} {height + 30}" xmlns="http://www.w3.org/2000/svg">'
-    ]
-    for i, count in enumerate(bars):
-        h = round(count / top * height)
-        x = 4 + i * (bar + 3)
-        color = "#cf222e" if i == 10 else "#0969da"
-        label = "errors" if i == 10 else f"score {i / 10:.1f}-{(i + 1) / 10:.1f}"
-        tick = "err" if i == 10 else f"{i / 10:.1f}"
-        parts.append(
-            f'<rect x="{x}" y="{height - h}" width="{bar}" height="{h}" fill="{color}">'
-            f"<title>{label}: {count}</title></rect>"
-            f'<text x="{x + bar / 2}" y="{height + 12}" font-size="9" text-anchor="middle">{tick}</text>'
-        )
-    caption = f"score distribution ({len(scores)} scored" + (f", {outside} outside [0, 1]" if outside else "") + ")"
-    parts.append(f'<text x="4" y="{height + 27}" font-size="10">{caption}</text></svg>')
-    return "".join(parts)
-
-
-def _findings(metadata: Any) -> list[str]:
-    """One line per integrity finding recorded in a detail's metadata (see ``runtime.integrity``)."""
-    raw = metadata.get("integrity") if isinstance(metadata, dict) else None
-    if not raw:
-        return []
-    if not isinstance(raw, list):
-        return [f"malformed: {_clip(raw, 200)}"]
-    lines = []
-    for entry in raw:
-        if isinstance(entry, dict):
-            path = f" {entry['path']}" if entry.get("path") else ""
-            lines.append(f"{entry.get('check')}{path}: {entry.get('message')}")
-        else:
-            lines.append(f"malformed: {_clip(entry, 200)}")
-    return lines
 
 
 def _gates_of(info: Mapping[str, Any], name: str) -> dict[str, float]:
@@ -447,18 +360,3 @@ def _read(path: str | Path, *, head: bool = False) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _clip(value: Any, limit: int) -> str:
-    if value is None:
-        return ""
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more characters]"
-
-
-def _fmt(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)

@@ -2,8 +2,8 @@
 
 Everything is read from what the store wrote (``summary.json``,
 ``run_info.json``, ``details/``, ``retry_details/``); nothing live. The page
-inlines its CSS and JS (``assets/``) and the data as one JSON block; the
-score chart is SVG drawn here. Per-task texts are clipped, more tightly the
+inlines its CSS and JS (``assets/``) and the data as one JSON block; each
+request's block, its score chart an SVG, comes from ``html_blocks``. Per-task texts are clipped, more tightly the
 more tasks there are, and once the page's data reaches :data:`PAGE_BUDGET`
 the remaining tasks keep their table row but point to their detail file for
 the rest, so ten thousand tasks stay well under 10 MB.

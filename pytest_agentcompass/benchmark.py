@@ -6,6 +6,7 @@ awaits whatever it gets back.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from .config import RunRequest
     from .environments.base import EnvironmentSession
 
-__all__ = ["BaseBenchmark", "HarnessFreeBenchmark"]
+__all__ = ["BaseBenchmark", "HarnessFreeBenchmark", "MeanOf"]
 
 
 class BaseBenchmark:
@@ -90,25 +91,27 @@ class BaseBenchmark:
     def aggregate_metrics(self, results: Sequence[RunResult], req: RunRequest) -> dict[str, Any]:
         """Request-level metrics from the terminal task results, in task order.
 
-        The default reports the mean score and, over semantic attempts,
+        The default reports ``mean_score`` and, over semantic attempts,
         ``pass@1`` (mean fraction of passing attempts) and ``pass@k`` (share
-        of tasks with at least one passing attempt).
+        of tasks with at least one passing attempt). Each is taken over every
+        task: one that ended in an error counts as a failed task scoring 0,
+        so that an error (which an agent can cause) never raises a metric.
         """
         threshold = req.execution.pass_threshold
         k = req.execution.attempts.k
         # One pass: ``results`` may be read from disk lazily, one task at a time.
         tasks = scored = errors = environment_errors = passed = any_pass = 0
-        total = pass_at_1 = 0.0
+        total = MeanOf()
+        pass_at_1 = 0.0
         for r in results:
             tasks += 1
-            if r.is_error:
-                errors += 1
+            if r.is_error or r.score is None:
+                errors += r.is_error
                 environment_errors += r.status is RunStatus.ENVIRONMENT_ERROR
-                continue
-            if r.score is None:
+                total.add(0.0)
                 continue
             scored += 1
-            total += r.score
+            total.add(float(r.score))
             passed += r.score >= threshold
             attempts = [float(s) for s in (r.metadata.get("attempt_scores") or {}).values() if s is not None]
             attempts = attempts or [float(r.score)]
@@ -120,7 +123,7 @@ class BaseBenchmark:
             "errors": errors,
             "passed": passed,
             "k": k,
-            "mean_score": total / scored if scored else None,
+            "mean_score": total.value(),
         }
         if environment_errors:  # an infrastructure problem, not the agent's: shown apart
             metrics["environment_errors"] = environment_errors
@@ -128,6 +131,34 @@ class BaseBenchmark:
             metrics["pass@1"] = pass_at_1 / tasks
             metrics[f"pass@{k}"] = any_pass / tasks
         return metrics
+
+
+class MeanOf:
+    """The mean of finite floats, added one at a time, that never overflows.
+
+    The plain sum is exact for ordinary scores; past a float's range (two
+    scores of ``1e308``) the mean comes from a copy of the sum scaled down,
+    which cannot overflow for any number of values a run can hold.
+    """
+
+    _SCALE = 2.0**-64
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._sum = 0.0
+        self._scaled = 0.0
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        self._sum += value
+        self._scaled += value * self._SCALE
+
+    def value(self) -> float | None:
+        if not self.count:
+            return None
+        if math.isfinite(self._sum):
+            return self._sum / self.count
+        return (self._scaled / self.count) / self._SCALE
 
 
 class HarnessFreeBenchmark(BaseBenchmark):

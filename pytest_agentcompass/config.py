@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -130,20 +130,33 @@ class ExecutionSpec(_Model):
 
     attempts: AttemptsSpec = Field(default_factory=AttemptsSpec)
     max_retries: int = Field(default=0, ge=0)
-    retry_pattern_list: list[str] | None = None
+    #: ``None`` (the spec's rule): any error retries; a list: errors matching one of the
+    #: regular expressions; ``[]``: none; ``"transient"``: infrastructure faults only, by kind.
+    retry_pattern_list: list[str] | Literal["transient"] | None = None
     retry_backoff_seconds: float = Field(default=0.2, ge=0)
     keep_environment: bool = False
     pass_threshold: float = 1.0
     timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
+    #: What an integrity finding (``RunResult.metadata["integrity"]``) does: ``flag`` reports the
+    #: task as flagged and keeps its score; ``strict`` makes it an ``evaluation_error``.
+    integrity: Literal["flag", "strict"] = "flag"
 
-    @field_validator("retry_pattern_list")
+    @field_validator("retry_pattern_list", mode="before")
     @classmethod
-    def _patterns_compile(cls, value: list[str] | None) -> list[str] | None:
-        for pattern in value or ():
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+    def _patterns_compile(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != "transient":
+            raise ValueError(
+                f"{value!r} is not a retry policy: use null (any error retries), a list of regular "
+                "expressions (errors that match one), [] (none) or 'transient' (infrastructure faults only)"
+            )
+        if isinstance(value, list):
+            for pattern in value:
+                if not isinstance(pattern, str):
+                    raise ValueError(f"pattern {pattern!r} is not a string (quote it)")
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
         return value
 
 
@@ -163,7 +176,11 @@ class RunRequest(_Model):
     #: Minimum values of aggregate metrics (``{"pass@1": 0.7}``). With gates the
     #: request is judged by them: one extra pytest item checks them after
     #: finalization, and tasks below the pass threshold are expected failures.
-    gates: dict[str, float] = Field(default_factory=dict)
+    gates: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(default_factory=dict)
+    #: How gates count a task that ended in an error: ``fail`` (a failed task scoring 0),
+    #: or ``exclude`` (judge only the tasks that were scored; errors an agent can cause
+    #: then make a gate easier to pass).
+    gate_errors: Literal["fail", "exclude"] = "fail"
 
     @field_validator("name")
     @classmethod

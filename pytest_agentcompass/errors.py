@@ -11,6 +11,7 @@ __all__ = [
     "ArtifactError",
     "ComponentError",
     "ConfigError",
+    "EnvironmentLost",
     "SessionError",
     "PolicyError",
     "PreflightError",
@@ -47,6 +48,17 @@ class PreflightError(AgentCompassError):
 
 class SessionError(AgentCompassError):
     """An Environment could not be opened or used."""
+
+
+class EnvironmentLost(SessionError):
+    """The Environment itself is gone for a reason outside it (its Docker engine stopped answering).
+
+    A provider raises this only for what the agent in the Environment cannot
+    cause; the retry policy then treats it as an infrastructure fault
+    (``environment``), wherever it surfaces. Any other :class:`SessionError`
+    raised inside a benchmark's or harness's code is that code's failure: a
+    file the agent broke raises one too.
+    """
 
 
 class WorkspacePathError(SessionError):

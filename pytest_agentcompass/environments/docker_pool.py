@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import PreflightError, SessionError
+from ..errors import EnvironmentLost, PreflightError, SessionError
 from ..types import ExecResult, NetworkPolicy
 from .base import EnvironmentSession, SessionConfig
 from .docker_bases import from_lines, local_base
@@ -219,7 +219,7 @@ class EnginePool:
                 )
             return exc
         self._mark_down(engine, why)
-        return SessionError(f"the Docker engine {engine.name} stopped answering ({why}); {reason(exc)}")
+        return EnvironmentLost(f"the Docker engine {engine.name} stopped answering ({why}); {reason(exc)}")
 
     # -- images ----------------------------------------------------------
     def _ensure_image(self, engine: Engine, image: str) -> None:

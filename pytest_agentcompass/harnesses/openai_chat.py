@@ -101,6 +101,8 @@ class ModelHarness(BaseHarness):
         if error is not None:
             if not error.retryable:
                 meta["retryable"] = False
+            if error.kind:  # from the client's exception class: how the retry policy sees it
+                meta["error_kind"] = error.kind
             result = RunResult(
                 task_id=task.task_id,
                 output=output,

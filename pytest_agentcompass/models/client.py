@@ -62,11 +62,16 @@ class ModelCallError(Exception):
     ``retry_pattern_list`` entries such as ``RateLimitError`` or ``429`` match.
     """
 
-    def __init__(self, message: str, *, status: int | None = None, retryable: bool = True) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, retryable: bool = True, kind: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.retryable = retryable
+        #: ``rate_limit``, ``transport`` or ``timeout`` when the client's exception class says so:
+        #: recorded as the result's ``error_kind`` (the retry policy never reads the message).
+        self.kind = kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,13 +181,16 @@ class ChatModel:
                     status=status,
                     retryable=False,
                 )
-            return ModelCallError(f"{name} (HTTP {status}) from {endpoint}{after}: {detail}", status=status)
+            kind = "rate_limit" if status == 429 else "transport" if status >= 500 else None
+            return ModelCallError(f"{name} (HTTP {status}) from {endpoint}{after}: {detail}", status=status, kind=kind)
         if isinstance(exc, openai.APITimeoutError):
             timeout = self.resolved.settings.timeout
-            return ModelCallError(f"{name}: no answer from {endpoint} within {timeout:g}s{after}")
+            return ModelCallError(f"{name}: no answer from {endpoint} within {timeout:g}s{after}", kind="timeout")
         if isinstance(exc, openai.APIConnectionError):
             cause = exc.__cause__ or exc
-            return ModelCallError(f"{name}: cannot reach {endpoint}{after}: {type(cause).__name__}: {cause}")
+            return ModelCallError(
+                f"{name}: cannot reach {endpoint}{after}: {type(cause).__name__}: {cause}", kind="transport"
+            )
         return ModelCallError(f"{name}: {exc}")
 
 

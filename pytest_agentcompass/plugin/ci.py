@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 
 from ..reports.baseline import Baseline, BaselineError, Known, compare, load_baseline, save_baseline, state_of
-from ..reports.gates import check_gates
-from .gates import drop_gate_items
+from .gates import GateJudge, drop_gate_items
 from .nodes import TaskItem
+from .progress import say_line
 
 if TYPE_CHECKING:
     from ..runtime.request import RequestRuntime
@@ -86,6 +86,7 @@ class CiRun:
                 raise pytest.UsageError(f"--agentcompass-baseline: {exc}") from None
         self.save_path = _absolute(config, config.getoption("agentcompass_save_baseline"))
         self.html_path = _absolute(config, config.getoption("agentcompass_html"))
+        self.gates = GateJudge(run)
 
     def known(self, request: str, task_id: str) -> Known | None:
         tasks = self.baseline.request(request) if self.baseline else None
@@ -144,11 +145,14 @@ class CiRun:
                 ):
                     shown = ", ".join(ids[:10]) + (f" ... and {len(ids) - 10} more" if len(ids) > 10 else "")
                     lines.append(f"  {label}: {len(ids)}" + (f" ({shown})" if ids else ""))
-        gates = state.ctx.req.gates
-        if gates and state.finalized:
-            check = check_gates(state.name, gates, state.metrics)
-            lines.append("  gates: " + ("met" if check.passed else "MISSED"))
+        req = state.ctx.req
+        verdict = self.gates.verdict(req, state) if req.gates and state.finalized else None
+        if verdict is not None:
+            check = verdict.check
+            lines.append("  gates: " + ("met" if check.passed else "MISSED") + f" ({verdict.basis()})")
             lines += [f"    missed: {line}" for line in check.missed] + [f"    ok: {line}" for line in check.met]
+            if not check.passed and req.name not in self.gates.itemized:
+                lines.append("    its gate item did not run (not selected): the session fails all the same")
         return lines
 
     @pytest.hookimpl(trylast=True)
@@ -159,6 +163,8 @@ class CiRun:
         terminal = session.config.pluginmanager.get_plugin("terminalreporter")
         if any(s.unwritten for s in self.run.runtimes):
             _fail_session(session)  # a run directory without its summary is not a result CI should accept
+        if self.gates.unjudged_misses():
+            _fail_session(session)  # a missed gate never exits 0, selected or not (said in the summary)
         if self.save_path is not None and finalized:
             try:
                 path = save_baseline(self.save_path, [s.summary for s in finalized if s.summary is not None])
@@ -206,6 +212,6 @@ def _absolute(config: pytest.Config, raw: str | None) -> Path | None:
 
 def _say(terminal: Any, text: str, **markup: bool) -> None:
     if terminal is not None:
-        terminal.write_line(text, **markup)
+        say_line(terminal, text, **markup)
     else:
         log.warning("%s", text)

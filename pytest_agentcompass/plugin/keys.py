@@ -35,6 +35,10 @@ class RunHandle(Protocol):
     redactor: Redactor
     #: The xdist glue (``xdist.DistributedRun``) when ``-n`` is in use.
     distributed: Any
+    #: Baselines, gates and the session's reports (``ci.CiRun``); its ``gates`` judges each request once.
+    ci: Any
+    #: Each request built in this process (components and tasks), by name.
+    setups: dict[str, RequestSetup]
 
     @property
     def orchestration(self) -> Orchestration: ...

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
+from ..runtime.integrity import findings, summarize
 from ..runtime.task import TaskOutcome
+from ..types import RunStatus
 
 if TYPE_CHECKING:
     from _pytest.reports import TestReport
@@ -125,6 +127,9 @@ def phase_problems(outcome: TaskOutcome, pass_threshold: float) -> dict[When, Ta
 
 def _footer(outcome: TaskOutcome) -> list[str]:
     lines = [f"note: {note}" for note in outcome.notes]
+    found = findings(outcome.result)
+    if found and outcome.result.status is not RunStatus.EVALUATION_ERROR:  # strict says it in the error
+        lines.append(f"integrity: {summarize(found)}")
     if outcome.reused:
         lines.append("reused from an earlier run")
     elif outcome.resumed:
@@ -145,7 +150,14 @@ def set_properties(item: pytest.Item, outcome: TaskOutcome) -> None:
         ("agentcompass.evaluation_environment_mode", outcome.evaluation_environment_mode),
         ("agentcompass.reused", outcome.reused),
         ("agentcompass.detail", str(outcome.detail_path or "")),
+        # Empty when nothing was found: what a benchmark saw the agent tamper with otherwise.
+        ("agentcompass.integrity", _integrity(outcome)),
     ]
+
+
+def _integrity(outcome: TaskOutcome) -> str:
+    found = findings(outcome.result)
+    return summarize(found, limit=10) if found else ""
 
 
 def emit_reports(item: pytest.Item, outcome: TaskOutcome, pass_threshold: float) -> None:
@@ -157,6 +169,10 @@ def emit_reports(item: pytest.Item, outcome: TaskOutcome, pass_threshold: float)
         item.add_report_section("call", "stdout", outcome.output)
     if outcome.logs:
         item.add_report_section("call", "log", "\n".join(outcome.logs))
+    found = findings(outcome.result)
+    if found:  # shown with the report (-rA, a failure), like captured output: one line per finding
+        lines = [f"{f['check']}" + (f" {f['path']}" if f.get("path") else "") + f": {f['message']}" for f in found]
+        item.add_report_section("call", "integrity", "\n".join(lines))
     last_turns = outcome.result.metadata.get("last_turns")
     if isinstance(last_turns, str) and last_turns:
         # A model-calling harness's last turns: shown with a failed report, like captured output.

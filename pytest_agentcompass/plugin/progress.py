@@ -14,11 +14,23 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from ..runtime.request import RequestRuntime
 
-__all__ = ["Progress", "ProgressMode", "format_duration"]
+__all__ = ["Progress", "ProgressMode", "format_duration", "say_line"]
 
 ProgressMode = Literal["auto", "tty", "lines", "off"]
 
 _SAVE, _RESTORE, _CLEAR_EOL = "\x1b7", "\x1b8", "\x1b[K"
+
+
+def say_line(terminal: Any, text: str, **markup: bool) -> None:
+    """``text`` on a line of its own, even after ``-q``'s progress line (``..  [100%]``).
+
+    pytest's ``write_line`` only ends lines its reporter knows it left open,
+    which the quiet progress line is not.
+    """
+    writer = getattr(terminal, "_tw", None)
+    if getattr(writer, "width_of_current_line", 0):
+        writer.line()  # type: ignore[union-attr]
+    terminal.write_line(text, **markup)
 
 
 def format_duration(seconds: float) -> str:

@@ -31,7 +31,7 @@ from ..runtime.request import RequestRuntime
 from .gates import GateItem
 from .nodes import ConfigFile, TaskItem
 from .outcomes import emit_reports, redact_longrepr, redact_report
-from .progress import Progress
+from .progress import Progress, say_line
 
 if TYPE_CHECKING:
     from _pytest.reports import TestReport
@@ -190,6 +190,8 @@ class AgentCompassRun:
     def request_finalized(self, state: RequestRuntime, details: Sequence[Mapping[str, Any]] | None = None) -> None:
         from ..reports.html import write_run_report
 
+        if self.ci is not None:
+            self.ci.gates.record(state)  # the verdict goes into summary.json, which the page shows
         try:
             write_run_report(state.store, self.ci.baseline if self.ci else None, details)
         except Exception as exc:  # the report is a view: never worth a result
@@ -349,8 +351,7 @@ class AgentCompassRun:
         """A line on the terminal while tasks run, even under ``-q``."""
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         if terminal is not None:
-            terminal.ensure_newline()
-            terminal.write_line(line)
+            say_line(terminal, line)
 
     def _progress(self) -> Progress:
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..limits import on_run_stop, task_slots
-from ..runtime.driver import drive, sigterm_interrupts
+from ..runtime.driver import TERMINATED_REASON, drive, sigterm_interrupts
 from ..runtime.logs import TaskLogHandler, route_task_output
 from ..runtime.orchestrator import OrchestrationResult, Orchestrator
 from ..runtime.request import RequestRuntime
@@ -245,7 +245,7 @@ class WorkerLoop:
             # worker still busy at teardown must not cut the sweep short.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             self.presses = max(self.presses, 2)
-            self.orchestrator.interrupt()
+            self.orchestrator.interrupt(TERMINATED_REASON)
             self.orchestrator.force_threadsafe()
             self.events.put(("signal", 2))
 
@@ -274,7 +274,7 @@ class WorkerLoop:
                 self.orchestrator.stop_threadsafe(value)
             elif kind == "interrupt":  # a Ctrl-C reached the controller alone: as if it reached us
                 self.presses = max(self.presses, 1)  # so the next SIGINT (execnet's, at teardown) is the second
-                self.orchestrator.interrupt()
+                self.orchestrator.interrupt(value)
             elif kind == "signal":  # a Ctrl-C or SIGTERM here, already passed on (see _signals_as_events)
                 self.interrupted = True
             elif kind == "done":

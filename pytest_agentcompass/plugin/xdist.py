@@ -28,7 +28,7 @@ import pytest
 
 from ..errors import AgentCompassError, PreflightError
 from ..runtime.collector import fewer_collections
-from ..runtime.driver import say, sigterm_interrupts
+from ..runtime.driver import TERMINATED_REASON, Terminated, say, sigterm_interrupts
 from ..runtime.orchestrator import OrchestrationResult, not_run
 from ..runtime.request import RequestRuntime
 from ..runtime.store import release_run_dir
@@ -83,6 +83,8 @@ class DistributedRun:
         self.task_nodeids: list[str] = []
         self.reported: set[str] = set()
         self.interrupt_reported = False
+        #: What interrupted the session: a Ctrl-C, or a SIGTERM (said as such in the record and the errors).
+        self.interrupt_reason = "interrupted by the user"
         workerinput = getattr(self.config, "workerinput", None)
         if workerinput is not None:
             from .worker import WorkerPlugin
@@ -227,8 +229,10 @@ class DistributedRun:
         Before ``pytest_sessionfinish``, where xdist tears the workers down.
         A Ctrl-C in a terminal reaches the workers too; ``kill -INT`` only this process.
         """
+        if isinstance(getattr(excinfo, "value", None), Terminated):
+            self.interrupt_reason = TERMINATED_REASON
         if self.service is not None and not self.run.is_worker:
-            self.service.stop_all("interrupted by the user", interrupt=True)
+            self.service.stop_all(self.interrupt_reason, interrupt=True)
         if not self.run.is_worker:
             self._hold_next_interrupt()
 
@@ -324,7 +328,7 @@ class DistributedRun:
             if state is not None and os.path.exists(state.store.detail_path(task_id)):
                 continue  # it ended on its worker, whose report was lost: the summary counts it from its detail
             location = (path, None, name)
-            why: object = "cancelled: interrupted by the user"
+            why: object = f"cancelled: {self.interrupt_reason}"
             if state is not None and request in self.preflight_failed and state.failed:
                 # Its request's preflight failed before the Ctrl-C: that is what it reports, as in process.
                 if request not in tasks_of:  # once per request, not a scan per task
@@ -362,11 +366,11 @@ class DistributedRun:
         self.finalized = True
         result = OrchestrationResult()
         if self.interrupt_reported:
-            result.status, result.reason = "interrupted", "interrupted by the user"
+            result.status, result.reason = "interrupted", self.interrupt_reason
         elif session.shouldfail or session.shouldstop:
             result.status, result.reason = "stopped", str(session.shouldfail or session.shouldstop)
         elif interrupted:
-            result.status, result.reason = "interrupted", "interrupted by the user"
+            result.status, result.reason = "interrupted", self.interrupt_reason
         elif self.cancelled is not None:  # a worker's deadline passed: "timeout: <reason>"
             status, _, reason = self.cancelled.partition(": ")
             result.status, result.reason = (status, reason) if reason else ("interrupted", status)

@@ -143,17 +143,23 @@ def save_baseline(path: str | os.PathLike[str], summaries: Iterable[Mapping[str,
 
     Saving merges into an existing file: requests and tasks this session did
     not run (``-k``, ``--lf``) keep their entries, so one file holds every
-    task of a config. Delete the file to start over.
+    task of a config. Delete the file to start over. A missing folder is
+    created.
 
-    :raises BaselineError: when the file cannot be written.
+    :raises BaselineError: when the file cannot be written, or when ``path``
+        holds something that is not a baseline (corrupt JSON, another file):
+        it is never replaced in silence, since its entries would be lost.
     """
     target = Path(path)
     requests: dict[str, Any] = {}
-    if target.is_file():
-        with contextlib.suppress(BaselineError):
-            old = _read(target)
-            if old.get("format") == BASELINE_FORMAT and isinstance(old.get("requests"), dict):
-                requests.update(old["requests"])
+    if target.exists():
+        try:
+            old = load_baseline(target) if target.is_file() else None
+        except BaselineError as exc:
+            raise BaselineError(f"{exc}; not overwritten (move it away or delete it to start over)") from None
+        if old is None:
+            raise BaselineError(f"cannot write baseline {target}: it is not a file")
+        requests.update(_read(target)["requests"])
     for summary in summaries:
         tasks = {
             str(t["task_id"]): Known(

@@ -2,8 +2,8 @@
 
 Everything is read from what the store wrote (``summary.json``,
 ``run_info.json``, ``details/``, ``retry_details/``); nothing live. The page
-inlines its CSS and JS (``assets/``) and the data as one JSON block; the
-score chart is SVG drawn here. Per-task texts are clipped, more tightly the
+inlines its CSS and JS (``assets/``) and the data as one JSON block; each
+request's block, its score chart an SVG, comes from ``html_blocks``. Per-task texts are clipped, more tightly the
 more tasks there are, and once the page's data reaches :data:`PAGE_BUDGET`
 the remaining tasks keep their table row but point to their detail file for
 the rest, so ten thousand tasks stay well under 10 MB.
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import html
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,7 +22,8 @@ from typing import Any
 
 from ..runtime.store.files import read_run_info_head
 from .baseline import Baseline, compare, read_run_tasks, state_of
-from .gates import check_gates
+from .html_blocks import clip as _clip
+from .html_blocks import esc, findings_of, request_block
 
 __all__ = ["PAGE_BUDGET", "render_page", "write_run_report", "write_session_report"]
 
@@ -86,11 +86,15 @@ def render_page(
     columns = ["request", "task", "category", "state", "score", "attempts", "retries", "duration", "tokens", "error"]
     if baseline is not None:
         columns.append("change")
+    if any(page.integrity):  # integrity findings: a column and a filter, when a task has any
+        columns.append("integrity")
+        for row, count in zip(page.rows, page.integrity, strict=True):
+            row.append(count or None)
     data = {"columns": columns, "rows": page.rows, "details": page.details, "requests": page.requests}
     # "</" must not end the script element early; "<!--" must not open a comment.
     payload = json.dumps(data, separators=(",", ":"), default=str).replace("<", "\\u003c")
     requests = "\n".join(blocks)
-    options = "".join(f'<option value="{i}">{_e(r["name"])}</option>' for i, r in enumerate(page.requests))
+    options = "".join(f'<option value="{i}">{esc(r["name"])}</option>' for i, r in enumerate(page.requests))
     change_filter = (
         '<select id="f-change" aria-label="change"><option value="">any change</option>'
         + "".join(f"<option>{c}</option>" for c in ("regression", "improvement", "still failing", "new", "unchanged"))
@@ -98,21 +102,27 @@ def render_page(
         if baseline is not None
         else ""
     )
+    integrity_filter = (
+        '<select id="f-integrity" aria-label="integrity"><option value="">any integrity</option>'
+        "<option>flagged</option><option>clean</option></select>"
+        if "integrity" in columns
+        else ""
+    )
     heads = "".join(f'<th data-col="{c}">{c}</th>' for c in columns)
     generated = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    source = f" · baseline: {_e(baseline.source)}" if baseline is not None else ""
+    source = f" · baseline: {esc(baseline.source)}" if baseline is not None else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<title>{_e(title)}</title><style>{_asset("report.css")}</style></head>
+<title>{esc(title)}</title><style>{_asset("report.css")}</style></head>
 <body>
-<h1>{_e(title)}</h1><div class="meta">generated {generated} · {len(page.rows)} tasks{source}</div>
+<h1>{esc(title)}</h1><div class="meta">generated {generated} · {len(page.rows)} tasks{source}</div>
 <div class="requests">{requests}</div>
 <div class="controls">
 <input id="f-q" type="search" placeholder="filter: task id, category, error" aria-label="search">
 <select id="f-state" aria-label="state"><option value="">any state</option><option>passed</option>
 <option>failed</option><option>error</option></select>
 <select id="f-request" aria-label="request"><option value="">any request</option>{options}</select>
-{change_filter}<span id="shown" class="meta"></span></div>
+{change_filter}{integrity_filter}<span id="shown" class="meta"></span></div>
 <table id="tasks"><thead><tr>{heads}</tr></thead><tbody></tbody></table><div id="more" class="meta"></div>
 <script id="agentcompass-data" type="application/json">{payload}</script>
 <script>{_asset("report.js")}</script>
@@ -137,6 +147,8 @@ class _Page:
         self.clip = max(160, min(8000, PAGE_BUDGET // max(1, total_tasks * 6)))
         self.spent = 0
         self.rows: list[list[Any]] = []
+        #: Integrity findings per row (a column of its own only when some task has any).
+        self.integrity: list[int] = []
         self.details: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
 
@@ -168,7 +180,7 @@ class _Page:
         metrics = summary.get("metrics") or {}
         gates = _gates_of(info, name)
         self.requests.append({"name": name, "run_id": run_dir.name})
-        return _request_block(name, run_dir, info, summary, metrics, states, gates, scores)
+        return request_block(name, run_dir, info, summary, metrics, states, gates, scores)
 
     def _add_task(self, run_dir: Path, request: int, detail: Mapping[str, Any], state: str, change: str) -> None:
         task_id = str(detail.get("task_id"))
@@ -191,12 +203,15 @@ class _Page:
         if self.baseline is not None:
             row.append(change)
         self.rows.append(row)
-        self.details.append(self._detail(run_dir, task_id, detail))
+        found = findings_of(metadata)
+        self.integrity.append(len(found))
+        self.details.append(self._detail(run_dir, task_id, detail, found))
 
-    def _detail(self, run_dir: Path, task_id: str, detail: Mapping[str, Any]) -> dict[str, Any]:
+    def _detail(self, run_dir: Path, task_id: str, detail: Mapping[str, Any], found: list[str]) -> dict[str, Any]:
         link = f"{self._run_link(run_dir)}details/{task_id}.json"
         if self.spent >= PAGE_BUDGET:
-            return {"detail": link, "omitted": "details omitted to keep the page small: open the detail record"}
+            omitted = {"detail": link, "omitted": "details omitted to keep the page small: open the detail record"}
+            return {**omitted, "integrity": found[:20]} if found else omitted
         clip = self.clip
         out: dict[str, Any] = {
             "detail": link,
@@ -204,6 +219,7 @@ class _Page:
             "error": _clip(detail.get("error"), clip),
             "trace": _clip(detail.get("trace"), clip * 2),
             "notes": [_clip(n, clip) for n in detail.get("notes") or []],
+            "integrity": [_clip(f, clip) for f in found],
             "attempts": [
                 f"attempt {i}: {a.get('status')} score={a.get('score')}"
                 + (f" error={_clip(a.get('error'), clip)}" if a.get("error") else "")
@@ -254,62 +270,6 @@ class _Page:
             return Path(os.path.relpath(path, self.link_base)).as_posix()
         except ValueError:  # another drive
             return path.resolve().as_uri()
-
-
-def _request_block(
-    name: str,
-    run_dir: Path,
-    info: Mapping[str, Any],
-    summary: Mapping[str, Any],
-    metrics: Mapping[str, Any],
-    states: Mapping[str, int],
-    gates: Mapping[str, float],
-    scores: Sequence[float],
-) -> str:
-    status = summary.get("status") or info.get("status") or "unknown"
-    counts = "".join(f'<span class="{k}">{k}: <b>{v}</b></span>' for k, v in states.items())
-    rows = "".join(f"<tr><td>{_e(k)}</td><td>{_e(_fmt(v))}</td></tr>" for k, v in metrics.items())
-    gate_html = ""
-    if gates:
-        check = check_gates(name, gates, metrics)
-        lines = [f'<tr><td class="missed">missed</td><td>{_e(m)}</td></tr>' for m in check.missed]
-        lines += [f"<tr><td>met</td><td>{_e(m)}</td></tr>" for m in check.met]
-        gate_html = (
-            f'<h4>gates: {"met" if check.passed else "MISSED"}</h4><table class="gates">{"".join(lines)}</table>'
-        )
-    return (
-        f'<section class="request" data-request="{_e(name)}"><h2>{_e(name)}</h2>'
-        f'<div class="meta">run {_e(run_dir.name)} · {_e(status)}</div>'
-        f'<div class="counts">{counts}</div><table class="metrics">{rows}</table>{gate_html}'
-        f"{_chart(scores, states.get('error', 0))}</section>"
-    )
-
-
-def _chart(scores: Sequence[float], errors: int) -> str:
-    """An SVG histogram of scores in ten bins over [0, 1], plus a bar for errors."""
-    bins = [0] * 10
-    for score in scores:
-        bins[min(9, max(0, int(score * 10)))] += 1
-    bars = [*bins, errors]
-    top = max(bars) or 1
-    width, height, bar = 330, 120, 26
-    parts = [
-        f'<svg class="chart" role="img" aria-label="score distribution" width="{width}" height="{height + 30}" '
-        f'viewBox="0 0 {width} {height + 30}" xmlns="http://www.w3.org/2000/svg">'
-    ]
-    for i, count in enumerate(bars):
-        h = round(count / top * height)
-        x = 4 + i * (bar + 3)
-        color = "#cf222e" if i == 10 else "#0969da"
-        label = "errors" if i == 10 else f"score {i / 10:.1f}-{(i + 1) / 10:.1f}"
-        tick = "err" if i == 10 else f"{i / 10:.1f}"
-        parts.append(
-            f'<rect x="{x}" y="{height - h}" width="{bar}" height="{h}" fill="{color}">'
-            f"<title>{label}: {count}</title></rect>"
-            f'<text x="{x + bar / 2}" y="{height + 12}" font-size="9" text-anchor="middle">{tick}</text>'
-        )
-    parts.append(f'<text x="4" y="{height + 27}" font-size="10">score distribution ({len(scores)} scored)</text></svg>')
-    return "".join(parts)
 
 
 def _gates_of(info: Mapping[str, Any], name: str) -> dict[str, float]:
@@ -400,18 +360,3 @@ def _read(path: str | Path, *, head: bool = False) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _clip(value: Any, limit: int) -> str:
-    if value is None:
-        return ""
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more characters]"
-
-
-def _fmt(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..models.usage import format_usage
+from ..runtime.integrity import findings, flagged, summarize
 
 if TYPE_CHECKING:
     from ..runtime.orchestrator import OrchestrationResult
@@ -48,7 +49,11 @@ def write_terminal_summary(
             line += f", {counts['resumed']} resumed"
         if counts["retries"]:
             line += f", {counts['retries']} retries"
+        if counts.get("integrity_flagged"):
+            line += f", {counts['integrity_flagged']} integrity-flagged"
         tr.write_line(line)
+        for task_id, found in _flagged(state):
+            tr.write_line(f"  integrity: {task_id}: {summarize(found)}", yellow=True)
         if state.failed:
             tr.write_line(f"  {state.failed}")
         if state.metrics:
@@ -82,6 +87,16 @@ def write_terminal_summary(
             f"(daemon threads, they end with the process): {', '.join(calls)}",
             yellow=True,
         )
+
+
+def _flagged(state: RequestRuntime) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Each flagged task of ``state`` (in task order) with its findings."""
+    out = []
+    for task in state.tasks:
+        outcome = state.outcomes.get(task.task_id)
+        if outcome is not None and flagged(outcome.result):
+            out.append((task.task_id, findings(outcome.result)))
+    return out
 
 
 class _Masked:

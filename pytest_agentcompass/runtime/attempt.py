@@ -105,10 +105,9 @@ class AttemptRunner:
             result = await self._stage(Stage.INFERENCE, lambda: self._infer(env, prepared), timeouts.get("run"))
             result = self._check_result(result, Stage.INFERENCE)
             if result.is_error:
-                kind = ErrorKind.ENVIRONMENT if result.status is RunStatus.ENVIRONMENT_ERROR else None
-                raise StageFailure(
-                    Stage.INFERENCE_RESULT, result.error or result.status.value, payload=result, kind=kind
-                )
+                # Its kind is what the harness declared, if anything (retry.declared_kind): never
+                # read from its text, nor ``environment`` from its status (not the runtime's call).
+                raise StageFailure(Stage.INFERENCE_RESULT, result.error or "", payload=result)
             result = await self._stage(
                 Stage.ARTIFACTS,
                 lambda: call_user(ctx.benchmark.collect_artifacts, task, prepared, result, env, req, plan),
@@ -127,12 +126,12 @@ class AttemptRunner:
         harness = ctx.harness
         if harness is None:
             assert isinstance(ctx.benchmark, HarnessFreeBenchmark)
-            await self._switch(env, plan.run_network_policy)
+            await self._switch(env, plan.run_network_policy, Stage.INFERENCE)
             return await call_user(ctx.benchmark.run_task, task, prepared, env, req, plan)
         adjusted = await call_user(harness.adjust_input, task, prepared, req, plan)
         session = await call_user(harness.start_session, task, adjusted, env, req, plan)
         try:
-            await self._switch(env, plan.run_network_policy)
+            await self._switch(env, plan.run_network_policy, Stage.INFERENCE)
             return await call_user(harness.run, session, task, adjusted, env, req, plan)
         finally:
             await self._cleanup("closing the harness session", lambda: call_user(harness.close_session, session))
@@ -143,7 +142,7 @@ class AttemptRunner:
             return await self._evaluate_in(env, prepared, result)
 
     async def _evaluate_in(self, env: EnvironmentSession, prepared: PreparedTask, result: RunResult) -> RunResult:
-        await self._stage(Stage.EVALUATION, lambda: self._switch(env, self.plan.evaluation_network_policy))
+        await self._switch(env, self.plan.evaluation_network_policy, Stage.EVALUATION)
         try:
             return await self._evaluate(prepared, result, env)
         finally:
@@ -165,8 +164,8 @@ class AttemptRunner:
             plan.timeouts.get("evaluate"),
         )
         scored = self._check_result(scored, Stage.EVALUATION)
-        if scored.is_error:
-            raise StageFailure(Stage.EVALUATION, scored.error or scored.status.value, payload=scored)
+        if scored.is_error:  # an empty error is no retry pattern's match, not even null's (the spec)
+            raise StageFailure(Stage.EVALUATION, scored.error or "", payload=scored)
         problem = _score_problem(scored.score)
         if problem is not None:
             raise StageFailure(Stage.EVALUATION, problem, payload=scored, kind=ErrorKind.MISSING_REWARD)
@@ -191,9 +190,14 @@ class AttemptRunner:
             )
         return env
 
-    async def _switch(self, env: EnvironmentSession, policy: NetworkPolicy) -> None:
-        if env.network_policy != policy:
+    async def _switch(self, env: EnvironmentSession, policy: NetworkPolicy, stage: Stage | None = None) -> None:
+        """Switch ``env`` to ``policy``; a failure is the runtime's own Environment call: ``environment``."""
+        if env.network_policy == policy:
+            return
+        if stage is None:  # restoring the baseline: a cleanup step
             await env.set_network_policy(policy)
+            return
+        await self._stage(stage, lambda: env.set_network_policy(policy), kind=ErrorKind.ENVIRONMENT)
 
     async def _cleanup(self, what: str | Callable[[], str], action: Callable[[], Awaitable[Any]]) -> None:
         """Run a cleanup step; its failure is a warning, never the task's error."""
@@ -209,15 +213,19 @@ class AttemptRunner:
         self, stage: Stage, call: Callable[[], Any], timeout: float | None = None, kind: ErrorKind | None = None
     ) -> Any:
         """Run one stage; any failure becomes a :class:`StageFailure` of ``stage`` (of ``kind`` if given)."""
+        limit: asyncio.Timeout | None = None
         try:
             if timeout is None:  # the common case: skip the timeout machinery
                 return await maybe_await(call())
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout) as limit:
                 return await maybe_await(call())
         except StageFailure:
             raise
         except TimeoutError as exc:
-            message = f"{stage.value} stage timed out after {timeout}s" if timeout else f"TimeoutError: {exc}"
+            if limit is not None and limit.expired():  # the plan's own limit, not a wait inside the stage
+                message = f"{stage.value} stage timed out after {timeout}s"
+            else:
+                message = f"TimeoutError: {exc}"
             raise StageFailure(stage, message, trace=format_trace(exc), cause=exc, kind=kind) from exc
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}"
@@ -254,10 +262,6 @@ class AttemptRunner:
 
     async def _may_retry(self, failure: StageFailure, scope: RetryScope) -> bool:
         payload = failure.payload
-        if isinstance(payload, RunResult) and payload.metadata.get("retryable") is False:
-            # The result says no retry can fix it (a rejected API key): only an
-            # explicit retry_pattern_list entry that names it retries it.
-            failure.kind = ErrorKind.PERMANENT
         reason = self.budget.take(failure)
         if reason is None:
             return False
@@ -289,7 +293,12 @@ class AttemptRunner:
         return True
 
     def _give_up(self, failure: StageFailure) -> RunResult:
-        """The terminal error result once retries are exhausted; keeps the trace."""
+        """The terminal error result once retries are exhausted; keeps the trace.
+
+        A returned error result keeps its status, unless it claims one only the
+        runtime gives (an infrastructure fault, a cancellation): that is
+        replaced by the stage's own, and the claim kept as ``returned_status``.
+        """
         if failure.kind is ErrorKind.ENVIRONMENT:
             status = RunStatus.ENVIRONMENT_ERROR
         elif failure.stage is Stage.EVALUATION:
@@ -298,13 +307,17 @@ class AttemptRunner:
             status = RunStatus.INFERENCE_ERROR
         base = failure.payload if isinstance(failure.payload, RunResult) else RunResult(task_id=self.task.task_id)
         self.record.trace = failure.trace
-        return dataclasses.replace(
-            base,
-            status=status if not base.is_error else base.status,
-            error=failure.error,
-            score=None,
-            metadata={**base.metadata, "failure_stage": failure.stage.value, "error_kind": failure.kind.value},
-        )
+        metadata = {**base.metadata, "failure_stage": failure.stage.value, "error_kind": failure.kind.value}
+        if base.is_error and base.status not in _RUNTIME_STATUSES:
+            status = base.status
+        elif base.is_error and base.status is not status:
+            metadata["returned_status"] = base.status.value
+        error = failure.error or f"the {failure.stage.value} stage returned a {status.value} result with no error text"
+        return dataclasses.replace(base, status=status, error=error, score=None, metadata=metadata)
+
+
+#: Error statuses only the runtime gives: a component's result that claims one is not believed.
+_RUNTIME_STATUSES = frozenset({RunStatus.ENVIRONMENT_ERROR, RunStatus.CANCELLED})
 
 
 def _score_problem(score: Any) -> str | None:

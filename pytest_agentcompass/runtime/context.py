@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .store import RunStore
     from .strategies import AttemptStrategy
 
-__all__ = ["RequestContext", "RuntimeEvents", "request_fingerprint"]
+__all__ = ["RequestContext", "RuntimeEvents", "request_fingerprint", "task_fingerprint"]
 
 
 @dataclass
@@ -56,16 +56,7 @@ class RequestContext:
         known = self._task_fingerprints.get(task.task_id)
         if known is not None:
             return known
-        fields = [
-            self.fingerprint,
-            task.task_id,
-            task.question,
-            task.category,
-            task.ground_truth,
-            task.evaluation_environment_mode,
-            task.metadata,
-        ]
-        digest = self._task_fingerprints[task.task_id] = _digest(fields)
+        digest = self._task_fingerprints[task.task_id] = task_fingerprint(self.fingerprint, task)
         return digest
 
     def labels(self, task: TaskSpec, attempt_index: int) -> dict[str, str]:
@@ -75,6 +66,20 @@ class RequestContext:
             "agentcompass.task": task.task_id,
             "agentcompass.attempt": str(attempt_index),
         }
+
+
+def task_fingerprint(request_fingerprint: str, task: TaskSpec) -> str:
+    """A digest of the request's settings and everything of ``task`` that can change its result."""
+    fields = [
+        request_fingerprint,
+        task.task_id,
+        task.question,
+        task.category,
+        task.ground_truth,
+        task.evaluation_environment_mode,
+        task.metadata,
+    ]
+    return _digest(fields)
 
 
 def request_fingerprint(req: RunRequest) -> str:
@@ -100,6 +105,8 @@ def request_fingerprint(req: RunRequest) -> str:
             "attempts": execution.attempts.model_dump(mode="json"),
             "pass_threshold": execution.pass_threshold,
             "timeouts": execution.timeouts.model_dump(mode="json"),
+            # strict turns flagged results into errors; the default leaves earlier fingerprints alone
+            **({"integrity": execution.integrity} if execution.integrity != "flag" else {}),
         },
     }
     return _digest(relevant)

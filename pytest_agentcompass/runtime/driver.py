@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from .orchestrator import OrchestrationResult, Orchestrator
 from .threads import BlockingCallPool, drain_shared_pools, use_pool, workers_for
 
-__all__ = ["Terminated", "drive", "say", "sigterm_interrupts"]
+__all__ = ["TERMINATED_REASON", "Terminated", "drive", "say", "sigterm_interrupts"]
 
 log = logging.getLogger("pytest_agentcompass")
 
@@ -34,6 +34,8 @@ class Terminated(KeyboardInterrupt):
 
 
 TERMINATED_MESSAGE = "\nagentcompass: terminated (SIGTERM); recording the run and removing its environments\n"
+#: Why a run ended, in its record and its cancelled tasks' errors, when a SIGTERM ended it.
+TERMINATED_REASON = "terminated by a SIGTERM"
 
 
 def say(text: str) -> None:
@@ -109,6 +111,7 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
         nonlocal interrupts
         sys.stderr.write(TERMINATED_MESSAGE)
         if interrupts == 0:
+            orchestrator.interrupt_reason = TERMINATED_REASON  # not "by the user": say what arrived
             orchestrator.cancel_or_force()
         interrupts = max(interrupts, 2)
         orchestrator.force()

@@ -107,6 +107,8 @@ class Orchestrator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main: asyncio.Task[object] | None = None
         self._interrupted = False
+        #: What interrupted the run, for its record and the cancelled tasks' errors (a SIGTERM says so).
+        self.interrupt_reason = "interrupted by the user"
         #: Tasks recorded as cancelled when the run stopped: an end they reach later is not reported again.
         self._given_up: set[tuple[str, str]] = set()
 
@@ -144,14 +146,17 @@ class Orchestrator:
         """:meth:`stop` from another thread."""
         self._poke(lambda: self.stop(reason))
 
-    def interrupt(self) -> None:
+    def interrupt(self, reason: str | None = None) -> None:
         """Cancel like a first Ctrl-C (cleanup within the grace); callable from any thread.
 
         Idempotent: one Ctrl-C may arrive twice under xdist (the signal, and the controller's word).
         What it does is decided by :meth:`cancel_or_force` in the loop thread, where cleanups start.
+        ``reason``: what arrived, when it was not a Ctrl-C (the first interrupt's reason stands).
         """
         if self._interrupted:
             return
+        if reason:
+            self.interrupt_reason = reason
         self._interrupted = True
         self._poke(self.cancel_or_force)
 
@@ -213,7 +218,7 @@ class Orchestrator:
                     # Its own preflight failed before the Ctrl-C: reported and recorded as such.
                     self._fail_request(state, "failed its preflight")
                     self._close_failed(state)
-            await self._cancel_remaining([], "interrupted", "interrupted by the user")
+            await self._cancel_remaining([], "interrupted", self.interrupt_reason)
             raise
         self.started_at = time.monotonic()
         tasks = [asyncio.ensure_future(self._prepare_in_order())]
@@ -229,7 +234,7 @@ class Orchestrator:
             try:
                 done, _ = await asyncio.wait(tasks, timeout=self.timeout_seconds)
             except asyncio.CancelledError:
-                await self._cancel_remaining(tasks, "interrupted", "interrupted by the user")
+                await self._cancel_remaining(tasks, "interrupted", self.interrupt_reason)
                 raise
             finally:
                 if ticker is not None:

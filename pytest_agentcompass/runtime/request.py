@@ -17,6 +17,7 @@ from ..errors import AgentCompassError, PreflightError
 from ..models.usage import sum_usage
 from ..types import RunResult, RunStatus, TaskSpec, to_jsonable
 from .context import RequestContext
+from .integrity import flagged
 from .logs import capture_task_logs
 from .planner import BenchmarkPlanError
 from .store import RunStore, copy_details, killed_runs, now, read_json, record_killed, release_run_dir
@@ -353,6 +354,7 @@ class RequestRuntime:
             "failed": sum(1 for o in outcomes if not o.passed and not o.result.is_error),
             "errors": sum(1 for o in outcomes if o.result.is_error),
             "environment_errors": sum(1 for o in outcomes if o.result.status is RunStatus.ENVIRONMENT_ERROR),
+            "integrity_flagged": sum(1 for o in outcomes if flagged(o.result)),
             "reused": sum(1 for o in outcomes if o.reused),
             "resumed": sum(1 for o in outcomes if o.resumed),
             "retries": sum(o.retries for o in outcomes),

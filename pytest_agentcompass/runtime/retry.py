@@ -3,9 +3,14 @@
 Two tables and one decision. :data:`RETRY_SCOPE` says how much of an
 attempt a failure in each stage redoes; :class:`RetryPolicy` (built from the
 request's ``max_retries`` / ``retry_pattern_list``) says which failures may
-retry at all; :func:`should_retry` is the only place that decides. Every
-failure carries an :class:`ErrorKind` (see :func:`classify`) so that the
-default policy can retry what is transient and nothing else.
+retry at all; :func:`should_retry` is the only place that decides.
+
+``retry_pattern_list: null`` retries any failure that has an error text (the
+spec's rule), a list the failures whose text matches one of its regular
+expressions, ``[]`` none. ``transient`` retries by kind instead: every
+failure carries an :class:`ErrorKind`, decided from what was raised and
+where (:func:`classify`), never from text the agent could have written, and
+the transient policy retries the kinds no agent can cause.
 """
 
 from __future__ import annotations
@@ -13,14 +18,18 @@ from __future__ import annotations
 import enum
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..errors import SessionError, WorkspacePathError
+from ..errors import EnvironmentLost, WorkspacePathError
 from ..types import EvaluationMode
 
 __all__ = [
+    "AGENT_STAGES",
+    "DECLARABLE_KINDS",
     "RETRY_SCOPE",
+    "TRANSIENT",
     "TRANSIENT_KINDS",
     "ErrorKind",
     "RetryBudget",
@@ -29,6 +38,7 @@ __all__ = [
     "Stage",
     "StageFailure",
     "classify",
+    "declared_kind",
     "retry_scope",
     "should_retry",
 ]
@@ -75,22 +85,44 @@ def retry_scope(stage: Stage, mode: EvaluationMode) -> RetryScope:
 
 
 class ErrorKind(enum.StrEnum):
-    """What kind of fault a failure is; the default policy retries the transient ones."""
+    """What kind of fault a failure is, decided from where it happened and what was raised.
 
-    ENVIRONMENT = "environment"  # the Environment could not be opened or used
-    TRANSPORT = "transport"  # a connection to a model or service failed, or it answered 5xx
-    TIMEOUT = "timeout"  # a stage or a call ran out of time
-    RATE_LIMIT = "rate_limit"  # 429, "rate limited", "overloaded"
+    Never from text: an error message, a verifier's output or a file name can
+    be written by the agent under test, which would then choose how it is
+    retried. The transient policy (``retry_pattern_list: transient``) retries
+    :data:`TRANSIENT_KINDS` only.
+    """
+
+    #: The runtime's own Environment call failed (opening one, switching its
+    #: network), or the provider says the Environment was lost (:class:`EnvironmentLost`).
+    ENVIRONMENT = "environment"
+    TRANSPORT = "transport"  # a connection error or a server's 5xx, raised by a network client
+    TIMEOUT = "timeout"  # a network call, or a stage the agent has no part in, ran out of time
+    #: A stage the agent takes part in (inference, artifacts, evaluation) ran out of time:
+    #: the agent can cause it (hang, freeze its verifier), so it is no transient fault.
+    STAGE_TIMEOUT = "stage_timeout"
+    RATE_LIMIT = "rate_limit"  # a RateLimitError (429) raised by a client
     PROGRAMMING = "programming"  # TypeError and friends: a retry repeats the bug
     MISSING_REWARD = "missing_reward"  # evaluate gave no score, or one that is not a finite number
     PERMANENT = "permanent"  # its source says no retry can fix it (e.g. a rejected API key)
+    #: sys.exit(), KeyboardInterrupt or another BaseException from a lifecycle method: never retried.
+    EXIT = "exit"
     OTHER = "other"
 
 
-#: What ``retry_pattern_list: null`` retries.
+#: What ``retry_pattern_list: transient`` retries.
 TRANSIENT_KINDS: frozenset[ErrorKind] = frozenset(
     {ErrorKind.ENVIRONMENT, ErrorKind.TRANSPORT, ErrorKind.TIMEOUT, ErrorKind.RATE_LIMIT}
 )
+#: Kinds a component may state for an error result it returns (``metadata["error_kind"]``):
+#: a model harness knows its endpoint answered 429. Never ``environment``: a returned
+#: result is not an infrastructure fault; only the runtime's own calls are.
+DECLARABLE_KINDS: frozenset[ErrorKind] = frozenset(
+    {ErrorKind.TRANSPORT, ErrorKind.TIMEOUT, ErrorKind.RATE_LIMIT, ErrorKind.PERMANENT}
+)
+#: Stages in which the agent (or what it left behind) takes part: a timeout there is its doing as
+#: much as anyone's. Environment and preparation run before the agent in every try.
+AGENT_STAGES: frozenset[Stage] = frozenset({Stage.INFERENCE, Stage.INFERENCE_RESULT, Stage.ARTIFACTS, Stage.EVALUATION})
 
 # Exception classes (by name, anywhere in the MRO: SDKs are imported lazily, if at all).
 _PROGRAMMING = frozenset(
@@ -111,10 +143,9 @@ _PROGRAMMING = frozenset(
         "PolicyError",
         "ConfigError",
         "TaskIdError",
-        "UserBaseException",
-        "UserExit",
     }
 )
+_EXIT = frozenset({"UserBaseException", "UserExit"})
 _RATE_LIMIT = frozenset({"RateLimitError", "TooManyRequests"})
 _TIMEOUT = frozenset({"APITimeoutError", "ReadTimeout", "ConnectTimeout", "TimeoutException", "PoolTimeout"})
 _TRANSPORT = frozenset(
@@ -132,42 +163,53 @@ _TRANSPORT = frozenset(
 )
 _TRANSPORT_MODULES = frozenset({"httpx", "httpcore", "aiohttp", "urllib3", "requests", "websockets"})
 
-# Error text of results that come back as errors (no exception to look at).
-_TEXT_RULES: tuple[tuple[re.Pattern[str], ErrorKind], ...] = (
-    (re.compile(r"\b429\b|rate.?limit|too many requests|overloaded", re.I), ErrorKind.RATE_LIMIT),
-    (re.compile(r"timed? ?out\b|\btimeout\b", re.I), ErrorKind.TIMEOUT),
-    (
-        re.compile(
-            r"\b50[0234]\b|connection (?:reset|refused|error|aborted|closed)|temporar(?:il)?y unavailable|"
-            r"service unavailable|bad gateway|broken pipe|network is unreachable",
-            re.I,
-        ),
-        ErrorKind.TRANSPORT,
-    ),
-)
 
+def classify(exc: BaseException | None, stage: Stage | None = None) -> ErrorKind:
+    """The kind of a raised failure, from its exception's class (and module) and the stage.
 
-def classify(exc: BaseException | None, text: str = "") -> ErrorKind:
-    """The kind of a failure from its exception (class names, module) or, without one, its text."""
-    if exc is not None:
-        names = {cls.__name__ for cls in type(exc).__mro__}
-        if isinstance(exc, WorkspacePathError) or names & _PROGRAMMING:
-            return ErrorKind.PROGRAMMING
-        if names & _RATE_LIMIT:
-            return ErrorKind.RATE_LIMIT
-        if isinstance(exc, TimeoutError) or names & _TIMEOUT:
-            return ErrorKind.TIMEOUT
-        if isinstance(exc, ConnectionError) or names & _TRANSPORT:
-            return ErrorKind.TRANSPORT
-        module = type(exc).__module__.split(".", 1)[0]
-        if isinstance(exc, SessionError) or module == "docker":
-            return ErrorKind.ENVIRONMENT
-        if module in _TRANSPORT_MODULES:
-            return ErrorKind.TRANSPORT
-    for pattern, kind in _TEXT_RULES:
-        if pattern.search(text):
-            return kind
+    There is no text to look at on purpose (see :class:`ErrorKind`). A
+    :class:`SessionError` or a Docker SDK error raised inside a benchmark's or
+    harness's own code is ``other``: a file the agent broke or a container it
+    killed raises those too. Only the runtime's own Environment calls (which
+    pass ``environment`` themselves) and :class:`EnvironmentLost` are
+    ``environment``.
+    """
+    if exc is None:
+        return ErrorKind.OTHER
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & _EXIT:
+        return ErrorKind.EXIT
+    if isinstance(exc, WorkspacePathError) or names & _PROGRAMMING:
+        return ErrorKind.PROGRAMMING
+    if isinstance(exc, EnvironmentLost):
+        return ErrorKind.ENVIRONMENT
+    if names & _RATE_LIMIT:
+        return ErrorKind.RATE_LIMIT
+    if names & _TIMEOUT:
+        return ErrorKind.TIMEOUT
+    if isinstance(exc, TimeoutError):  # asyncio's, or one of the component's own waits
+        return ErrorKind.STAGE_TIMEOUT if stage in AGENT_STAGES else ErrorKind.TIMEOUT
+    if isinstance(exc, ConnectionError) or names & _TRANSPORT:
+        return ErrorKind.TRANSPORT
+    if type(exc).__module__.split(".", 1)[0] in _TRANSPORT_MODULES:
+        return ErrorKind.TRANSPORT
     return ErrorKind.OTHER
+
+
+def declared_kind(metadata: Mapping[str, Any]) -> ErrorKind:
+    """The kind a component stated for an error result it returned, if it may state it; else ``other``.
+
+    ``retryable: False`` is ``permanent``; ``error_kind`` is taken when it is one of
+    :data:`DECLARABLE_KINDS`.
+    """
+    if metadata.get("retryable") is False:
+        return ErrorKind.PERMANENT
+    value = metadata.get("error_kind")
+    try:
+        kind = ErrorKind(value) if isinstance(value, str) else ErrorKind.OTHER
+    except ValueError:
+        return ErrorKind.OTHER
+    return kind if kind in DECLARABLE_KINDS else ErrorKind.OTHER
 
 
 class StageFailure(Exception):
@@ -175,7 +217,9 @@ class StageFailure(Exception):
 
     :param error: The error text matched against ``retry_pattern_list``.
     :param trace: A trimmed traceback, kept in the terminal result.
-    :param kind: Decided by :func:`classify` from ``cause`` and ``error`` unless given.
+    :param payload: The error :class:`RunResult` a stage returned, if it returned one.
+    :param kind: Decided by :func:`classify` from ``cause`` (or, for a returned
+        error result, by :func:`declared_kind`) unless given.
     """
 
     def __init__(
@@ -193,34 +237,56 @@ class StageFailure(Exception):
         self.error = error
         self.trace = trace
         self.payload = payload
-        self.kind = kind or classify(cause, error)
+        if kind is None:
+            metadata = getattr(payload, "metadata", None)
+            kind = declared_kind(metadata) if cause is None and isinstance(metadata, Mapping) else None
+        self.kind = kind or classify(cause, stage)
+
+
+#: ``retry_pattern_list: transient``: retry the :data:`TRANSIENT_KINDS`, nothing else.
+TRANSIENT = "transient"
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
     """Which failures may retry, as data.
 
-    :param patterns: ``None``: failures of a kind in ``kinds`` retry (the
-        transient ones by default); a list: failures whose error text matches
-        one of the regular expressions retry, whatever their kind; ``[]``: none.
+    :param patterns: ``None`` (the spec's default): any failure with an error
+        text retries; a tuple: failures whose error text matches one of the
+        regular expressions; ``()``: none.
+    :param kinds: Set by the transient policy: failures of these kinds retry,
+        and ``patterns`` is not used.
     """
 
     max_retries: int = 0
     patterns: tuple[str, ...] | None = None
-    kinds: frozenset[ErrorKind] = TRANSIENT_KINDS
+    kinds: frozenset[ErrorKind] | None = None
     backoff_seconds: float = 0.0
 
     @classmethod
-    def of(cls, max_retries: int, patterns: Sequence[str] | None, backoff_seconds: float = 0.0) -> RetryPolicy:
+    def of(cls, max_retries: int, patterns: Sequence[str] | str | None, backoff_seconds: float = 0.0) -> RetryPolicy:
+        """The policy of ``execution.max_retries`` / ``retry_pattern_list`` (``None``, a list or ``"transient"``)."""
+        if patterns == TRANSIENT:
+            return cls(max_retries, None, TRANSIENT_KINDS, backoff_seconds)
+        if isinstance(patterns, str):
+            raise ValueError(f"retry_pattern_list: {patterns!r} is not a policy (null, a list, or {TRANSIENT!r})")
         return cls(max_retries, None if patterns is None else tuple(patterns), backoff_seconds=backoff_seconds)
 
 
 def should_retry(policy: RetryPolicy, failure: StageFailure, used: int) -> str | None:
-    """The one retry decision: why ``failure`` retries (a pattern, or ``kind:<kind>``), or ``None``."""
-    if used >= policy.max_retries or not failure.error:
+    """The one retry decision: why ``failure`` retries, or ``None``.
+
+    The reason is the matching pattern, ``kind:<kind>`` (the transient policy)
+    or ``any`` (``retry_pattern_list: null``). A ``sys.exit()`` never retries;
+    a failure whose source says no retry can fix it (``permanent``) retries
+    only when an explicit pattern names it.
+    """
+    if used >= policy.max_retries or not failure.error or failure.kind is ErrorKind.EXIT:
         return None
-    if policy.patterns is None:
+    if policy.kinds is not None:
         return f"kind:{failure.kind.value}" if failure.kind in policy.kinds else None
+    if policy.patterns is None:
+        return None if failure.kind is ErrorKind.PERMANENT else "any"
     for pattern in policy.patterns:
         if re.search(pattern, failure.error):
             return pattern

@@ -17,6 +17,7 @@ from ..models.usage import sum_usage
 from ..types import RunResult, RunStatus, TaskSpec
 from .attempt import AttemptRecord, AttemptRunner
 from .context import RequestContext
+from .integrity import INTEGRITY_KEY, enforce, merge_attempts
 from .planner import BenchmarkPlanError
 from .strategies import AttemptScheduler
 from .traces import format_trace
@@ -64,8 +65,8 @@ class TaskOutcome:
             return  # no detail to read the result back from: keep it whole
         result = self.result
         # attempt_scores stays: the default aggregation needs nothing else;
-        # usage (a few counts) feeds the request's token totals.
-        kept = {k: result.metadata[k] for k in ("attempt_scores", "usage") if k in result.metadata}
+        # usage (a few counts) feeds the request's token totals; integrity findings are reported.
+        kept = {k: result.metadata[k] for k in ("attempt_scores", "usage", INTEGRITY_KEY) if k in result.metadata}
         self.result = RunResult(
             result.task_id,
             score=result.score,
@@ -118,6 +119,8 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
         if execution.attempts.k > 1:
             ctx.store.save_checkpoint(task.task_id, index, fingerprint, record.result)
     result = _task_usage(scheduler.combine(), scheduler.done, records)
+    # Findings of every attempt stay with the task; ``strict`` makes them its error.
+    result = enforce(merge_attempts(result, scheduler.done), execution.integrity)
     try:
         # bytes (a binary artifact) become files of the run; the detail records their paths.
         result = ctx.store.externalize_bytes(task.task_id, result)

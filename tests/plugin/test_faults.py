@@ -116,7 +116,11 @@ def test_a_plain_string_status_is_accepted(pytester: pytest.Pytester, status: st
     body = ANSWERS.replace('output="x")', f'status="{status}", error="quota exceeded")')
     result = run(pytester, [bench_request(pytester, body)])
     result.assert_outcomes(errors=3)
-    result.stdout.fnmatch_lines([f"{status} in the inference_result stage: quota exceeded"])
+    # An infrastructure fault is the runtime's word: a component claiming one is recorded as its stage's error.
+    result.stdout.fnmatch_lines(["inference_error in the inference_result stage: quota exceeded"])
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    metadata = json.loads((run_dir / "details/t0.json").read_text())["metadata"]
+    assert metadata.get("returned_status") == (None if status == "inference_error" else status)
 
 
 def test_an_unknown_status_names_the_valid_ones(pytester: pytest.Pytester) -> None:

@@ -134,7 +134,7 @@ def test_terminal_summary_per_request(pytester: pytest.Pytester, trace: Path) ->
         [
             "*= agentcompass =*",
             "mix: 3 tasks, 1 passed, 1 failed, 1 errors",
-            "  metrics: tasks=3, scored=2, errors=1, passed=1, k=1, mean_score=0.5, pass@1=0.3333",
+            "  metrics: tasks=3, scored=2, errors=1, passed=1, k=1, mean_score=0.3333, pass@1=0.3333",
             "  run directory: *runs/mix/*",
         ]
     )

@@ -166,3 +166,41 @@ def test_unwritable_baseline_path_is_one_message_keeps_the_results_and_fails_the
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["agentcompass: cannot write baseline *file/base.json: File exists"])
     assert "Traceback" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"format": "other"}', "[]"])
+def test_saving_over_a_file_that_is_no_baseline_keeps_it_and_fails_the_run(
+    pytester: pytest.Pytester, trace: Path, content: str
+) -> None:
+    # It was replaced in silence: whatever the file held (another request's entries) was lost.
+    write_config(pytester, [tracing_request("a", trace, n=2)])
+    (pytester.path / "base.json").write_text(content)
+    result = pytester.runpytest_subprocess(RUN, "--agentcompass-save-baseline=base.json")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["agentcompass: *base.json*; not overwritten (move it away or delete it to start over)"]
+    )
+    assert (pytester.path / "base.json").read_text() == content
+
+
+def test_saving_into_a_missing_folder_creates_it(pytester: pytest.Pytester, trace: Path) -> None:
+    write_config(pytester, [tracing_request("a", trace, n=1)])
+    result = pytester.runpytest(RUN, "--agentcompass-save-baseline=ci/baselines/base.json")
+    assert result.ret == pytest.ExitCode.OK
+    data = json.loads((pytester.path / "ci/baselines/base.json").read_text())
+    assert set(data["requests"]["a"]["tasks"]) == {"t0"}
+
+
+@pytest.mark.parametrize("quiet", ["-q", "-qq"])
+def test_messages_start_on_a_line_of_their_own_under_quiet(pytester: pytest.Pytester, trace: Path, quiet: str) -> None:
+    # "[100%]agentcompass: baseline written ..." ran onto pytest's progress line.
+    write_config(pytester, [tracing_request("a", trace, n=2)])
+    result = pytester.runpytest_subprocess(
+        RUN, quiet, "--agentcompass-save-baseline=base.json", "--agentcompass-html=page.html"
+    )
+    assert result.ret == pytest.ExitCode.OK
+    lines = result.stdout.lines
+    for message in ("agentcompass: baseline written to", "agentcompass: HTML report written to"):
+        assert any(line.startswith(message) for line in lines), lines
+        assert not any(message in line and not line.startswith(message) for line in lines), lines

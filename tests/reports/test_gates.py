@@ -61,7 +61,7 @@ def test_gates_select_with_k_and_skip_without_tasks(pytester: pytest.Pytester, t
     gated(pytester, trace, {"pass@1": 0.7}, wrong=[])
     result = pytester.runpytest(RUN, "-k", "gates", "-rs")
     result.assert_outcomes(skipped=1, deselected=4)
-    result.stdout.fnmatch_lines(["*request 'a': no task ran in this session*"])
+    result.stdout.fnmatch_lines(["*request 'a': nothing to judge: no task of it ran in this session*"])
 
 
 def test_unknown_metric_is_a_config_error_with_file_and_line(pytester: pytest.Pytester, trace: Path) -> None:

@@ -137,7 +137,9 @@ class TracingBenchmark(_Tracing, HarnessFreeBenchmark):
         if _should_fail(self.params["trace"], faults, "connection", task.task_id):
             raise ConnectionResetError("injected connection reset")
         if _should_fail(self.params["trace"], self.params.get("error_result") or {}, "run", task.task_id):
-            return RunResult(task_id=task.task_id, status=RunStatus.INFERENCE_ERROR, error="rate limited (429)")
+            text = self.params.get("error_text", "rate limited (429)")  # what an agent could have printed
+            status = self.params.get("error_status", RunStatus.INFERENCE_ERROR)
+            return RunResult(task_id=task.task_id, status=status, error=text)
         answer = task.question.upper() if task.task_id not in self.params["wrong"] else "nope"
         await env.write_text("answer.txt", answer)
         return RunResult(task_id=task.task_id, output=answer)

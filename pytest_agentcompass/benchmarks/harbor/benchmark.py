@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field
 
-from ...benchmark import BaseBenchmark
+from ...benchmark import BaseBenchmark, MeanOf
 from ...config import ConfigPath, ParamsModel
 from ...errors import ComponentError
 from ...types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
@@ -271,14 +271,12 @@ class HarborBenchmark(BaseBenchmark):
     # -- request end -----------------------------------------------------
     def aggregate_metrics(self, results: Sequence[RunResult], req: RunRequest) -> dict[str, Any]:
         metrics = super().aggregate_metrics(results, req)
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
+        means: dict[str, MeanOf] = {}
         for r in results:
             for key, value in (r.metadata.get("rewards") or {}).items():
-                sums[key] = sums.get(key, 0.0) + float(value)
-                counts[key] = counts.get(key, 0) + 1
-        if sums:
-            metrics["rewards"] = {key: sums[key] / counts[key] for key in sorted(sums)}
+                means.setdefault(key, MeanOf()).add(float(value))
+        if means:  # MeanOf: two rewards of 1e308 must not make the mean inf (then dropped as no number)
+            metrics["rewards"] = {key: means[key].value() for key in sorted(means)}
         if any((self._parsed.get(r.task_id) or _NO_TASK).storage_mb for r in results):
             # Said once per request, not per task: no provider here sets a disk quota
             # (Docker can only on overlay2 over xfs with project quotas).

@@ -9,7 +9,8 @@
   var body = document.querySelector("#tasks tbody"), shown = document.getElementById("shown");
   var inputs = {
     q: document.getElementById("f-q"), state: document.getElementById("f-state"),
-    request: document.getElementById("f-request"), change: document.getElementById("f-change")
+    request: document.getElementById("f-request"), change: document.getElementById("f-change"),
+    integrity: document.getElementById("f-integrity")
   };
   var sort = {col: null, dir: 1}, more = document.getElementById("more");
   var observer = new IntersectionObserver(function (entries) {
@@ -36,6 +37,7 @@
       if (col === "state") cls = r[c];
       else if (col === "error") cls = "err";
       else if (col === "change") cls = "change-" + String(r[c]).replace(/ /g, "-");
+      else if (col === "integrity" && r[c]) cls = "flagged";
       out += "<td" + (cls ? ' class="' + cls + '"' : "") + (col === "error" ? ' title="' + esc(v) + '"' : "") + ">" + esc(v) + "</td>";
     }
     return out + "</tr>";
@@ -45,6 +47,7 @@
     if (inputs.state.value && r[C.state] !== inputs.state.value) return false;
     if (inputs.request.value !== "" && String(r[C.request]) !== inputs.request.value) return false;
     if (inputs.change && inputs.change.value && r[C.change] !== inputs.change.value) return false;
+    if (inputs.integrity && inputs.integrity.value && !r[C.integrity] !== (inputs.integrity.value === "clean")) return false;
     if (q) {
       var hay = (r[C.task] + " " + (r[C.category] || "") + " " + (r[C.error] || "")).toLowerCase();
       if (hay.indexOf(q) < 0) return false;
@@ -95,6 +98,7 @@
     var d = DETAILS[i], out = "";
     if (d.omitted) out += "<p>" + esc(d.omitted) + "</p>";
     if (d.detail) out += '<p><a href="' + esc(d.detail) + '">detail record (JSON)</a></p>';
+    if (d.integrity && d.integrity.length) out += section("Integrity findings", pre(d.integrity.join("\n")));
     out += section("Output", pre(d.output));
     out += section("Error", pre(d.error));
     out += section("Trace", pre(d.trace));

@@ -112,6 +112,15 @@ def _segment(key: Any) -> str:
     return text[:100]
 
 
+#: The file that keeps pytest out of a run directory (see :meth:`RunStore.keep_from_collection`).
+COLLECTION_MARKER = "pyvenv.cfg"
+MARKER_TEXT = (
+    "# Not a virtual environment: this run directory of pytest-agentcompass holds files an agent\n"
+    "# under test wrote. pytest skips any folder holding a pyvenv.cfg (unless --collect-in-virtualenv\n"
+    "# is given), so a later plain `pytest` never collects or imports them.\n"
+)
+
+
 class RunStore:
     """Reads and writes one run directory."""
 
@@ -211,6 +220,20 @@ class RunStore:
         """
         self._write_text(path, self._encode(data, pretty))
         return path
+
+    def keep_from_collection(self) -> None:
+        """Write the marker that makes pytest skip this run directory: a ``pyvenv.cfg``.
+
+        pytest does not collect inside a virtual environment, which it knows by
+        this file (pytest >= 8.3), whatever ``norecursedirs`` says and with no
+        plugin loaded: what an agent left in the run (a ``conftest.py``, a
+        ``test_*.py`` among its logs) never runs on the host on a later plain
+        ``pytest``. The marker sits at the run's top, where no copy of an
+        agent's files lands, so no agent can replace or remove it.
+        """
+        path = self.run_dir / COLLECTION_MARKER
+        if not path.is_file():
+            self._write_text(path, MARKER_TEXT)
 
     def close(self) -> None:
         """Close the plans file; a plan recorded later (an attempt that outlived its run) is dropped. Idempotent."""

@@ -179,7 +179,9 @@ def claim_run_dir(run_dir: Path, request: str, fingerprint: str, *, shared: bool
         _remove_dead_staging(run_dir.parent)
         staging = run_dir.parent / f".{run_dir.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp"
         staging.mkdir()
-        RunStore(staging).write_run_info(
+        store = RunStore(staging)
+        store.keep_from_collection()  # before anything an agent writes can land in it
+        store.write_run_info(
             {
                 "run_id": run_dir.name,
                 "request": request,
@@ -194,6 +196,7 @@ def claim_run_dir(run_dir: Path, request: str, fingerprint: str, *, shared: bool
             shutil.rmtree(staging, ignore_errors=True)
     if not shared and not _take_lock(run_dir):
         raise AgentCompassError(f"run directory {run_dir} is in use by another live process (see {LOCK_FILE})")
+    RunStore(run_dir).keep_from_collection()  # a run made before the marker existed, resumed
 
 
 def _remove_dead_staging(request_dir: Path) -> None:

@@ -119,9 +119,10 @@ def test_variable_defaults_apply_when_unset_and_are_no_secret(tmp_path: Path) ->
 
 def test_an_unset_variable_without_default_names_its_line(tmp_path: Path) -> None:
     text = GOOD + "    reuse: '${RUN_TO_REUSE}'\n    harness: {id: '${HARNESS:-none}'}\n"
+    path = write(tmp_path, text)
     with pytest.raises(ConfigError) as info:
-        load_config(write(tmp_path, text), environ={})
-    assert str(info.value) == f"{tmp_path / 'c.yaml'}:4: requests[0].reuse: environment variable RUN_TO_REUSE is not set"
+        load_config(path, environ={})
+    assert str(info.value) == f"{path}:4: requests[0].reuse: environment variable RUN_TO_REUSE is not set"
 
 
 def test_a_typo_in_model_params_is_a_config_error(tmp_path: Path) -> None:

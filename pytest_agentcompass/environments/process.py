@@ -6,7 +6,10 @@ command returns as soon as its first process exits, with that process's exit
 code; everything else it started is killed then, on timeout, on cancel, on
 :meth:`ExecControls.kill_all` (a session's close), and when pytest dies.
 
-Every command also carries ``AGENTCOMPASS_RUN=<run id>`` in its environment:
+A command's environment is built, never inherited: :func:`host_environment`
+gives it the few host variables programs need to run (``PATH``, the locale,
+...) and the ones a config names, never the rest of pytest's (API keys, CI
+tokens). Every command also carries ``AGENTCOMPASS_RUN=<run id>`` in its environment:
 if pytest *and* the reapers were killed (``kill -9`` of the process group),
 :func:`kill_marked` finds what is left by that marker when the run is resumed.
 And a token of its own, ``AGENTCOMPASS_EXEC``: a command that kills or stops
@@ -17,8 +20,11 @@ so then the caller does, by that token (see :class:`_Reaped`).
 from __future__ import annotations
 
 import asyncio
+import fnmatch
+import functools
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -32,12 +38,14 @@ from pathlib import Path
 from ._reaper import _HEADER, children_of
 
 __all__ = [
+    "BASE_VARIABLES",
     "DEFAULT_OUTPUT_LIMIT",
     "EXEC_MARKER",
     "MARKER",
     "Completed",
     "ExecControls",
     "descendants",
+    "host_environment",
     "kill_marked",
     "run_reaped",
     "shutdown_reaper",
@@ -54,6 +62,23 @@ _CHUNK = 64 * 1024
 _KILL_WAIT = 10.0
 #: How often a reaper that has not answered yet is checked for being stopped meanwhile.
 _STOPPED_CHECK = 0.25
+
+
+#: Host variables every command sees: what programs need to find tools, read text and tell
+#: the time, none of what a CI job keeps in its environment for itself (keys, tokens).
+BASE_VARIABLES = ("PATH", "LANG", "LANGUAGE", "LC_*", "TZ", "TERM", "USER", "LOGNAME", "SHELL", "TMPDIR")
+
+
+@functools.lru_cache(maxsize=16)
+def _names(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(fnmatch.translate(p) for p in (*BASE_VARIABLES, *patterns)))
+
+
+def host_environment(passed: Sequence[str] = ()) -> dict[str, str]:
+    """The variables of this process a command may see: :data:`BASE_VARIABLES` and the
+    names or shell-style patterns in ``passed`` (``["PYTHONPATH", "CUDA_*"]``); nothing else."""
+    wanted = _names(tuple(passed))
+    return {name: value for name, value in os.environ.items() if wanted.fullmatch(name)}
 
 
 def descendants(pid: int) -> list[int]:

@@ -199,12 +199,14 @@ class LocalSession(EnvironmentSession):
             return ExecResult(exit_code=127, stderr=f"cannot run {argv[0]!r}: {exc.strerror}")
         return ExecResult(
             exit_code=done.returncode,
-            stdout=done.stdout.decode("utf-8", "replace"),
-            stderr=done.stderr.decode("utf-8", "replace"),
+            stdout=done.stdout,
+            stderr=done.stderr,
             timed_out=done.timed_out,
             stdout_truncated=done.stdout_truncated,
             stderr_truncated=done.stderr_truncated,
             duration=time.monotonic() - started,
+            stdout_omitted=done.stdout_omitted,
+            stderr_omitted=done.stderr_omitted,
         )
 
     async def close(self) -> None:

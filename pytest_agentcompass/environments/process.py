@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._reaper import _HEADER, children_of
+from .capture import StreamCapture
 
 __all__ = [
     "BASE_VARIABLES",
@@ -295,9 +296,8 @@ class _Drain:
     """Reads a pipe on the loop into a capped buffer until end of file."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, limit: int) -> None:
-        self.loop, self.fd, self.limit = loop, fd, limit
-        self.kept = bytearray()
-        self.cut = False
+        self.loop, self.fd = loop, fd
+        self.capture = StreamCapture(limit)
         self.done: asyncio.Future[None] = loop.create_future()
         os.set_blocking(fd, False)
         loop.add_reader(fd, self._readable)
@@ -310,10 +310,7 @@ class _Drain:
         except OSError:
             chunk = b""
         if chunk:
-            room = self.limit - len(self.kept)
-            if room > 0:
-                self.kept += chunk[:room]
-            self.cut = self.cut or len(chunk) > room
+            self.capture.add(chunk)
             return
         self.close()
 
@@ -329,11 +326,14 @@ class _Drain:
 @dataclass(frozen=True)
 class Completed:
     returncode: int
-    stdout: bytes
-    stderr: bytes
+    stdout: str
+    stderr: str
     stdout_truncated: bool
     stderr_truncated: bool
     timed_out: bool
+    #: Characters dropped past the output limit.
+    stdout_omitted: int = 0
+    stderr_omitted: int = 0
 
 
 async def run_reaped(
@@ -374,7 +374,7 @@ async def run_reaped(
 
     def on_status(_: object) -> None:
         if not reported.done():
-            reported.set_result(_parse(status.kept))
+            reported.set_result(_parse(status.capture.kept))
 
     status.done.add_done_callback(on_status)
     command = _Reaped(control, token, reported)
@@ -406,13 +406,16 @@ async def run_reaped(
     report = reported.result() if reported.done() else {}
     if "errno" in report:
         raise OSError(report["errno"], os.strerror(report["errno"]))
+    stdout, stderr = out.capture.text(), err.capture.text()
     return Completed(
         returncode=int(report.get("returncode", -signal.SIGKILL)),
-        stdout=bytes(out.kept),
-        stderr=bytes(err.kept),
-        stdout_truncated=out.cut,
-        stderr_truncated=err.cut,
+        stdout=stdout,
+        stderr=stderr,
+        stdout_truncated=out.capture.cut,
+        stderr_truncated=err.capture.cut,
         timed_out=timed_out,
+        stdout_omitted=out.capture.omitted,
+        stderr_omitted=err.capture.omitted,
     )
 
 

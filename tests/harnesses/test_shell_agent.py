@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -126,6 +127,32 @@ def test_long_output_is_cut_in_the_middle_and_slow_commands_are_killed(
     events = trajectory(pytester, detail(pytester))["events"]
     results = [e for e in events if e["type"] == "tool_result"]
     assert results[0]["truncated"] is True and results[1]["timed_out"] is True
+
+
+def test_the_omitted_count_is_exact_also_past_the_environment_limit(
+    pytester: pytest.Pytester, server: ScriptedServer
+) -> None:
+    # 300,001 bytes of "é\n" (2 bytes + 1; the last one half a character): the Environment keeps
+    # 100,000 bytes and cuts a character in two; the agent keeps 1,000 characters of the rest.
+    server.push(tool_call("echo START; yes é | head -c 300001; echo ERR >&2"), tool_call("printf hi > hello.txt"))
+    server.push(answer("done"))
+    environment = {"id": "local", "params": {"output_limit": 100_000}}
+    write_agent_config(pytester, server, params={"output_limit": 1000}, environment=environment)
+    pytester.runpytest(*RUN).assert_outcomes(passed=1)
+    shown = [m["content"] for m in server.bodies()[-1]["messages"] if m["role"] == "tool"][0]
+    stdout = "START\n" + "é\n" * 100_000 + "\N{REPLACEMENT CHARACTER}"  # the command's output, decoded
+    full = f"exit code: 0\nstdout:\n{stdout}\nstderr:\nERR\n"
+    parts = re.split(r"\n\[\.\.\. (\d+) characters omitted \.\.\.\]\n", shown)
+    assert len(parts) == 5  # the agent's cut in the middle, the Environment's at the end of stdout
+    position = 0  # every shown piece sits where it is in the full output, every count is its gap
+    for index, part in enumerate(parts):
+        if index % 2:
+            position += int(part)
+        else:
+            assert full[position : position + len(part)] == part
+            position += len(part)
+    assert position == len(full)
+    assert shown.startswith("exit code: 0\nstdout:\nSTART\n") and shown.endswith("stderr:\nERR\n")
 
 
 def test_run_timeout_stops_the_agent_and_the_task_is_still_evaluated(

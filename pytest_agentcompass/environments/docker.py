@@ -38,11 +38,11 @@ from ..config import ParamsModel
 from ..errors import SessionError
 from ..types import ExecResult, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
+from .capture import StreamCapture
 from .docker_engine import Engine, EngineParams, check_engines, docker_sdk, engine_list, engine_urls_as_mappings
 from .docker_exec import DRAIN_GRACE, INIT, ExecStream, exec_output, kill_exec
 from .docker_files import get_tree, put_tree
 from .docker_images import choose_image
-from .capture import StreamCapture
 from .docker_pool import EnginePool
 from .process import DEFAULT_OUTPUT_LIMIT, EXEC_MARKER
 

@@ -139,7 +139,7 @@ def test_the_omitted_count_is_exact_also_past_the_environment_limit(
     environment = {"id": "local", "params": {"output_limit": 100_000}}
     write_agent_config(pytester, server, params={"output_limit": 1000}, environment=environment)
     pytester.runpytest(*RUN).assert_outcomes(passed=1)
-    shown = [m["content"] for m in server.bodies()[-1]["messages"] if m["role"] == "tool"][0]
+    shown = next(m["content"] for m in server.bodies()[-1]["messages"] if m["role"] == "tool")
     stdout = "START\n" + "é\n" * 100_000 + "\N{REPLACEMENT CHARACTER}"  # the command's output, decoded
     full = f"exit code: 0\nstdout:\n{stdout}\nstderr:\nERR\n"
     parts = re.split(r"\n\[\.\.\. (\d+) characters omitted \.\.\.\]\n", shown)

@@ -12,7 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .client import ChatModel, ChatReply, ModelCallError
+    from .client import ChatModel, ChatReply, MalformedResponseError, ModelCallError
     from .settings import ModelSettings, ResolvedModel, resolve_model
     from .trajectory import Trajectory
     from .usage import Usage, sum_usage
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "ChatModel": ".client",
     "ChatReply": ".client",
+    "MalformedResponseError": ".client",
     "ModelCallError": ".client",
     "ModelSettings": ".settings",
     "ResolvedModel": ".settings",
@@ -32,6 +33,7 @@ _EXPORTS = {
 __all__ = [
     "ChatModel",
     "ChatReply",
+    "MalformedResponseError",
     "ModelCallError",
     "ModelSettings",
     "ResolvedModel",

@@ -9,6 +9,7 @@ the ChatModel calls :meth:`ChatModel.aclose` on that loop before it ends.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -20,7 +21,15 @@ from ..limits import CapacityPermits, capacity_for
 from ..redact import SecretLogFilter, add_runtime_secret
 from .settings import ResolvedModel
 
-__all__ = ["ChatModel", "ChatReply", "ModelCallError", "ToolCall", "guard_secrets", "require_openai"]
+__all__ = [
+    "ChatModel",
+    "ChatReply",
+    "MalformedResponseError",
+    "ModelCallError",
+    "ToolCall",
+    "guard_secrets",
+    "require_openai",
+]
 
 #: HTTP statuses that no retry can fix: the key or its permissions are wrong.
 PERMANENT_STATUSES = frozenset({401, 403})
@@ -62,11 +71,23 @@ class ModelCallError(Exception):
     ``retry_pattern_list`` entries such as ``RateLimitError`` or ``429`` match.
     """
 
-    def __init__(self, message: str, *, status: int | None = None, retryable: bool = True) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, retryable: bool = True, error_type: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.retryable = retryable
+        #: The class of the failure: the client's (``RateLimitError``, ``APIConnectionError``, ...) or
+        #: this one's own. A harness records it with its result (``metadata.error_type``), where
+        #: retry policies can see it without reading the message.
+        self.error_type = error_type or type(self).__name__
+
+
+class MalformedResponseError(ModelCallError):
+    """The endpoint answered, but not with a chat completion: a body that is not JSON, or JSON
+    of another shape (a proxy's page, a truncated or garbled answer). The server's fault, as a
+    connection error would be: a retry may get a good answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +170,14 @@ class ChatModel:
                 )
             except openai.OpenAIError as exc:
                 raise self._describe(exc) from None
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # the client parsed a 2xx body
+                body = exc.doc if isinstance(exc, json.JSONDecodeError) else exc.object
+                raise self._malformed(f"is not JSON ({_reason(exc)})", body) from None
             latency = time.perf_counter() - started
-        return _reply(response, latency)
+        try:
+            return _reply(response, latency)
+        except _Shape as exc:
+            raise self._malformed(f"is not a chat completion ({exc})", response) from None
 
     async def aclose(self) -> None:
         """Close the client of the running loop (idempotent)."""
@@ -159,6 +186,15 @@ class ChatModel:
             await client.close()
 
     # -- errors --------------------------------------------------------------
+    def _malformed(self, problem: str, body: Any) -> MalformedResponseError:
+        """One line naming the endpoint, what is wrong and how the answer began."""
+        start = body if isinstance(body, str | bytes) else _shown(body)
+        text = start.decode("utf-8", "replace") if isinstance(start, bytes) else start
+        excerpt = f"; it begins {text[:120]!r}" if text else "; it is empty"
+        return MalformedResponseError(
+            f"MalformedResponseError: the answer of {self.resolved.endpoint} for model {self.name!r} {problem}{excerpt}"
+        )
+
     def _describe(self, exc: Exception) -> ModelCallError:
         import openai
 
@@ -175,15 +211,21 @@ class ChatModel:
                     f"(check model.params.api_key): {detail}",
                     status=status,
                     retryable=False,
+                    error_type=name,
                 )
-            return ModelCallError(f"{name} (HTTP {status}) from {endpoint}{after}: {detail}", status=status)
+            return ModelCallError(
+                f"{name} (HTTP {status}) from {endpoint}{after}: {detail}", status=status, error_type=name
+            )
         if isinstance(exc, openai.APITimeoutError):
             timeout = self.resolved.settings.timeout
-            return ModelCallError(f"{name}: no answer from {endpoint} within {timeout:g}s{after}")
+            return ModelCallError(f"{name}: no answer from {endpoint} within {timeout:g}s{after}", error_type=name)
         if isinstance(exc, openai.APIConnectionError):
             cause = exc.__cause__ or exc
-            return ModelCallError(f"{name}: cannot reach {endpoint}{after}: {type(cause).__name__}: {cause}")
-        return ModelCallError(f"{name}: {exc}")
+            message = f"{name}: cannot reach {endpoint}{after}: {type(cause).__name__}: {cause}"
+            return ModelCallError(message, error_type=name)
+        if isinstance(exc, openai.APIResponseValidationError):  # strict validation, or no JSON where JSON was due
+            return self._malformed(f"is not a chat completion ({exc.message})", getattr(exc, "body", None))
+        return ModelCallError(f"{name} from {endpoint}: {exc}", error_type=name)
 
 
 def _detail(exc: Any) -> str:
@@ -197,33 +239,95 @@ def _detail(exc: Any) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
+class _Shape(Exception):
+    """What makes a parsed answer no chat completion (said by :meth:`ChatModel._malformed`)."""
+
+
+def _reason(exc: ValueError) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at character {exc.pos}"
+    return str(exc)
+
+
+def _shown(value: Any) -> str:
+    """A parsed answer as text again, for the excerpt of a malformed one."""
+    if hasattr(value, "model_dump"):
+        value = value.model_dump(mode="json", exclude_unset=True, warnings=False)
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _field(value: Any, name: str, where: str) -> Any:
+    """``value.name``, whatever the client made of the JSON (an object, or a dict it did not convert)."""
+    if isinstance(value, Mapping):
+        return value.get(name)
+    if isinstance(value, str | bytes | int | float | list | tuple) or value is None:
+        raise _Shape(f"{where} is {_kind(value)}, not an object")
+    return getattr(value, name, None)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "missing"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
 def _reply(response: Any, latency: float) -> ChatReply:
-    choices = getattr(response, "choices", None) or []
-    if not choices:
-        raise ModelCallError("APIResponseValidationError: the endpoint returned no choices")
+    """The reply in ``response``; :raises _Shape: when it is no chat completion."""
+    if isinstance(response, str | bytes):
+        raise _Shape("it is text, not JSON")  # the client returns a body it cannot parse as it is
+    choices = _field(response, "choices", "the answer")
+    if not isinstance(choices, list | tuple) or not choices:
+        raise _Shape(f"choices is {_kind(choices) if choices != [] else 'empty'}, not a list of choices")
     choice = choices[0]
-    message = choice.message
-    calls = []
-    for call in getattr(message, "tool_calls", None) or []:
-        function = getattr(call, "function", None)
-        if function is None:
-            continue  # a non-function tool type: the agent offered none
-        calls.append(ToolCall(id=str(call.id), name=str(function.name), arguments=str(function.arguments or "")))
-    usage = getattr(response, "usage", None)
-    counts = None
-    if usage is not None:
-        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion = int(getattr(usage, "completion_tokens", 0) or 0)
-        total = getattr(usage, "total_tokens", None)
-        counts = {
+    message = _field(choice, "message", "choices[0]")
+    content = _field(message, "content", "choices[0].message")
+    if content is not None and not isinstance(content, str):
+        raise _Shape(f"choices[0].message.content is {_kind(content)}, not text")
+    calls = [_tool_call(call, index) for index, call in enumerate(_list(message, "tool_calls", "choices[0].message"))]
+    finish = _field(choice, "finish_reason", "choices[0]")
+    return ChatReply(
+        content=content,
+        tool_calls=[call for call in calls if call is not None],
+        finish_reason=finish if isinstance(finish, str) else None,
+        usage=_usage(_field(response, "usage", "the answer")),
+        latency=latency,
+    )
+
+
+def _list(value: Any, name: str, where: str) -> list[Any] | tuple[Any, ...]:
+    items = _field(value, name, where) or []
+    if not isinstance(items, list | tuple):
+        raise _Shape(f"{where}.{name} is {_kind(items)}, not a list")
+    return items
+
+
+def _tool_call(call: Any, index: int) -> ToolCall | None:
+    where = f"choices[0].message.tool_calls[{index}]"
+    function = _field(call, "function", where)
+    if function is None:
+        return None  # a non-function tool type: the agent offered none
+    name = _field(function, "name", f"{where}.function")
+    arguments = _field(function, "arguments", f"{where}.function")
+    if not isinstance(name, str) or not isinstance(arguments, str | None):
+        raise _Shape(f"{where}.function has no name, or arguments that are not text")
+    return ToolCall(id=str(_field(call, "id", where)), name=name, arguments=arguments or "")
+
+
+def _usage(usage: Any) -> dict[str, int] | None:
+    if usage is None:
+        return None
+    try:
+        prompt = int(_field(usage, "prompt_tokens", "usage") or 0)
+        completion = int(_field(usage, "completion_tokens", "usage") or 0)
+        total = _field(usage, "total_tokens", "usage")
+        return {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": int(total) if total is not None else prompt + completion,
         }
-    return ChatReply(
-        content=message.content,
-        tool_calls=calls,
-        finish_reason=choice.finish_reason,
-        usage=counts,
-        latency=latency,
-    )
+    except (TypeError, ValueError):
+        raise _Shape("usage holds counts that are not numbers") from None

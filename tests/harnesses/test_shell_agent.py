@@ -13,7 +13,7 @@ from pytest_agentcompass.harnesses.shell_agent import SHELL_TOOL
 from pytest_agentcompass.models.client import ChatModel
 
 from agent_helpers import detail, run_dir, trajectory, write_agent_config
-from openai_server import ScriptedServer, answer, error, scripted_server, slow, tool_call
+from openai_server import ScriptedServer, answer, error, garbage, scripted_server, slow, tool_call
 
 pytest.importorskip("openai")
 RUN = ("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
@@ -180,6 +180,37 @@ def test_rate_limit_is_an_inference_error_a_pattern_can_retry(
     assert len(server.requests) == 2
     record = detail(pytester)
     assert record["retries"] == 1 and record["metadata"]["usage"]["calls"] == 0
+
+
+def test_garbage_from_the_server_is_one_line_naming_it_and_a_pattern_can_retry_it(
+    pytester: pytest.Pytester, server: ScriptedServer
+) -> None:
+    server.push(
+        tool_call("printf hi > hello.txt"), garbage('{"id": "chatcmpl-1", "choi'), garbage("<html>", "text/html")
+    )
+    write_agent_config(pytester, server, execution={"max_retries": 1, "retry_pattern_list": ["MalformedResponseError"]})
+    result = pytester.runpytest(*RUN)
+    result.assert_outcomes(errors=1)
+    endpoint = server.base_url
+    result.stdout.fnmatch_lines(
+        [
+            "inference_error in the inference_result stage: MalformedResponseError: the answer of "
+            f"{endpoint} for model 'test-model' is not a chat completion (it is text, not JSON); it begins '<html>'",
+            "after 1 retry",
+            "detail: *",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str() and "openai/" not in result.stdout.str()
+    record = detail(pytester)
+    assert record["metadata"]["error_type"] == "MalformedResponseError"
+    assert record["metadata"]["error_kind"] != "programming" and record["trace"] is None
+    retried = json.loads(next((run_dir(pytester) / "retry_details/file-0").iterdir()).read_text())
+    assert retried["error"].startswith(
+        f"MalformedResponseError: the answer of {endpoint} for model 'test-model' is not JSON"
+    )
+    # The trajectory of each try is kept, up to the call that failed.
+    failed = trajectory(pytester, record)
+    assert failed["stop_reason"] == "error" and failed["events"][-1]["error"] == record["error"]
 
 
 def test_authentication_error_is_not_retried_by_default(pytester: pytest.Pytester, server: ScriptedServer) -> None:

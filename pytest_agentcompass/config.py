@@ -46,6 +46,9 @@ __all__ = [
     "load_config",
 ]
 
+#: Characters a run directory keeps of one text field of a task's records (``execution.max_stored_chars``).
+MAX_STORED_CHARS = 1_000_000
+
 #: Names used in file names and pytest node ids.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 #: ``${NAME}`` or ``${NAME:-default}``: the default applies when ``NAME`` is not set (as in Harbor's task files).
@@ -161,6 +164,9 @@ class ExecutionSpec(_Model):
     keep_environment: bool = False
     pass_threshold: float = 1.0
     timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
+    #: Characters kept of each text field (an output, a message) in the run directory's
+    #: per-task records: a longer one keeps its head and tail, and the record says so.
+    max_stored_chars: int = Field(default=MAX_STORED_CHARS, ge=100)
 
     @field_validator("retry_pattern_list")
     @classmethod

@@ -65,6 +65,10 @@ def test_missing_required_key_points_at_parent(tmp_path: Path) -> None:
         (GOOD + "    execution: {retry_pattern_list: ['(']}\n", "invalid regular expression '('"),
         (GOOD + "    environment: {evaluation_environment_mode: x}\n", "Input should be 'none', 'reuse' or 'fresh'"),
         (GOOD + "    environment: {capacity: -1}\n", "greater than or equal to 0"),
+        (
+            GOOD + "    execution: {max_stored_chars: 10}\n",
+            "max_stored_chars: Input should be greater than or equal to 100",
+        ),
         ("- just a list\n", "must be a mapping"),
         ("requests: [\n", "invalid YAML"),
     ],

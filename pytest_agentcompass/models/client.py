@@ -13,12 +13,12 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import PreflightError
 from ..limits import CapacityPermits, capacity_for
 from ..redact import SecretLogFilter, add_runtime_secret
+from .reply import ChatReply, ReplyShapeError, ToolCall, parse_reply
 from .settings import ResolvedModel
 
 __all__ = [
@@ -90,34 +90,6 @@ class MalformedResponseError(ModelCallError):
     connection error would be: a retry may get a good answer."""
 
 
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    id: str
-    name: str
-    arguments: str  # JSON text as the model wrote it; may be malformed
-
-    def to_message(self) -> dict[str, Any]:
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
-
-
-@dataclass(slots=True)
-class ChatReply:
-    """The first choice of one chat completion, with its usage and latency."""
-
-    content: str | None
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    finish_reason: str | None = None
-    usage: dict[str, int] | None = None
-    latency: float = 0.0
-
-    def message(self) -> dict[str, Any]:
-        """The assistant message as it goes back into the conversation."""
-        out: dict[str, Any] = {"role": "assistant", "content": self.content}
-        if self.tool_calls:
-            out["tool_calls"] = [call.to_message() for call in self.tool_calls]
-        return out
-
-
 class ChatModel:
     """The model of one request, called through the official async client."""
 
@@ -175,8 +147,8 @@ class ChatModel:
                 raise self._malformed(f"is not JSON ({_reason(exc)})", body) from None
             latency = time.perf_counter() - started
         try:
-            return _reply(response, latency)
-        except _Shape as exc:
+            return parse_reply(response, latency)
+        except ReplyShapeError as exc:
             raise self._malformed(f"is not a chat completion ({exc})", response) from None
 
     async def aclose(self) -> None:
@@ -239,10 +211,6 @@ def _detail(exc: Any) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
-class _Shape(Exception):
-    """What makes a parsed answer no chat completion (said by :meth:`ChatModel._malformed`)."""
-
-
 def _reason(exc: ValueError) -> str:
     if isinstance(exc, json.JSONDecodeError):
         return f"{exc.msg} at character {exc.pos}"
@@ -257,77 +225,3 @@ def _shown(value: Any) -> str:
         return json.dumps(value)
     except (TypeError, ValueError):
         return repr(value)
-
-
-def _field(value: Any, name: str, where: str) -> Any:
-    """``value.name``, whatever the client made of the JSON (an object, or a dict it did not convert)."""
-    if isinstance(value, Mapping):
-        return value.get(name)
-    if isinstance(value, str | bytes | int | float | list | tuple) or value is None:
-        raise _Shape(f"{where} is {_kind(value)}, not an object")
-    return getattr(value, name, None)
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "missing"
-    name = type(value).__name__
-    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
-
-
-def _reply(response: Any, latency: float) -> ChatReply:
-    """The reply in ``response``; :raises _Shape: when it is no chat completion."""
-    if isinstance(response, str | bytes):
-        raise _Shape("it is text, not JSON")  # the client returns a body it cannot parse as it is
-    choices = _field(response, "choices", "the answer")
-    if not isinstance(choices, list | tuple) or not choices:
-        raise _Shape(f"choices is {_kind(choices) if choices != [] else 'empty'}, not a list of choices")
-    choice = choices[0]
-    message = _field(choice, "message", "choices[0]")
-    content = _field(message, "content", "choices[0].message")
-    if content is not None and not isinstance(content, str):
-        raise _Shape(f"choices[0].message.content is {_kind(content)}, not text")
-    calls = [_tool_call(call, index) for index, call in enumerate(_list(message, "tool_calls", "choices[0].message"))]
-    finish = _field(choice, "finish_reason", "choices[0]")
-    return ChatReply(
-        content=content,
-        tool_calls=[call for call in calls if call is not None],
-        finish_reason=finish if isinstance(finish, str) else None,
-        usage=_usage(_field(response, "usage", "the answer")),
-        latency=latency,
-    )
-
-
-def _list(value: Any, name: str, where: str) -> list[Any] | tuple[Any, ...]:
-    items = _field(value, name, where) or []
-    if not isinstance(items, list | tuple):
-        raise _Shape(f"{where}.{name} is {_kind(items)}, not a list")
-    return items
-
-
-def _tool_call(call: Any, index: int) -> ToolCall | None:
-    where = f"choices[0].message.tool_calls[{index}]"
-    function = _field(call, "function", where)
-    if function is None:
-        return None  # a non-function tool type: the agent offered none
-    name = _field(function, "name", f"{where}.function")
-    arguments = _field(function, "arguments", f"{where}.function")
-    if not isinstance(name, str) or not isinstance(arguments, str | None):
-        raise _Shape(f"{where}.function has no name, or arguments that are not text")
-    return ToolCall(id=str(_field(call, "id", where)), name=name, arguments=arguments or "")
-
-
-def _usage(usage: Any) -> dict[str, int] | None:
-    if usage is None:
-        return None
-    try:
-        prompt = int(_field(usage, "prompt_tokens", "usage") or 0)
-        completion = int(_field(usage, "completion_tokens", "usage") or 0)
-        total = _field(usage, "total_tokens", "usage")
-        return {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": int(total) if total is not None else prompt + completion,
-        }
-    except (TypeError, ValueError):
-        raise _Shape("usage holds counts that are not numbers") from None

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agent_helpers import KEY, agent_request, detail, run_dir, write_agent_config
+from agent_helpers import DEADLINES, KEY, agent_request, detail, run_dir, write_agent_config
 from conftest import start_pytest, write_config
 from openai_server import Reply, ScriptedServer, answer, error, scripted_server, slow, tool_call
 
@@ -136,11 +136,16 @@ def test_ctrl_c_aborts_the_call_in_flight_and_closes_the_client(
 
 def test_deadline_aborts_calls_in_flight(pytester: pytest.Pytester, server: ScriptedServer) -> None:
     server.default = lambda body: slow(300)
-    write_agent_config(pytester, server, n=2, timeout_seconds=1.5)
-    result = pytester.runpytest_subprocess(*RUN)
-    result.assert_outcomes(errors=2)
-    result.stdout.fnmatch_lines(["*orchestration timeout of 1.5s reached*"])
-    server.wait_until(lambda: server.aborted == 2)
+    for deadline in DEADLINES:
+        write_agent_config(pytester, server, n=2, timeout_seconds=deadline)
+        result = pytester.runpytest_subprocess(*RUN, "--agentcompass-new-run")
+        result.assert_outcomes(errors=2)
+        result.stdout.fnmatch_lines([f"*orchestration timeout of {deadline}s reached*"])
+        if server.requests:
+            break
+    assert server.requests
+    # Every call in flight at the deadline was abandoned on the wire, none answered.
+    server.wait_until(lambda: server.aborted == len(server.requests))
 
 
 def test_xdist_workers_each_close_their_clients(pytester: pytest.Pytester, server: ScriptedServer) -> None:

@@ -41,12 +41,41 @@ __all__ = [
     "Orchestration",
     "RunRequest",
     "TimeoutsSpec",
+    "VARIABLE",
+    "expand_variables",
     "load_config",
 ]
 
+#: Characters a run directory keeps of one text field of a task's records (``execution.max_stored_chars``).
+MAX_STORED_CHARS = 1_000_000
+
 #: Names used in file names and pytest node ids.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: ``${NAME}`` or ``${NAME:-default}``: the default applies when ``NAME`` is not set (as in Harbor's task files).
+VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_variables(text: str, environ: Mapping[str, str]) -> tuple[str, list[str], list[str]]:
+    """``text`` with every ``${NAME}`` / ``${NAME:-default}`` filled from ``environ``.
+
+    :returns: the text, the values read from ``environ`` (secrets: a default
+        written in the file is none), and the names that are not set and have
+        no default (each left as an empty string).
+    """
+    read: list[str] = []
+    missing: list[str] = []
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in environ:
+            read.append(environ[name])
+            return environ[name]
+        if default is None:
+            missing.append(name)
+            return ""
+        return default
+
+    return VARIABLE.sub(substitute, text), read, missing
 
 
 class _Model(BaseModel):
@@ -140,6 +169,9 @@ class ExecutionSpec(_Model):
     #: What an integrity finding (``RunResult.metadata["integrity"]``) does: ``flag`` reports the
     #: task as flagged and keeps its score; ``strict`` makes it an ``evaluation_error``.
     integrity: Literal["flag", "strict"] = "flag"
+    #: Characters kept of each text field (an output, a message) in the run directory's
+    #: per-task records: a longer one keeps its head and tail, and the record says so.
+    max_stored_chars: int = Field(default=MAX_STORED_CHARS, ge=100)
 
     @field_validator("retry_pattern_list", mode="before")
     @classmethod
@@ -311,7 +343,25 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
         orchestration = Orchestration.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_validation(file, exc, lines)) from None
+    _check_model_params(file, orchestration, lines)
     return LoadedConfig(file, orchestration, frozenset(secrets), frozenset(secret_paths), lines)
+
+
+def _check_model_params(file: Path, orchestration: Orchestration, lines: Mapping[tuple[Any, ...], int]) -> None:
+    """``model.params`` against the endpoint settings, at load like every other key
+    (not at the first model call, after a run directory was made)."""
+    from .models.settings import ModelSettings  # pydantic only; the client loads on first call
+
+    messages: list[str] = []
+    for index, request in enumerate(orchestration.requests):
+        if request.model is None:
+            continue
+        try:
+            ModelSettings.model_validate(request.model.params)
+        except ValidationError as exc:
+            messages += _validation_lines(file, exc, lines, prefix=("requests", index, "model", "params"))
+    if messages:
+        raise ConfigError("invalid agentcompass config:\n" + "\n".join(messages))
 
 
 def format_loc(loc: tuple[Any, ...]) -> str:
@@ -325,15 +375,20 @@ def format_loc(loc: tuple[Any, ...]) -> str:
 def _format_validation(
     file: Path, exc: ValidationError, lines: Mapping[tuple[Any, ...], int], prefix: tuple[Any, ...] = ()
 ) -> str:
-    messages = []
+    return "invalid agentcompass config:\n" + "\n".join(_validation_lines(file, exc, lines, prefix))
+
+
+def _validation_lines(
+    file: Path, exc: ValidationError, lines: Mapping[tuple[Any, ...], int], prefix: tuple[Any, ...] = ()
+) -> list[str]:
+    """One ``file:line: path: message`` per problem, in the file's order."""
+    found = []
     for error in exc.errors():
         loc = prefix + tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         line = _closest_line(loc, lines)
-        msg = error["msg"]
-        if error["type"] == "extra_forbidden":
-            msg = "unknown key"
-        messages.append(f"{file}:{line}: {format_loc(loc)}: {msg}")
-    return "invalid agentcompass config:\n" + "\n".join(messages)
+        msg = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+        found.append((line, f"{file}:{line}: {format_loc(loc)}: {msg}"))
+    return [message for _, message in sorted(found, key=lambda pair: pair[0])]
 
 
 def _closest_line(loc: tuple[Any, ...], lines: Mapping[tuple[Any, ...], int]) -> int:
@@ -385,15 +440,11 @@ def _expand(
         return [_expand(v, (*loc, i), environ, secrets, problems, paths) for i, v in enumerate(value)]
     if not isinstance(value, str) or "${" not in value:
         return value
-    paths.add(loc)
-
-    def substitute(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in environ:
-            problems.append((loc, f"{format_loc(loc)}: environment variable {name} is not set"))
-            return ""
-        if environ[name]:
-            secrets.add(environ[name])
-        return environ[name]
-
-    return _VAR.sub(substitute, value)
+    text, read, missing = expand_variables(value, environ)
+    for name in missing:
+        problems.append((loc, f"{format_loc(loc)}: environment variable {name} is not set"))
+    if read:
+        # Masked whole in the recorded config; a field filled from defaults alone is no secret.
+        paths.add(loc)
+        secrets.update(v for v in read if v)
+    return text

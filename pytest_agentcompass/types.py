@@ -149,7 +149,8 @@ class ExecResult:
     """What ``EnvironmentSession.exec`` returns.
 
     ``stdout``/``stderr`` are cut past the provider's output limit; the
-    ``*_truncated`` flags say when that happened.
+    ``*_truncated`` flags say when that happened, and ``*_omitted`` how many
+    characters of the stream were dropped (``None``: the provider did not count).
     """
 
     exit_code: int
@@ -159,6 +160,8 @@ class ExecResult:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     duration: float = 0.0
+    stdout_omitted: int | None = None
+    stderr_omitted: int | None = None
 
     @property
     def ok(self) -> bool:

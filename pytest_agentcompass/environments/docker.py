@@ -38,6 +38,7 @@ from ..config import ParamsModel
 from ..errors import SessionError
 from ..types import ExecResult, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
+from .capture import StreamCapture
 from .docker_engine import Engine, EngineParams, check_engines, docker_sdk, engine_list, engine_urls_as_mappings
 from .docker_exec import DRAIN_GRACE, INIT, ExecStream, exec_output, kill_exec
 from .docker_files import get_tree, put_tree
@@ -108,8 +109,7 @@ class DockerSession(EnvironmentSession):
         }
         exec_id = ""
         started = time.monotonic()
-        buffers = {"out": bytearray(), "err": bytearray()}
-        cut = {"out": False, "err": False}
+        streams = {"out": StreamCapture(self.output_limit), "err": StreamCapture(self.output_limit)}
 
         def start() -> ExecStream:
             nonlocal exec_id
@@ -122,9 +122,7 @@ class DockerSession(EnvironmentSession):
                 for out, err in stream:
                     for key, chunk in (("out", out), ("err", err)):
                         if chunk:
-                            room = self.output_limit - len(buffers[key])
-                            buffers[key] += chunk[: max(room, 0)]
-                            cut[key] = cut[key] or len(chunk) > room
+                            streams[key].add(chunk)
             except Exception:
                 if not stream.aborted:
                     raise
@@ -151,14 +149,18 @@ class DockerSession(EnvironmentSession):
                 await asyncio.shield(asyncio.ensure_future(stop))
         assert reader is not None
         code = (await reader).get("ExitCode")
+        out, err = streams["out"], streams["err"]
+        stdout, stderr = out.text(), err.text()
         return ExecResult(
             exit_code=-9 if timed_out or code is None else int(code),
-            stdout=bytes(buffers["out"]).decode("utf-8", "replace"),
-            stderr=bytes(buffers["err"]).decode("utf-8", "replace"),
+            stdout=stdout,
+            stderr=stderr,
             timed_out=timed_out,
-            stdout_truncated=cut["out"],
-            stderr_truncated=cut["err"],
+            stdout_truncated=out.cut,
+            stderr_truncated=err.cut,
             duration=time.monotonic() - started,
+            stdout_omitted=out.omitted,
+            stderr_omitted=err.omitted,
         )
 
     async def _stop(

@@ -24,7 +24,7 @@ from ..config import ConfigPath, ParamsModel
 from ..errors import SessionError, WorkspacePathError
 from ..types import ExecResult
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
-from .process import DEFAULT_OUTPUT_LIMIT, MARKER, ExecControls, kill_marked, run_reaped
+from .process import DEFAULT_OUTPUT_LIMIT, MARKER, ExecControls, host_environment, kill_marked, run_reaped
 from .workspaces import (
     INLINE_REMOVAL_BYTES,
     Identity,
@@ -48,6 +48,10 @@ class LocalSession(EnvironmentSession):
     code written for containers keeps working. For the same reason an
     absolute path in an ``exec`` argument list that exists inside the
     workspace (``bash /opt/verifier/run.sh``) is rewritten to that file.
+
+    Commands get a clean environment, as in a container: ``HOME`` is the
+    workspace, and of pytest's own variables only ``PATH``, the locale and a
+    few more (:func:`.process.host_environment`) plus those ``pass_env`` names.
     """
 
     network_policy = "full"
@@ -61,6 +65,7 @@ class LocalSession(EnvironmentSession):
         parent: Path | None = None,
         prefix: str = "agentcompass",
         spares: Spares | None = None,
+        pass_env: Sequence[str] = (),
     ) -> None:
         if root is None and parent is None:
             raise ValueError("LocalSession needs a root or a parent to name one under")
@@ -69,6 +74,7 @@ class LocalSession(EnvironmentSession):
         self._prefix = prefix
         self.output_limit = output_limit
         self.run_id = run_id
+        self.pass_env = tuple(pass_env)
         self._controls = ExecControls()
         self._closed = False
         # Created on first use: a task that never touches its workspace costs no
@@ -177,7 +183,7 @@ class LocalSession(EnvironmentSession):
         workdir = self.resolve(cwd) if cwd else self.resolve(".")
         argv = [self._map_argument(arg) for arg in args]
         started = time.monotonic()
-        environ = {**os.environ, "HOME": str(self.root), **(env or {})}
+        environ = {**host_environment(self.pass_env), "HOME": str(self.root), **(env or {})}
         if self.run_id:
             environ[MARKER] = self.run_id  # lets a resumed run find what a kill -9 left
         try:
@@ -193,12 +199,14 @@ class LocalSession(EnvironmentSession):
             return ExecResult(exit_code=127, stderr=f"cannot run {argv[0]!r}: {exc.strerror}")
         return ExecResult(
             exit_code=done.returncode,
-            stdout=done.stdout.decode("utf-8", "replace"),
-            stderr=done.stderr.decode("utf-8", "replace"),
+            stdout=done.stdout,
+            stderr=done.stderr,
             timed_out=done.timed_out,
             stdout_truncated=done.stdout_truncated,
             stderr_truncated=done.stderr_truncated,
             duration=time.monotonic() - started,
+            stdout_omitted=done.stdout_omitted,
+            stderr_omitted=done.stderr_omitted,
         )
 
     async def close(self) -> None:
@@ -247,6 +255,9 @@ class LocalParams(ParamsModel):
     template: ConfigPath | None = None
     #: Captured output kept per stream, in bytes.
     output_limit: int = Field(default=DEFAULT_OUTPUT_LIMIT, gt=0)
+    #: Variables of pytest's environment that commands see besides ``PATH``, the locale and
+    #: the like: names or shell-style patterns (``["PYTHONPATH", "CUDA_*"]``). None by default.
+    pass_env: list[str] = Field(default_factory=list)
     #: Rename an emptied small workspace into the next one instead of a rmdir and a mkdir
     #: (``false``: every workspace is a new directory; see docs/how-it-works.md).
     reuse_workspaces: bool = True
@@ -258,6 +269,7 @@ class LocalEnvironment(BaseEnvironment):
     ``params.template`` is a directory copied into every new workspace (the
     local stand-in for a container image: verifiers, fixtures);
     ``params.output_limit`` caps captured output per stream in bytes;
+    ``params.pass_env`` names the host variables commands see beyond the base set;
     ``params.reuse_workspaces: false`` makes every workspace a new directory.
     """
 
@@ -314,6 +326,7 @@ class LocalEnvironment(BaseEnvironment):
             parent=self._parent(),
             prefix=f"agentcompass-{run}-{config.task_id[:40]}",
             spares=self._spares_in_use(),
+            pass_env=self.spec.params.get("pass_env", ()),
         )
         template = self.spec.params.get("template")
         if template:

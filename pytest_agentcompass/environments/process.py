@@ -6,7 +6,10 @@ command returns as soon as its first process exits, with that process's exit
 code; everything else it started is killed then, on timeout, on cancel, on
 :meth:`ExecControls.kill_all` (a session's close), and when pytest dies.
 
-Every command also carries ``AGENTCOMPASS_RUN=<run id>`` in its environment:
+A command's environment is built, never inherited: :func:`host_environment`
+gives it the few host variables programs need to run (``PATH``, the locale,
+...) and the ones a config names, never the rest of pytest's (API keys, CI
+tokens). Every command also carries ``AGENTCOMPASS_RUN=<run id>`` in its environment:
 if pytest *and* the reapers were killed (``kill -9`` of the process group),
 :func:`kill_marked` finds what is left by that marker when the run is resumed.
 And a token of its own, ``AGENTCOMPASS_EXEC``: a command that kills or stops
@@ -17,8 +20,11 @@ so then the caller does, by that token (see :class:`_Reaped`).
 from __future__ import annotations
 
 import asyncio
+import fnmatch
+import functools
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -30,14 +36,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._reaper import _HEADER, children_of
+from .capture import StreamCapture
 
 __all__ = [
+    "BASE_VARIABLES",
     "DEFAULT_OUTPUT_LIMIT",
     "EXEC_MARKER",
     "MARKER",
     "Completed",
     "ExecControls",
     "descendants",
+    "host_environment",
     "kill_marked",
     "run_reaped",
     "shutdown_reaper",
@@ -54,6 +63,23 @@ _CHUNK = 64 * 1024
 _KILL_WAIT = 10.0
 #: How often a reaper that has not answered yet is checked for being stopped meanwhile.
 _STOPPED_CHECK = 0.25
+
+
+#: Host variables every command sees: what programs need to find tools, read text and tell
+#: the time, none of what a CI job keeps in its environment for itself (keys, tokens).
+BASE_VARIABLES = ("PATH", "LANG", "LANGUAGE", "LC_*", "TZ", "TERM", "USER", "LOGNAME", "SHELL", "TMPDIR")
+
+
+@functools.lru_cache(maxsize=16)
+def _names(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(fnmatch.translate(p) for p in (*BASE_VARIABLES, *patterns)))
+
+
+def host_environment(passed: Sequence[str] = ()) -> dict[str, str]:
+    """The variables of this process a command may see: :data:`BASE_VARIABLES` and the
+    names or shell-style patterns in ``passed`` (``["PYTHONPATH", "CUDA_*"]``); nothing else."""
+    wanted = _names(tuple(passed))
+    return {name: value for name, value in os.environ.items() if wanted.fullmatch(name)}
 
 
 def descendants(pid: int) -> list[int]:
@@ -270,9 +296,8 @@ class _Drain:
     """Reads a pipe on the loop into a capped buffer until end of file."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, limit: int) -> None:
-        self.loop, self.fd, self.limit = loop, fd, limit
-        self.kept = bytearray()
-        self.cut = False
+        self.loop, self.fd = loop, fd
+        self.capture = StreamCapture(limit)
         self.done: asyncio.Future[None] = loop.create_future()
         os.set_blocking(fd, False)
         loop.add_reader(fd, self._readable)
@@ -285,10 +310,7 @@ class _Drain:
         except OSError:
             chunk = b""
         if chunk:
-            room = self.limit - len(self.kept)
-            if room > 0:
-                self.kept += chunk[:room]
-            self.cut = self.cut or len(chunk) > room
+            self.capture.add(chunk)
             return
         self.close()
 
@@ -304,11 +326,14 @@ class _Drain:
 @dataclass(frozen=True)
 class Completed:
     returncode: int
-    stdout: bytes
-    stderr: bytes
+    stdout: str
+    stderr: str
     stdout_truncated: bool
     stderr_truncated: bool
     timed_out: bool
+    #: Characters dropped past the output limit.
+    stdout_omitted: int = 0
+    stderr_omitted: int = 0
 
 
 async def run_reaped(
@@ -349,7 +374,7 @@ async def run_reaped(
 
     def on_status(_: object) -> None:
         if not reported.done():
-            reported.set_result(_parse(status.kept))
+            reported.set_result(_parse(status.capture.kept))
 
     status.done.add_done_callback(on_status)
     command = _Reaped(control, token, reported)
@@ -381,13 +406,16 @@ async def run_reaped(
     report = reported.result() if reported.done() else {}
     if "errno" in report:
         raise OSError(report["errno"], os.strerror(report["errno"]))
+    stdout, stderr = out.capture.text(), err.capture.text()
     return Completed(
         returncode=int(report.get("returncode", -signal.SIGKILL)),
-        stdout=bytes(out.kept),
-        stderr=bytes(err.kept),
-        stdout_truncated=out.cut,
-        stderr_truncated=err.cut,
+        stdout=stdout,
+        stderr=stderr,
+        stdout_truncated=out.capture.cut,
+        stderr_truncated=err.capture.cut,
         timed_out=timed_out,
+        stdout_omitted=out.capture.omitted,
+        stderr_omitted=err.capture.omitted,
     )
 
 

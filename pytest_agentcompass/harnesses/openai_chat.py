@@ -99,6 +99,7 @@ class ModelHarness(BaseHarness):
         }
         artifacts = {"trajectory": path} if path else {}
         if error is not None:
+            meta["error_type"] = error.error_type  # the failure's class, for retry policies
             if not error.retryable:
                 meta["retryable"] = False
             if error.kind:  # from the client's exception class: how the retry policy sees it

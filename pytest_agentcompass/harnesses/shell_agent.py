@@ -179,25 +179,53 @@ def _parse_arguments(name: str, arguments: str) -> tuple[str | None, str | None]
 
 
 def format_tool_output(result: ExecResult, limit: int, timeout: float) -> tuple[str, bool]:
-    """The tool message text and whether it was cut.
+    """The tool message text and whether anything was left out.
 
-    Head and tail are kept: a command's first lines say what it did, its last
-    lines how it ended.
+    Past ``limit`` characters the middle is cut: a command's first lines say
+    what it did, its last lines how it ended. Every omission is marked where
+    it happened with its exact size in characters: the cut, and what the
+    Environment itself dropped past its output limit (the end of a stream).
     """
     status = f"exit code: {result.exit_code}"
     if result.timed_out:
         status += f" (killed: the command exceeded its {timeout:g}s timeout)"
-    parts = [status]
-    if result.stdout:
-        parts.append("stdout:\n" + result.stdout)
-    if result.stderr:
-        parts.append("stderr:\n" + result.stderr)
-    text = "\n".join(parts)
+    text = status
+    gaps: list[tuple[int, int | None]] = []  # (position in text, characters dropped there; None: not counted)
+    streams = (
+        ("stdout", result.stdout, result.stdout_truncated, result.stdout_omitted),
+        ("stderr", result.stderr, result.stderr_truncated, result.stderr_omitted),
+    )
+    for name, output, truncated, omitted in streams:
+        if output or truncated:
+            text += f"\n{name}:\n{output}"
+            if truncated:
+                gaps.append((len(text), omitted))
     if len(text) <= limit:
-        return text, False
+        return _marked(text, gaps), bool(gaps)
     half = limit // 2
-    omitted = len(text) - 2 * half
-    return f"{text[:half]}\n[... {omitted} characters omitted ...]\n{text[-half:]}", True
+    tail = len(text) - half
+    middle, counted = tail - half, True
+    for position, omitted in gaps:
+        if half <= position <= tail:  # dropped inside the cut: one marker for both
+            counted = counted and omitted is not None
+            middle += omitted or 0
+    head = _marked(text[:half], [(p, n) for p, n in gaps if p < half])
+    end = _marked(text[tail:], [(p - tail, n) for p, n in gaps if p > tail])
+    return head + _marker(middle if counted else None, middle) + end, True
+
+
+def _marked(text: str, gaps: list[tuple[int, int | None]]) -> str:
+    """``text`` with an omission marker at each gap's position."""
+    out, start = [], 0
+    for position, omitted in gaps:
+        out += [text[start:position], _marker(omitted, 0)]
+        start = position
+    return "".join(out) + text[start:]
+
+
+def _marker(omitted: int | None, at_least: int) -> str:
+    count = f"{omitted}" if omitted is not None else (f"at least {at_least}" if at_least else "more")
+    return f"\n[... {count} characters omitted ...]\n"
 
 
 def _deadline(run_timeout: float | None) -> float | None:

@@ -12,14 +12,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .client import ChatModel, ChatReply, ModelCallError
+    from .client import ChatModel, MalformedResponseError, ModelCallError
+    from .reply import ChatReply
     from .settings import ModelSettings, ResolvedModel, resolve_model
     from .trajectory import Trajectory
     from .usage import Usage, sum_usage
 
 _EXPORTS = {
     "ChatModel": ".client",
-    "ChatReply": ".client",
+    "ChatReply": ".reply",
+    "MalformedResponseError": ".client",
     "ModelCallError": ".client",
     "ModelSettings": ".settings",
     "ResolvedModel": ".settings",
@@ -32,6 +34,7 @@ _EXPORTS = {
 __all__ = [
     "ChatModel",
     "ChatReply",
+    "MalformedResponseError",
     "ModelCallError",
     "ModelSettings",
     "ResolvedModel",

@@ -9,18 +9,27 @@ the ChatModel calls :meth:`ChatModel.aclose` on that loop before it ends.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import PreflightError
 from ..limits import CapacityPermits, capacity_for
 from ..redact import SecretLogFilter, add_runtime_secret
+from .reply import ChatReply, ReplyShapeError, ToolCall, parse_reply
 from .settings import ResolvedModel
 
-__all__ = ["ChatModel", "ChatReply", "ModelCallError", "ToolCall", "guard_secrets", "require_openai"]
+__all__ = [
+    "ChatModel",
+    "ChatReply",
+    "MalformedResponseError",
+    "ModelCallError",
+    "ToolCall",
+    "guard_secrets",
+    "require_openai",
+]
 
 #: HTTP statuses that no retry can fix: the key or its permissions are wrong.
 PERMANENT_STATUSES = frozenset({401, 403})
@@ -63,7 +72,13 @@ class ModelCallError(Exception):
     """
 
     def __init__(
-        self, message: str, *, status: int | None = None, retryable: bool = True, kind: str | None = None
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = True,
+        kind: str | None = None,
+        error_type: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -72,34 +87,16 @@ class ModelCallError(Exception):
         #: ``rate_limit``, ``transport`` or ``timeout`` when the client's exception class says so:
         #: recorded as the result's ``error_kind`` (the retry policy never reads the message).
         self.kind = kind
+        #: The class of the failure: the client's (``RateLimitError``, ``APIConnectionError``, ...) or
+        #: this one's own. A harness records it with its result (``metadata.error_type``), where
+        #: retry policies can see it without reading the message.
+        self.error_type = error_type or type(self).__name__
 
 
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    id: str
-    name: str
-    arguments: str  # JSON text as the model wrote it; may be malformed
-
-    def to_message(self) -> dict[str, Any]:
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
-
-
-@dataclass(slots=True)
-class ChatReply:
-    """The first choice of one chat completion, with its usage and latency."""
-
-    content: str | None
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    finish_reason: str | None = None
-    usage: dict[str, int] | None = None
-    latency: float = 0.0
-
-    def message(self) -> dict[str, Any]:
-        """The assistant message as it goes back into the conversation."""
-        out: dict[str, Any] = {"role": "assistant", "content": self.content}
-        if self.tool_calls:
-            out["tool_calls"] = [call.to_message() for call in self.tool_calls]
-        return out
+class MalformedResponseError(ModelCallError):
+    """The endpoint answered, but not with a chat completion: a body that is not JSON, or JSON
+    of another shape (a proxy's page, a truncated or garbled answer). The server's fault, as a
+    connection error would be: a retry may get a good answer."""
 
 
 class ChatModel:
@@ -154,8 +151,14 @@ class ChatModel:
                 )
             except openai.OpenAIError as exc:
                 raise self._describe(exc) from None
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # the client parsed a 2xx body
+                body = exc.doc if isinstance(exc, json.JSONDecodeError) else exc.object
+                raise self._malformed(f"is not JSON ({_reason(exc)})", body) from None
             latency = time.perf_counter() - started
-        return _reply(response, latency)
+        try:
+            return parse_reply(response, latency)
+        except ReplyShapeError as exc:
+            raise self._malformed(f"is not a chat completion ({exc})", response) from None
 
     async def aclose(self) -> None:
         """Close the client of the running loop (idempotent)."""
@@ -164,6 +167,17 @@ class ChatModel:
             await client.close()
 
     # -- errors --------------------------------------------------------------
+    def _malformed(self, problem: str, body: Any) -> MalformedResponseError:
+        """One line naming the endpoint, what is wrong and how the answer began."""
+        start = body if isinstance(body, str | bytes) else _shown(body)
+        text = start.decode("utf-8", "replace") if isinstance(start, bytes) else start
+        excerpt = f"; it begins {text[:120]!r}" if text else "; it is empty"
+        where = f"the answer of {self.resolved.endpoint} for model {self.name!r}"
+        return MalformedResponseError(
+            f"MalformedResponseError: {where} {problem}{excerpt}",
+            kind="transport",  # the server's fault, as a dropped connection is
+        )
+
     def _describe(self, exc: Exception) -> ModelCallError:
         import openai
 
@@ -180,18 +194,22 @@ class ChatModel:
                     f"(check model.params.api_key): {detail}",
                     status=status,
                     retryable=False,
+                    error_type=name,
                 )
             kind = "rate_limit" if status == 429 else "transport" if status >= 500 else None
-            return ModelCallError(f"{name} (HTTP {status}) from {endpoint}{after}: {detail}", status=status, kind=kind)
+            message = f"{name} (HTTP {status}) from {endpoint}{after}: {detail}"
+            return ModelCallError(message, status=status, kind=kind, error_type=name)
         if isinstance(exc, openai.APITimeoutError):
             timeout = self.resolved.settings.timeout
-            return ModelCallError(f"{name}: no answer from {endpoint} within {timeout:g}s{after}", kind="timeout")
+            message = f"{name}: no answer from {endpoint} within {timeout:g}s{after}"
+            return ModelCallError(message, kind="timeout", error_type=name)
         if isinstance(exc, openai.APIConnectionError):
             cause = exc.__cause__ or exc
-            return ModelCallError(
-                f"{name}: cannot reach {endpoint}{after}: {type(cause).__name__}: {cause}", kind="transport"
-            )
-        return ModelCallError(f"{name}: {exc}")
+            message = f"{name}: cannot reach {endpoint}{after}: {type(cause).__name__}: {cause}"
+            return ModelCallError(message, kind="transport", error_type=name)
+        if isinstance(exc, openai.APIResponseValidationError):  # strict validation, or no JSON where JSON was due
+            return self._malformed(f"is not a chat completion ({exc.message})", getattr(exc, "body", None))
+        return ModelCallError(f"{name} from {endpoint}: {exc}", error_type=name)
 
 
 def _detail(exc: Any) -> str:
@@ -205,33 +223,17 @@ def _detail(exc: Any) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
-def _reply(response: Any, latency: float) -> ChatReply:
-    choices = getattr(response, "choices", None) or []
-    if not choices:
-        raise ModelCallError("APIResponseValidationError: the endpoint returned no choices")
-    choice = choices[0]
-    message = choice.message
-    calls = []
-    for call in getattr(message, "tool_calls", None) or []:
-        function = getattr(call, "function", None)
-        if function is None:
-            continue  # a non-function tool type: the agent offered none
-        calls.append(ToolCall(id=str(call.id), name=str(function.name), arguments=str(function.arguments or "")))
-    usage = getattr(response, "usage", None)
-    counts = None
-    if usage is not None:
-        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion = int(getattr(usage, "completion_tokens", 0) or 0)
-        total = getattr(usage, "total_tokens", None)
-        counts = {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": int(total) if total is not None else prompt + completion,
-        }
-    return ChatReply(
-        content=message.content,
-        tool_calls=calls,
-        finish_reason=choice.finish_reason,
-        usage=counts,
-        latency=latency,
-    )
+def _reason(exc: ValueError) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at character {exc.pos}"
+    return str(exc)
+
+
+def _shown(value: Any) -> str:
+    """A parsed answer as text again, for the excerpt of a malformed one."""
+    if hasattr(value, "model_dump"):
+        value = value.model_dump(mode="json", exclude_unset=True, warnings=False)
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)

@@ -5,14 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import PreflightError
-
-if TYPE_CHECKING:
-    from ..config import ModelSpec
 
 __all__ = ["DEFAULT_BASE_URL", "ModelSettings", "ResolvedModel", "resolve_model"]
 
@@ -54,6 +51,16 @@ class ModelSettings(BaseModel):
         return out
 
 
+class _Spec(Protocol):
+    """A ``model:`` of the config (``config.ModelSpec``, which loads this module to check its params)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class ResolvedModel:
     """A model name, its settings, and the endpoint and key actually used."""
@@ -69,7 +76,7 @@ class ResolvedModel:
         return self.base_url.rstrip("/")
 
 
-def resolve_model(spec: ModelSpec | None, where: str, environ: Mapping[str, str] | None = None) -> ResolvedModel:
+def resolve_model(spec: _Spec | None, where: str, environ: Mapping[str, str] | None = None) -> ResolvedModel:
     """Validate ``spec.params`` and find the key and base URL.
 
     :raises PreflightError: when no model is configured, a param is wrong, or no key is found.

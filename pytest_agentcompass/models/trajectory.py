@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .client import ChatReply
+from .reply import ChatReply
 from .usage import Usage
 
 __all__ = ["TRAJECTORY_FORMAT", "Trajectory"]

@@ -1,12 +1,15 @@
 """pytest collection nodes: config file -> requests -> tasks.
 
-Node ids read ``<config file>::<request name>::<task_id>``.
+Node ids read ``<config file>::<request name>::<task_id>``: the config file
+as pytest names files (relative to the rootdir), or its absolute path when it
+lies outside the rootdir, so that every node id can be passed back to pytest.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -48,6 +51,23 @@ def register_category_markers(config: pytest.Config, tasks: Sequence[TaskSpec]) 
 
 class ConfigFile(pytest.File):
     """The agentcompass YAML file given with ``--agentcompass``."""
+
+    @classmethod
+    def for_path(cls, parent: pytest.Collector, path: Path) -> ConfigFile:
+        """The node of the config at ``path``.
+
+        pytest names a file outside the rootdir by its path from the argument
+        that led to it, and the config is that argument: its id would be
+        empty, its tasks' ``::request::task``, which no command line can
+        select (nor ``--lf``). Its absolute path names it from any folder.
+        """
+        try:
+            path.relative_to(parent.config.rootpath)
+        except ValueError:
+            node: ConfigFile = cls.from_parent(parent, path=path, nodeid=path.as_posix())
+        else:
+            node = cls.from_parent(parent, path=path)
+        return node
 
     @property
     def run(self) -> RunHandle:

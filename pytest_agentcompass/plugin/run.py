@@ -210,8 +210,7 @@ class AgentCompassRun:
     def pytest_collect_file(self, file_path: Any, parent: pytest.Collector) -> ConfigFile | None:
         if file_path.resolve() != self.loaded.path:
             return None
-        node: ConfigFile = ConfigFile.from_parent(parent, path=file_path)
-        return node
+        return ConfigFile.for_path(parent, file_path)
 
     def pytest_report_header(self, config: pytest.Config) -> str:
         return f"agentcompass: {self.loaded.path} ({len(self.orchestration.requests)} request(s))"

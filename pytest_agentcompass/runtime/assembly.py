@@ -312,7 +312,7 @@ def make_runtime(
         provider=setup.provider,
         planner=setup.planner(),
         strategy=setup.strategy,
-        store=RunStore(run_dir, options.redactor),
+        store=RunStore(run_dir, options.redactor, req.execution.max_stored_chars),
         capacity=capacity_for(req.environment.id, req.environment.capacity),
         run_id=run_dir.name,
         fingerprint=fingerprint,

@@ -149,7 +149,8 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
     )
     detail = _detail(ctx, outcome, fingerprint, done, analysis, analysis_errors)
     try:
-        outcome.detail_path = ctx.store.save_partial_result(task.task_id, detail)
+        # A field cut to the store's limit is said with the task's report, as in its detail.
+        outcome.detail_path = ctx.store.save_partial_result(task.task_id, detail, notes=outcome.notes)
     except OSError as exc:
         # The score is known: report and summarize it, and say that a resume will run the task again.
         outcome.storage_error = f"its detail record could not be written, so a resume runs it again: {exc}"

@@ -65,6 +65,10 @@ def test_missing_required_key_points_at_parent(tmp_path: Path) -> None:
         (GOOD + "    execution: {retry_pattern_list: ['(']}\n", "invalid regular expression '('"),
         (GOOD + "    environment: {evaluation_environment_mode: x}\n", "Input should be 'none', 'reuse' or 'fresh'"),
         (GOOD + "    environment: {capacity: -1}\n", "greater than or equal to 0"),
+        (
+            GOOD + "    execution: {max_stored_chars: 10}\n",
+            "max_stored_chars: Input should be greater than or equal to 100",
+        ),
         ("- just a list\n", "must be a mapping"),
         ("requests: [\n", "invalid YAML"),
     ],
@@ -88,13 +92,63 @@ def test_a_file_that_is_not_utf8_names_its_line(tmp_path: Path) -> None:
 
 
 def test_env_vars_expand_and_missing_ones_are_named(tmp_path: Path) -> None:
-    text = GOOD + "    model: {id: gpt, params: {api_key: '${KEY}', base: 'http://${HOST}/v1'}}\n"
+    text = GOOD + "    model: {id: gpt, params: {api_key: '${KEY}', base_url: 'http://${HOST}/v1'}}\n"
     loaded = load_config(write(tmp_path, text), environ={"KEY": "sk-secret-123", "HOST": "localhost"})
     params = loaded.orchestration.requests[0].model.params  # type: ignore[union-attr]
-    assert params == {"api_key": "sk-secret-123", "base": "http://localhost/v1"}
+    assert params == {"api_key": "sk-secret-123", "base_url": "http://localhost/v1"}
     assert "sk-secret-123" not in json.dumps(loaded.redacted_dump())
     with pytest.raises(ConfigError, match=r"c.yaml:4: requests\[0\].model.params.api_key: environment variable KEY"):
         load_config(write(tmp_path, text), environ={"HOST": "h"})
+
+
+def test_variable_defaults_apply_when_unset_and_are_no_secret(tmp_path: Path) -> None:
+    text = (
+        'output_dir: "${UNSET_OUT:-runs-default}"\n'
+        + GOOD
+        + "    model: {id: m, params: {api_key: '${KEY:-none}', base_url: 'http://${HOST:-localhost:8000}/v1'}}\n"
+    )
+    loaded = load_config(write(tmp_path, text), environ={"KEY": "sk-from-the-environment"})
+    assert loaded.orchestration.output_dir == "runs-default"
+    assert loaded.output_root == tmp_path / "runs-default"
+    params = loaded.orchestration.requests[0].model.params  # type: ignore[union-attr]
+    assert params == {"api_key": "sk-from-the-environment", "base_url": "http://localhost:8000/v1"}
+    dump = loaded.redacted_dump()
+    # What the environment gave is a secret; what the file says is not.
+    assert dump["requests"][0]["model"]["params"] == {"api_key": "***", "base_url": "http://localhost:8000/v1"}
+    assert dump["output_dir"] == "runs-default" and loaded.secrets == {"sk-from-the-environment"}
+    # Set, even to "", the variable wins over its default (as in Harbor's task files).
+    empty = load_config(write(tmp_path, text), environ={"UNSET_OUT": "", "KEY": "k"})
+    assert empty.orchestration.output_dir == ""
+
+
+def test_an_unset_variable_without_default_names_its_line(tmp_path: Path) -> None:
+    text = GOOD + "    reuse: '${RUN_TO_REUSE}'\n    harness: {id: '${HARNESS:-none}'}\n"
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert str(info.value) == f"{path}:4: requests[0].reuse: environment variable RUN_TO_REUSE is not set"
+
+
+def test_a_typo_in_model_params_is_a_config_error(tmp_path: Path) -> None:
+    text = GOOD + "    model:\n      id: m\n      params:\n        temprature: 0\n        max_connections: -2\n"
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value).splitlines() == [
+        "invalid agentcompass config:",
+        f"{path}:7: requests[0].model.params.temprature: unknown key",
+        f"{path}:8: requests[0].model.params.max_connections: Input should be greater than or equal to 0",
+    ]
+
+
+def test_a_typo_in_model_params_stops_pytest_before_anything_runs(pytester: pytest.Pytester, trace: Path) -> None:
+    request = tracing_request("r", trace, n=1)
+    request["model"] = {"id": "m", "params": {"api_key": "k", "temprature": 0}}
+    write_config(pytester, [request])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*agentcompass.yaml:*: requests[[]0[]].model.params.temprature: unknown key"])
+    assert not (pytester.path / "runs").exists() and not trace.exists()
 
 
 def test_usage_error_in_pytest(pytester: pytest.Pytester) -> None:
@@ -124,7 +178,7 @@ def test_a_short_secret_is_masked_whole_not_inside_ids(
 ) -> None:
     monkeypatch.setenv("FLAG", "1")
     request = tracing_request("r1", trace, n=3, wrong=["t1"])
-    request["model"] = {"id": "m", "params": {"verbose": "${FLAG}", "header": "level ${FLAG}"}}
+    request["model"] = {"id": "m", "params": {"headers": {"X-Verbose": "${FLAG}", "X-Level": "level ${FLAG}"}}}
     request["judge"] = {"id": "j", "params": {"flag": "${FLAG}"}}
     write_config(pytester, [request])
     pytester.runpytest("--agentcompass=agentcompass.yaml", "-x", "--agentcompass-concurrency=1")
@@ -132,7 +186,7 @@ def test_a_short_secret_is_masked_whole_not_inside_ids(
     assert "***" not in run_dir.name
     info = json.loads((run_dir / "run_info.json").read_text())
     params = info["config"]["requests"][0]["model"]["params"]
-    assert params == {"verbose": "***", "header": "***"}  # the fields it was expanded into
+    assert params == {"headers": {"X-Verbose": "***", "X-Level": "***"}}  # the fields it was expanded into
     assert "***" not in info["fingerprint"] and info["run_id"] == run_dir.name
     assert json.loads((run_dir / "details/t1.json").read_text())["judge"]["params"] == {"flag": "***"}
     assert json.loads((run_dir / "details/t1.json").read_text())["task_id"] == "t1"

@@ -50,17 +50,19 @@ def server() -> Iterator[ScriptedServer]:
 
 
 @pytest.fixture
-def example(pytester: pytest.Pytester, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copytree(ROOT / "example_suites" / "agent", pytester.path / "agent")
-    shutil.copytree(ROOT / "example_suites" / "terminal", pytester.path / "terminal")
+def example(tmp_path_factory: pytest.TempPathFactory, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # Elsewhere than the folder pytest starts in: the configs work from anywhere.
+    checkout = tmp_path_factory.mktemp("checkout")
+    shutil.copytree(ROOT / "example_suites" / "agent", checkout / "agent")
+    shutil.copytree(ROOT / "example_suites" / "terminal", checkout / "terminal")
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-example-test-key")
     monkeypatch.setenv("OPENAI_MODEL", "example-model")
-    return pytester.path / "agent"
+    return checkout / "agent"
 
 
 def test_local_example(pytester: pytest.Pytester, server: ScriptedServer, example: Path) -> None:
-    result = pytester.runpytest("--agentcompass=agent/local.yaml", "-p", "no:cacheprovider")
+    result = pytester.runpytest(f"--agentcompass={example}/local.yaml", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*usage: 6 model calls, 90 prompt + 39 completion = 129 tokens*"])
     assert {b["model"] for b in server.bodies()} == {"example-model"}
@@ -79,7 +81,7 @@ def docker_ready() -> bool:
 
 @pytest.mark.skipif(not docker_ready(), reason="no Docker engine with the test image (run scripts/start-docker.sh)")
 def test_terminal_tasks_example(pytester: pytest.Pytester, server: ScriptedServer, example: Path) -> None:
-    result = pytester.runpytest("--agentcompass=agent/agentcompass.yaml", "-p", "no:cacheprovider")
+    result = pytester.runpytest(f"--agentcompass={example}/agentcompass.yaml", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=5)
     result.stdout.fnmatch_lines(["*usage: 10 model calls, 150 prompt + 65 completion = 215 tokens*"])
     (run_dir,) = (example / ".agentcompass/runs/terminal-shell-agent").iterdir()

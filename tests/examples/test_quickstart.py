@@ -12,13 +12,17 @@ ROOT = Path(__file__).parents[2]
 
 
 @pytest.mark.all_plugins  # as users have them: with whatever else is installed
-def test_quickstart_runs_with_honest_outcomes(pytester: pytest.Pytester) -> None:
-    shutil.copytree(ROOT / "example_suites", pytester.path / "example_suites")
-    result = pytester.runpytest_subprocess("--agentcompass=example_suites/quickstart/agentcompass.yaml")
+def test_quickstart_runs_with_honest_outcomes(
+    pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # A checkout elsewhere than the folder pytest starts in: the config works from anywhere.
+    checkout = tmp_path_factory.mktemp("checkout")
+    shutil.copytree(ROOT / "example_suites", checkout / "example_suites")
+    result = pytester.runpytest_subprocess(f"--agentcompass={checkout}/example_suites/quickstart/agentcompass.yaml")
     result.assert_outcomes(passed=9, failed=3)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*arithmetic: 12 tasks, 9 passed, 3 failed, 0 errors*", "*mean_score=0.75*"])
-    (run_dir,) = (pytester.path / "example_suites/quickstart/.agentcompass/runs/arithmetic").iterdir()
+    (run_dir,) = (checkout / "example_suites/quickstart/.agentcompass/runs/arithmetic").iterdir()
     assert len(list((run_dir / "details").glob("*.json"))) == 12
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["metrics"]["passed"] == 9

@@ -25,12 +25,19 @@ def run_of(base: Path, request: str) -> tuple[Path, dict[str, dict[str, Any]]]:
     return run_dir, {p.stem: json.loads(p.read_text()) for p in (run_dir / "details").glob("*.json")}
 
 
-def test_oracle_passes_every_task(pytester: pytest.Pytester) -> None:
-    shutil.copytree(ROOT / "example_suites", pytester.path / "example_suites")
-    result = pytester.runpytest_subprocess("--agentcompass=example_suites/terminal/oracle.yaml")
+@pytest.fixture
+def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The examples in a folder other than the one pytest starts in: the configs work from anywhere."""
+    folder = tmp_path_factory.mktemp("checkout")
+    shutil.copytree(ROOT / "example_suites", folder / "example_suites")
+    return folder
+
+
+def test_oracle_passes_every_task(pytester: pytest.Pytester, checkout: Path) -> None:
+    result = pytester.runpytest_subprocess(f"--agentcompass={checkout}/example_suites/terminal/oracle.yaml")
     result.assert_outcomes(passed=5)
     result.stdout.fnmatch_lines(["terminal-oracle: 5 tasks, 5 passed, 0 failed, 0 errors"])
-    run_dir, details = run_of(pytester.path, "terminal-oracle")
+    run_dir, details = run_of(checkout, "terminal-oracle")
     # reward.json: every number recorded, "reward" is the score; without it, the mean.
     assert details["fix-config"]["metadata"]["rewards"] == {
         "reward": 1.0,
@@ -47,12 +54,11 @@ def test_oracle_passes_every_task(pytester: pytest.Pytester) -> None:
     assert containers_of(run_dir.name) == []
 
 
-def test_nop_fails_every_task(pytester: pytest.Pytester) -> None:
-    shutil.copytree(ROOT / "example_suites", pytester.path / "example_suites")
-    result = pytester.runpytest_subprocess("--agentcompass=example_suites/terminal/nop.yaml")
+def test_nop_fails_every_task(pytester: pytest.Pytester, checkout: Path) -> None:
+    result = pytester.runpytest_subprocess(f"--agentcompass={checkout}/example_suites/terminal/nop.yaml")
     result.assert_outcomes(failed=5)
     result.stdout.fnmatch_lines(["terminal-nop: 5 tasks, 0 passed, 5 failed, 0 errors"])
-    run_dir, details = run_of(pytester.path, "terminal-nop")
+    run_dir, details = run_of(checkout, "terminal-nop")
     assert {d["score"] for d in details.values()} == {0.0}
     assert details["fix-config"]["metadata"]["rewards"]["kept_lines"] == 1.0  # a part nop cannot break
     assert containers_of(run_dir.name) == []

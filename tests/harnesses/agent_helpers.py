@@ -12,6 +12,10 @@ from conftest import SUITES, write_config
 from openai_server import ScriptedServer
 
 KEY = "sk-agentcompass-test-5f2c9a7e31"
+#: Orchestration deadlines a test of the deadline tries in turn: the deadline is what is tested,
+#: so it cannot wait for the model calls to start, and on a loaded machine none may start
+#: within the first one. A test takes the next until calls were in flight when it struck.
+DEADLINES = (1.5, 6.0, 30.0)
 FILE_TASKS = f"{SUITES / 'file_tasks.py'}:FileTasks"
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agent_helpers import KEY, agent_request, detail, run_dir, write_agent_config
+from agent_helpers import DEADLINES, KEY, agent_request, detail, run_dir, write_agent_config
 from conftest import start_pytest, write_config
 from openai_server import Reply, ScriptedServer, answer, error, scripted_server, slow, tool_call
 
@@ -53,7 +53,7 @@ def test_the_api_key_reaches_no_file_log_or_terminal(
     assert "Incorrect API key provided: ***" in text
     assert files_containing(pytester.path, KEY) == []
     events = json.loads((run_dir(pytester) / detail(pytester)["artifacts"]["trajectory"]).read_text())["events"]
-    assert events[3]["message"]["content"] == "exit code: 0\nstdout:\nkey=***\n"
+    assert events[3]["message"]["content"] == "exit code: 0\nstdout:\nkey=\n"  # commands never see the key
 
 
 def test_missing_key_is_one_preflight_error(
@@ -136,11 +136,16 @@ def test_ctrl_c_aborts_the_call_in_flight_and_closes_the_client(
 
 def test_deadline_aborts_calls_in_flight(pytester: pytest.Pytester, server: ScriptedServer) -> None:
     server.default = lambda body: slow(300)
-    write_agent_config(pytester, server, n=2, timeout_seconds=1.5)
-    result = pytester.runpytest_subprocess(*RUN)
-    result.assert_outcomes(errors=2)
-    result.stdout.fnmatch_lines(["*orchestration timeout of 1.5s reached*"])
-    server.wait_until(lambda: server.aborted == 2)
+    for deadline in DEADLINES:
+        write_agent_config(pytester, server, n=2, timeout_seconds=deadline)
+        result = pytester.runpytest_subprocess(*RUN, "--agentcompass-new-run")
+        result.assert_outcomes(errors=2)
+        result.stdout.fnmatch_lines([f"*orchestration timeout of {deadline}s reached*"])
+        if server.requests:
+            break
+    assert server.requests
+    # Every call in flight at the deadline was abandoned on the wire, none answered.
+    server.wait_until(lambda: server.aborted == len(server.requests))
 
 
 def test_xdist_workers_each_close_their_clients(pytester: pytest.Pytester, server: ScriptedServer) -> None:
@@ -221,6 +226,47 @@ def docker_ready() -> bool:
     except FileNotFoundError:
         return False
     return probe.returncode == 0
+
+
+@pytest.mark.parametrize(
+    "provider",
+    [
+        "local",
+        pytest.param(
+            "docker", marks=pytest.mark.skipif(not docker_ready(), reason="no Docker engine with the test image")
+        ),
+    ],
+)
+def test_agent_commands_get_a_clean_environment(
+    pytester: pytest.Pytester, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch, provider: str
+) -> None:
+    # pytest's own environment holds the model's key and a CI job's token; the agent sees neither.
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("CI_DEPLOY_TOKEN", "ci-token-5e1d0c9b77")
+    monkeypatch.setenv("AGENT_SETTING", "passed-on-purpose")
+    server.push(
+        tool_call("env"),
+        tool_call("cat /proc/self/environ"),
+        tool_call("printf hi > hello.txt"),
+        answer("done"),
+    )
+    if provider == "local":  # the host is the base: what the agent may see is named
+        environment: dict[str, Any] = {"id": "local", "params": {"pass_env": ["AGENT_SETT*"]}}
+    else:  # the container's own environment is the base: nothing of the host's
+        environment = {"id": "docker", "params": {"image": IMAGE}}
+    request = agent_request(server, environment=environment)
+    request["model"]["params"].pop("api_key")  # read from $OPENAI_API_KEY by the harness
+    write_config(pytester, [request])
+    pytester.runpytest(*RUN).assert_outcomes(passed=1)
+    assert {k.lower(): v for k, v in server.requests[0]["headers"].items()}["authorization"] == f"Bearer {KEY}"
+    env_output, environ = [m["content"] for m in server.bodies()[-1]["messages"] if m["role"] == "tool"][:2]
+    for seen in (env_output, environ):  # what went back to the model: what the agent saw
+        assert "PATH=" in seen and "HOME=" in seen
+        assert KEY not in seen and "***" not in seen and "ci-token-5e1d0c9b77" not in seen
+        assert "OPENAI" not in seen and "PYTEST" not in seen
+        assert ("AGENT_SETTING=passed-on-purpose" in seen) is (provider == "local")
+    trajectory = (run_dir(pytester) / detail(pytester)["artifacts"]["trajectory"]).read_text()
+    assert "ci-token" not in trajectory and "OPENAI_API_KEY" not in trajectory
 
 
 @pytest.mark.skipif(not docker_ready(), reason="no Docker engine with the test image (run scripts/start-docker.sh)")

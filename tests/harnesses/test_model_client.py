@@ -14,10 +14,10 @@ from pytest_agentcompass.config import ModelSpec
 from pytest_agentcompass.errors import PreflightError
 from pytest_agentcompass.limits import reset_limits
 from pytest_agentcompass.models import ChatModel, ModelCallError, resolve_model
-from pytest_agentcompass.models.client import require_openai
+from pytest_agentcompass.models.client import MalformedResponseError, require_openai
 from pytest_agentcompass.models.usage import Usage, sum_usage
 
-from openai_server import ScriptedServer, answer, error, scripted_server, slow, tool_call
+from openai_server import ScriptedServer, answer, error, garbage, scripted_server, slow, tool_call
 
 pytest.importorskip("openai")
 KEY = "sk-test-0123456789abcdef"
@@ -33,6 +33,16 @@ def server() -> Iterator[ScriptedServer]:
 def make_model(server: ScriptedServer, **params: Any) -> ChatModel:
     spec = ModelSpec(id="test-model", params={"base_url": server.base_url, "api_key": KEY, **params})
     return ChatModel(resolve_model(spec, "test", environ={}))
+
+
+async def call_error(model: ChatModel) -> ModelCallError:
+    """What one call of ``model`` raises (the model's client is closed after it)."""
+    try:
+        with pytest.raises(ModelCallError) as caught:
+            await model.complete([{"role": "user", "content": "hi"}])
+    finally:
+        await model.aclose()
+    return caught.value
 
 
 async def until(condition: Any) -> None:
@@ -96,44 +106,58 @@ async def test_errors_after_client_retries_name_class_and_status(
     server: ScriptedServer, status: int, name: str
 ) -> None:
     server.default = lambda body: error(status, "scripted failure")
-    model = make_model(server, max_retries=1)
-    try:
-        with pytest.raises(ModelCallError) as caught:
-            await model.complete([{"role": "user", "content": "hi"}])
-    finally:
-        await model.aclose()
-    message = str(caught.value)
+    failure = await call_error(make_model(server, max_retries=1))
+    message = str(failure)
     assert message.startswith(f"{name} (HTTP {status}) from {server.base_url}")
     assert "after 1 client retry" in message and "scripted failure" in message
-    assert caught.value.retryable and caught.value.status == status
+    assert failure.retryable and failure.status == status
+    assert failure.error_type == name
     assert len(server.requests) == 2
 
 
 @pytest.mark.asyncio
 async def test_authentication_error_is_plain_and_permanent(server: ScriptedServer) -> None:
     server.default = lambda body: error(401, "Incorrect API key provided", "invalid_request_error")
-    model = make_model(server, max_retries=3)
-    try:
-        with pytest.raises(ModelCallError) as caught:
-            await model.complete([{"role": "user", "content": "hi"}])
-    finally:
-        await model.aclose()
-    assert str(caught.value).startswith("AuthenticationError (HTTP 401)")
-    assert "rejected the API key" in str(caught.value)
-    assert caught.value.retryable is False
+    failure = await call_error(make_model(server, max_retries=3))
+    assert str(failure).startswith("AuthenticationError (HTTP 401)")
+    assert "rejected the API key" in str(failure)
+    assert failure.retryable is False
     assert len(server.requests) == 1  # the client does not retry a 401 either
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("body", "content_type", "problem"),
+    [
+        ("not json {", "application/json", "is not JSON (Expecting value at character 0); it begins 'not json {'"),
+        ("", "application/json", "is not JSON (Expecting value at character 0); it is empty"),
+        (b"\xff\xfe{", "application/json", "is not JSON ("),
+        ("<html>upstream down</html>", "text/html", "is not a chat completion (it is text, not JSON)"),
+        ("[1, 2]", "application/json", "(the answer is a list, not an object); it begins '[1, 2]'"),
+        ('{"choices": []}', "application/json", "(choices is empty, not a list of choices)"),
+        ('{"choices": [{"message": "hi"}]}', "application/json", "(choices[0].message is a str, not an object)"),
+        ('{"choices": [{"message": {"content": 5}}]}', "application/json", "content is an int, not text"),
+        ('{"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": "x"}}', "application/json", "usage"),
+    ],
+)
+async def test_garbage_from_the_server_is_one_line_naming_the_endpoint(
+    server: ScriptedServer, body: str | bytes, content_type: str, problem: str
+) -> None:
+    server.push(garbage(body, content_type))
+    failure = await call_error(make_model(server, max_retries=0))
+    assert isinstance(failure, MalformedResponseError)
+    message = str(failure)
+    assert message.startswith(f"MalformedResponseError: the answer of {server.base_url} for model 'test-model' ")
+    assert problem in message and "\n" not in message
+    assert failure.error_type == "MalformedResponseError" and failure.retryable
+    assert failure.__cause__ is None and failure.__suppress_context__  # no client internals attached
 
 
 @pytest.mark.asyncio
 async def test_slow_answer_is_a_timeout_error(server: ScriptedServer) -> None:
     server.default = lambda body: slow(30)
-    model = make_model(server, timeout=0.2, max_retries=0)
-    try:
-        with pytest.raises(ModelCallError) as caught:
-            await model.complete([{"role": "user", "content": "hi"}])
-    finally:
-        await model.aclose()
-    assert str(caught.value).startswith(f"APITimeoutError: no answer from {server.base_url} within 0.2s")
+    failure = await call_error(make_model(server, timeout=0.2, max_retries=0))
+    assert str(failure).startswith(f"APITimeoutError: no answer from {server.base_url} within 0.2s")
 
 
 @pytest.mark.asyncio

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -11,8 +12,8 @@ import pytest
 from pytest_agentcompass.harnesses.shell_agent import SHELL_TOOL
 from pytest_agentcompass.models.client import ChatModel
 
-from agent_helpers import detail, run_dir, trajectory, write_agent_config
-from openai_server import ScriptedServer, answer, error, scripted_server, slow, tool_call
+from agent_helpers import DEADLINES, detail, run_dir, trajectory, write_agent_config
+from openai_server import ScriptedServer, answer, error, garbage, scripted_server, slow, tool_call
 
 pytest.importorskip("openai")
 RUN = ("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
@@ -128,16 +129,48 @@ def test_long_output_is_cut_in_the_middle_and_slow_commands_are_killed(
     assert results[0]["truncated"] is True and results[1]["timed_out"] is True
 
 
+def test_the_omitted_count_is_exact_also_past_the_environment_limit(
+    pytester: pytest.Pytester, server: ScriptedServer
+) -> None:
+    # 300,001 bytes of "é\n" (2 bytes + 1; the last one half a character): the Environment keeps
+    # 100,000 bytes and cuts a character in two; the agent keeps 1,000 characters of the rest.
+    server.push(tool_call("echo START; yes é | head -c 300001; echo ERR >&2"), tool_call("printf hi > hello.txt"))
+    server.push(answer("done"))
+    environment = {"id": "local", "params": {"output_limit": 100_000}}
+    write_agent_config(pytester, server, params={"output_limit": 1000}, environment=environment)
+    pytester.runpytest(*RUN).assert_outcomes(passed=1)
+    shown = next(m["content"] for m in server.bodies()[-1]["messages"] if m["role"] == "tool")
+    stdout = "START\n" + "é\n" * 100_000 + "\N{REPLACEMENT CHARACTER}"  # the command's output, decoded
+    full = f"exit code: 0\nstdout:\n{stdout}\nstderr:\nERR\n"
+    parts = re.split(r"\n\[\.\.\. (\d+) characters omitted \.\.\.\]\n", shown)
+    assert len(parts) == 5  # the agent's cut in the middle, the Environment's at the end of stdout
+    position = 0  # every shown piece sits where it is in the full output, every count is its gap
+    for index, part in enumerate(parts):
+        if index % 2:
+            position += int(part)
+        else:
+            assert full[position : position + len(part)] == part
+            position += len(part)
+    assert position == len(full)
+    assert shown.startswith("exit code: 0\nstdout:\nSTART\n") and shown.endswith("stderr:\nERR\n")
+
+
 def test_run_timeout_stops_the_agent_and_the_task_is_still_evaluated(
     pytester: pytest.Pytester, server: ScriptedServer
 ) -> None:
-    server.push(tool_call("printf hi > hello.txt"))
     server.default = lambda body: slow(120)
-    write_agent_config(pytester, server, execution={"timeouts": {"run": 2}})
-    pytester.runpytest(*RUN).assert_outcomes(passed=1)  # the file was written before the time ran out
-    record = detail(pytester)
+    for run_timeout in DEADLINES:  # long enough for the first turn to end in time, however loaded the machine
+        calls, aborted = len(server.requests), server.aborted
+        server.script.clear()
+        server.push(tool_call("printf hi > hello.txt"))
+        write_agent_config(pytester, server, execution={"timeouts": {"run": run_timeout}})
+        result = pytester.runpytest(*RUN, "--agentcompass-new-run")
+        if len(server.requests) - calls == 2:  # the second call was in flight when the time ran out
+            break
+    result.assert_outcomes(passed=1)  # the file was written before the time ran out
+    record = json.loads(max((pytester.path / "runs/agent").glob("*/details/file-0.json")).read_text())
     assert record["metadata"]["stop_reason"] == "timeout"
-    server.wait_until(lambda: server.aborted == 1)  # the call in flight was abandoned on the wire
+    server.wait_until(lambda: server.aborted == aborted + 1)  # the call in flight was abandoned on the wire
 
 
 def test_rate_limit_is_an_inference_error_a_pattern_can_retry(
@@ -153,6 +186,37 @@ def test_rate_limit_is_an_inference_error_a_pattern_can_retry(
     assert len(server.requests) == 2
     record = detail(pytester)
     assert record["retries"] == 1 and record["metadata"]["usage"]["calls"] == 0
+
+
+def test_garbage_from_the_server_is_one_line_naming_it_and_a_pattern_can_retry_it(
+    pytester: pytest.Pytester, server: ScriptedServer
+) -> None:
+    server.push(
+        tool_call("printf hi > hello.txt"), garbage('{"id": "chatcmpl-1", "choi'), garbage("<html>", "text/html")
+    )
+    write_agent_config(pytester, server, execution={"max_retries": 1, "retry_pattern_list": ["MalformedResponseError"]})
+    result = pytester.runpytest(*RUN)
+    result.assert_outcomes(errors=1)
+    endpoint = server.base_url
+    result.stdout.fnmatch_lines(
+        [
+            "inference_error in the inference_result stage: MalformedResponseError: the answer of "
+            f"{endpoint} for model 'test-model' is not a chat completion (it is text, not JSON); it begins '<html>'",
+            "after 1 retry",
+            "detail: *",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str() and "openai/" not in result.stdout.str()
+    record = detail(pytester)
+    assert record["metadata"]["error_type"] == "MalformedResponseError"
+    assert record["metadata"]["error_kind"] != "programming" and record["trace"] is None
+    retried = json.loads(next((run_dir(pytester) / "retry_details/file-0").iterdir()).read_text())
+    assert retried["error"].startswith(
+        f"MalformedResponseError: the answer of {endpoint} for model 'test-model' is not JSON"
+    )
+    # The trajectory of each try is kept, up to the call that failed.
+    failed = trajectory(pytester, record)
+    assert failed["stop_reason"] == "error" and failed["events"][-1]["error"] == record["error"]
 
 
 def test_authentication_error_is_not_retried_by_default(pytester: pytest.Pytester, server: ScriptedServer) -> None:
@@ -219,7 +283,11 @@ def test_the_request_client_is_closed_at_the_end(
         pytester.runpytest(*RUN).assert_outcomes(passed=3)
     else:
         server.default = lambda body: slow(300)
-        write_agent_config(pytester, server, n=2, timeout_seconds=1.0)
-        pytester.runpytest(*RUN).assert_outcomes(errors=2)
-        server.wait_until(lambda: server.aborted == 2)
+        for deadline in DEADLINES:
+            closed.clear()
+            write_agent_config(pytester, server, n=2, timeout_seconds=deadline)
+            pytester.runpytest(*RUN, "--agentcompass-new-run").assert_outcomes(errors=2)
+            if server.requests:
+                break
+        server.wait_until(lambda: server.aborted == len(server.requests) > 0)
     assert closed == [True]  # one client for the request, shared by its tasks, closed once

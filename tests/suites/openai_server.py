@@ -20,17 +20,19 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["Reply", "ScriptedServer", "answer", "error", "scripted_server", "slow", "tool_call"]
+__all__ = ["Reply", "ScriptedServer", "answer", "error", "garbage", "scripted_server", "slow", "tool_call"]
 
 
 @dataclass
 class Reply:
-    """One scripted answer: a status, a JSON body, and how long to hold it back."""
+    """One scripted answer: a status, a JSON body (or ``raw`` bytes), and how long to hold it back."""
 
     status: int = 200
-    body: dict[str, Any] = field(default_factory=dict)
+    body: Any = field(default_factory=dict)
     delay: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes | None = None
+    content_type: str = "application/json"
 
 
 _ids = itertools.count(1)
@@ -77,10 +79,15 @@ def error(status: int, message: str = "scripted error", kind: str = "server_erro
     return Reply(status=status, body={"error": {"message": message, "type": kind, "code": None}})
 
 
+def garbage(raw: bytes | str, content_type: str = "application/json") -> Reply:
+    """A 200 answer whose body is ``raw`` as it is: not JSON, or not a chat completion."""
+    return Reply(raw=raw.encode() if isinstance(raw, str) else raw, content_type=content_type)
+
+
 def slow(seconds: float, then: Reply | None = None) -> Reply:
     """``then`` (an answer by default), held back ``seconds`` or until the client hangs up."""
     reply = then or answer("late")
-    return Reply(status=reply.status, body=reply.body, delay=seconds, headers=reply.headers)
+    return Reply(status=reply.status, body=reply.body, delay=seconds, headers=reply.headers, raw=reply.raw)
 
 
 class ScriptedServer:
@@ -143,9 +150,9 @@ class ScriptedServer:
                         with server.lock:
                             server.aborted += 1
                         return
-                    data = json.dumps(reply.body).encode()
+                    data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
                     self.send_response(reply.status)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", reply.content_type)
                     self.send_header("Content-Length", str(len(data)))
                     # The client must not retry on its own schedule header: tests count requests.
                     self.send_header("retry-after-ms", "1")

@@ -121,9 +121,6 @@ def _add_file(digest: Any, task: Path, file: Path, *, content: bool) -> None:
     digest.update(b"\n")
 
 
-_HOST_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
 def expand_env(env: Mapping[str, str], table: str, task: HarborTask) -> dict[str, str]:
     """``env`` with Harbor's ``${NAME}`` / ``${NAME:-default}`` filled from this process's
     environment (how published tasks hand a judge its API key). Expanded values are secrets:
@@ -131,21 +128,19 @@ def expand_env(env: Mapping[str, str], table: str, task: HarborTask) -> dict[str
 
     :raises TaskFileError: naming the task file, the table and the variable that is not set.
     """
+    from ...config import expand_variables
     from ...redact import add_runtime_secret
 
-    def substitute(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        value = os.environ.get(name)
-        if value is None:
-            if default is None:
-                raise TaskFileError(
-                    f"{task.path / TASK_FILE}: [{table}] env needs the environment variable {name}, which is not set"
-                )
-            return default
-        add_runtime_secret(value)
-        return value
-
-    return {key: _HOST_VAR.sub(substitute, value) for key, value in env.items()}
+    expanded: dict[str, str] = {}
+    for key, value in env.items():
+        expanded[key], read, missing = expand_variables(value, os.environ)
+        if missing:
+            raise TaskFileError(
+                f"{task.path / TASK_FILE}: [{table}] env needs the environment variable {missing[0]}, which is not set"
+            )
+        for secret in read:
+            add_runtime_secret(secret)
+    return expanded
 
 
 def find_task_dirs(root: Path) -> Iterator[Path]:

@@ -13,7 +13,9 @@ Layout of ``<output_dir>/<request>/<run id>/``::
 Every JSON file but a detail is written to a temporary name and renamed, so a
 killed run never leaves half of it; a detail is written in place (see
 ``_write_in_place``: half a detail is not JSON and reads as a task not done).
-Every value passes through the redactor.
+Every value passes through the redactor, and every text field of a per-task
+record is bounded (``bounds``): a detail stores its output once, at most
+``field_limit`` characters of it, and says what was cut.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from ...redact import Redactor
 from ...types import ExecutionPlan, RunResult, to_jsonable
+from .bounds import DEFAULT_FIELD_LIMIT, TRUNCATED_KEY, bound_fields, cut_note, same_as_task
 
 __all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "read_json", "read_run_info_head"]
 
@@ -124,9 +127,11 @@ MARKER_TEXT = (
 class RunStore:
     """Reads and writes one run directory."""
 
-    def __init__(self, run_dir: Path, redactor: Redactor | None = None) -> None:
+    def __init__(self, run_dir: Path, redactor: Redactor | None = None, field_limit: int = DEFAULT_FIELD_LIMIT) -> None:
         self.run_dir = run_dir
         self.redactor = redactor or Redactor()
+        #: Characters kept per text field of a per-task record (``execution.max_stored_chars``).
+        self.field_limit = field_limit
         self.details_dir = run_dir / "details"
         self.plans_path = run_dir / "plans.jsonl"
         self._details = str(self.details_dir)
@@ -146,6 +151,27 @@ class RunStore:
     def _encode(self, data: Any, pretty: bool) -> str:
         value = self.redactor.apply(data) if self.redactor else data
         return _readable(value) if pretty else json.dumps(value, separators=(",", ":"), default=_fallback)
+
+    def _bounded(
+        self, record: Mapping[str, Any], encode: Callable[[Any], str] | None = None
+    ) -> tuple[str, dict[str, int]]:
+        """``record`` encoded (redacted), its text fields cut to :attr:`field_limit` characters.
+
+        What was cut is listed under ``truncated_fields`` and, in a record
+        with ``notes`` (a detail), said there too. A record whose whole text
+        fits holds no field past the limit: the common case costs one length check.
+        """
+        encode = encode or (lambda value: self._encode(value, False))
+        text = encode(record)
+        if len(text) <= self.field_limit:
+            return text, {}
+        bounded, cuts = bound_fields(record, self.field_limit)
+        if not cuts:
+            return text, {}
+        record = {**bounded, TRUNCATED_KEY: cuts}
+        if isinstance(record.get("notes"), list):
+            record["notes"] = [*record["notes"], cut_note(cuts, self.field_limit)]
+        return encode(record), cuts
 
     def _folder_of(self, path: str | Path) -> str:
         """The folder of ``path``, made on its first file (remembered: no ``makedirs`` per file)."""
@@ -330,14 +356,19 @@ class RunStore:
     def _detail_file(self, task_id: str) -> str:
         return f"{self._details}/{task_id}.json"  # a str: built once per task
 
-    def save_partial_result(self, task_id: str, detail: Mapping[str, Any]) -> str:
+    def save_partial_result(self, task_id: str, detail: Mapping[str, Any], *, notes: list[str] | None = None) -> str:
         """Write the terminal record of ``task_id``, then remove its attempt checkpoints.
 
         In that order, so a kill in between leaves a detail and stale
-        checkpoints (harmless), never checkpoints alone.
+        checkpoints (harmless), never checkpoints alone. An attempt's entry
+        does not repeat what equals the task's result, and text fields are
+        bounded; ``notes`` receives the line that says what was cut.
         """
         path = self._detail_file(task_id)
-        self._write_in_place(path, self._encode(detail, False))
+        text, cuts = self._bounded(same_as_task(detail))
+        if cuts and notes is not None:
+            notes.append(cut_note(cuts, self.field_limit))
+        self._write_in_place(path, text)
         if self._checkpoints_seen:
             self.remove_checkpoints(task_id)
         return path
@@ -398,16 +429,22 @@ class RunStore:
                 pass
         if isinstance(data, str):
             data = (self.redactor.text(data) if self.redactor else data).encode("utf-8")
+        elif isinstance(data, Mapping):  # a JSON record (a trajectory): its fields bounded like a detail's
+            data = self._bounded(data, self._people_json)[0].encode("utf-8")
         elif not isinstance(data, bytes):
-            value = self.redactor.apply(data) if self.redactor else data
-            data = json.dumps(value, indent=1, default=_fallback).encode("utf-8")  # read by people
+            data = self._people_json(data).encode("utf-8")
         with self._replacing(f"{self.run_dir}/{relative}") as tmp, open(tmp, "wb") as fh:
             fh.write(data)
         return relative
 
+    def _people_json(self, data: Any) -> str:
+        value = self.redactor.apply(data) if self.redactor else data
+        return json.dumps(value, indent=1, default=_fallback)  # read by people
+
     def save_retry_detail(self, task_id: str, attempt_index: int, retry_number: int, payload: Any) -> Path:
         path = self.retry_dir / task_id / f"attempt-{attempt_index}-retry-{retry_number}.json"
-        self._write_text(path, self._encode(payload, False))
+        text = self._bounded(payload)[0] if isinstance(payload, Mapping) else self._encode(payload, False)
+        self._write_text(path, text)
         return path
 
     # -- checkpoints ---------------------------------------------------
@@ -416,7 +453,7 @@ class RunStore:
         self._checkpoints_seen = True
         result = self.externalize_bytes(task_id, result, f"attempt-{attempt_index}")
         payload = {"fingerprint": fingerprint, "attempt_index": attempt_index, "result": result.to_dict()}
-        self._write_text(path, self._encode(payload, False))
+        self._write_text(path, self._bounded(payload)[0])
 
     def load_checkpoints(self, task_id: str, fingerprint: str) -> tuple[dict[int, RunResult], int]:
         """Compatible checkpoints of ``task_id`` and the number of incompatible ones ignored."""

@@ -219,6 +219,19 @@ def test_garbage_from_the_server_is_one_line_naming_it_and_a_pattern_can_retry_i
     assert failed["stop_reason"] == "error" and failed["events"][-1]["error"] == record["error"]
 
 
+def test_garbage_from_the_server_is_a_transport_fault_the_transient_policy_retries(
+    pytester: pytest.Pytester, server: ScriptedServer
+) -> None:
+    server.push(garbage("<html>", "text/html"))
+    server.default = lambda body: answer("done")
+    write_agent_config(pytester, server, execution={"max_retries": 1, "retry_pattern_list": "transient"})
+    result = pytester.runpytest(*RUN)
+    record = detail(pytester)
+    assert record["retries"] == 1, result.stdout.str()
+    retried = json.loads(next((run_dir(pytester) / "retry_details/file-0").iterdir()).read_text())
+    assert retried["error_kind"] == "transport" and retried["matched_pattern"] == "kind:transport"
+
+
 def test_authentication_error_is_not_retried_by_default(pytester: pytest.Pytester, server: ScriptedServer) -> None:
     server.default = lambda body: error(401, "Incorrect API key provided", "invalid_request_error")
     write_agent_config(pytester, server, execution={"max_retries": 2})

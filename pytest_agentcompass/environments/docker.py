@@ -38,6 +38,7 @@ from ..config import ParamsModel
 from ..errors import SessionError
 from ..types import ExecResult, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
+from .docker_derived import with_agent
 from .docker_engine import Engine, EngineParams, check_engines, docker_sdk, engine_list, engine_urls_as_mappings
 from .docker_exec import DRAIN_GRACE, INIT, ExecStream, exec_output, kill_exec
 from .docker_files import get_tree, put_tree
@@ -74,6 +75,8 @@ class DockerSession(EnvironmentSession):
         self.workdir = workdir
         self.network_policy = policy
         self.output_limit = output_limit
+        #: The agent image it started from and whether this open installed it (see :mod:`.docker_derived`).
+        self.agent_install: dict[str, Any] | None = None
         #: Created with ``network_mode none`` and not attached since (the bridge must wait for it to go).
         self._on_none = policy == "disabled"
         self._closed = False
@@ -360,6 +363,9 @@ class DockerEnvironment(BaseEnvironment):
         client = await asyncio.to_thread(engine.client)
         log_dir = self.run_dir / "images" if self.run_dir else None
         image = await choose_image(client, params, log_dir, engine=engine.name if self.pool.pooled else "")
+        # An agent CLI's harness asked for its install: the image with it (made once).
+        pooled = engine.name if self.pool.pooled else ""
+        image, installed = await with_agent(client, image, config, pooled, engine.local, str(self.run_dir))
         workdir = params.get("workdir", "/work")
         from_image = workdir is None
         if from_image:  # the image's own WORKDIR (published task verifiers rely on it): it exists
@@ -402,7 +408,9 @@ class DockerEnvironment(BaseEnvironment):
             raise
         policy: NetworkPolicy = "disabled" if isolated else "full"
         output_limit = int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
-        return DockerSession(client, container, workdir, policy, output_limit, local=engine.local)
+        session = DockerSession(client, container, workdir, policy, output_limit, local=engine.local)
+        session.agent_install = installed
+        return session
 
     async def sweep(self, run_id: str) -> int:
         return await self.pool.sweep(run_id)

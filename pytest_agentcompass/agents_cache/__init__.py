@@ -8,7 +8,7 @@ kinds of source. Nothing here runs a container.
 from __future__ import annotations
 
 from .fetch import Fetched, FetchError, PackageSource, cache_key, ensure_packages
-from .npm import NpmPackage
+from .npm import NpmPackage, tarball_name
 from .pip import PipWheels
 from .store import CacheCorrupt, CachedFile, CachedSet, PackageCache, default_cache_dir
 
@@ -25,4 +25,5 @@ __all__ = [
     "cache_key",
     "default_cache_dir",
     "ensure_packages",
+    "tarball_name",
 ]

@@ -18,7 +18,8 @@ class BaseHarness:
     """Drives an agent. ``params`` from the config's ``harness.params`` arrive
     as constructor keyword arguments.
 
-    The runtime calls :meth:`adjust_input`, :meth:`start_session`, then
+    The planner calls :meth:`adjust_plan` for every new plan; the runtime
+    then calls :meth:`adjust_input`, :meth:`start_session`, then
     :meth:`run` under the plan's run network policy, and always
     :meth:`close_session` afterwards, before artifacts are collected.
     Methods may be sync or async.
@@ -35,6 +36,12 @@ class BaseHarness:
         """Check, once per request and before any task runs, that the harness can work
         (a package, a model key). Raise an ``AgentCompassError`` with a plain message."""
         return None
+
+    def adjust_plan(self, plan: ExecutionPlan, task: TaskSpec, req: RunRequest) -> Any:
+        """Add what the harness needs from the Environment to a new plan, before it opens
+        (an agent CLI's install recipe in ``plan.environment``). Runs after the benchmark's
+        ``adjust_plan``, before recipes; returns the plan."""
+        return plan
 
     def adjust_input(self, task: TaskSpec, prepared: PreparedTask, req: RunRequest, plan: ExecutionPlan) -> Any:
         """Rewrite the prepared input for this harness (prompt templates, tool lists)."""

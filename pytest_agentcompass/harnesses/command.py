@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..config import RunRequest
     from ..environments.base import EnvironmentSession
 
-__all__ = ["CommandHarness", "CommandParams"]
+__all__ = ["LOGS_DIR", "CommandHarness", "CommandParams", "collect_logs", "exec_facts", "make_logs_dir"]
 
 Seconds = Annotated[float, Field(strict=True, gt=0)]
 #: Where an agent CLI may leave its own logs; collected as artifacts (the Harbor convention).
@@ -122,7 +122,7 @@ class CommandHarness(BaseHarness):
             session.setup.append(
                 {
                     "command": command,
-                    **_facts(done),
+                    **exec_facts(done),
                     "duration_seconds": round(time.monotonic() - started, 4),
                 }
             )
@@ -151,7 +151,7 @@ class CommandHarness(BaseHarness):
                 RunResult(task.task_id, status=RunStatus.INFERENCE_ERROR, error=session.failed, metadata=metadata),
             )
         await env.write_text(".agentcompass/prompt.txt", prepared.prompt)
-        logs_dir = await _make_logs_dir(env)
+        logs_dir = await make_logs_dir(env)
         variables.update(
             AGENTCOMPASS_PROMPT=prepared.prompt,
             AGENTCOMPASS_TASK_ID=task.task_id,
@@ -165,7 +165,7 @@ class CommandHarness(BaseHarness):
             "stderr": save_artifact("agent/stderr.txt", redactor.text(outcome.stderr)),
             "logs": await self._collect_logs(env, redactor),
         }
-        metadata["agent"] = _facts(outcome)
+        metadata["agent"] = exec_facts(outcome)
         kept = {k: v for k, v in artifacts.items() if v}
         if not outcome.ok:
             reason = "timed out" if outcome.timed_out else f"exited with {outcome.exit_code}"
@@ -182,31 +182,40 @@ class CommandHarness(BaseHarness):
         return _redacted(redactor, result)
 
     async def _collect_logs(self, env: EnvironmentSession, redactor: Redactor) -> list[str]:
-        """Save the files the agent left under /logs/agent; paths relative to the run directory."""
-        if not self.options.max_log_files:
-            return []
-        # cwd "/" and a relative path: the local provider maps both into its workspace.
-        listing = await env.exec(["sh", "-c", "cd logs/agent 2>/dev/null && find . -type f"], timeout=60, cwd="/")
-        saved: list[str] = []
-        for name in sorted(line[2:] for line in listing.stdout.splitlines() if line.startswith("./")):
-            if len(saved) >= self.options.max_log_files:
-                break
-            data = await env.read_bytes(f"{LOGS_DIR}/{name}")
-            if len(data) > self.options.max_log_bytes:
-                data = data[: self.options.max_log_bytes]
-            if redactor:
-                try:
-                    data = redactor.text(data.decode("utf-8")).encode("utf-8")
-                except UnicodeDecodeError:
-                    pass  # binary: saved as it is
-            safe = "/".join(_UNSAFE.sub("_", part).lstrip(".-_") or "_" for part in name.split("/"))
-            path = save_artifact(f"agent/logs/{safe}", data)
-            if path:
-                saved.append(path)
-        return saved
+        return await collect_logs(env, redactor, self.options.max_log_files, self.options.max_log_bytes)
 
 
-async def _make_logs_dir(env: EnvironmentSession) -> str:
+async def collect_logs(
+    env: EnvironmentSession, redactor: Redactor, max_files: int, max_bytes: int, folder: str = "logs/agent"
+) -> list[str]:
+    """Save the files under ``/<folder>`` (at most ``max_files``, ``max_bytes`` each) as artifacts
+    ``agent/logs/<path under the folder>``; returns their paths relative to the run directory."""
+    if not max_files:
+        return []
+    # cwd "/" and a relative path: the local provider maps both into its workspace.
+    listing = await env.exec(
+        ["sh", "-c", f"cd {shlex.quote(folder)} 2>/dev/null && find . -type f"], timeout=60, cwd="/"
+    )
+    saved: list[str] = []
+    for name in sorted(line[2:] for line in listing.stdout.splitlines() if line.startswith("./")):
+        if len(saved) >= max_files:
+            break
+        data = await env.read_bytes(f"/{folder}/{name}")
+        if len(data) > max_bytes:
+            data = data[:max_bytes]
+        if redactor:
+            try:
+                data = redactor.text(data.decode("utf-8")).encode("utf-8")
+            except UnicodeDecodeError:
+                pass  # binary: saved as it is
+        safe = "/".join(_UNSAFE.sub("_", part).lstrip(".-_") or "_" for part in name.split("/"))
+        path = save_artifact(f"agent/logs/{safe}", data)
+        if path:
+            saved.append(path)
+    return saved
+
+
+async def make_logs_dir(env: EnvironmentSession) -> str:
     """Create /logs/agent and return its real path (inside the workspace for ``local``)."""
     made = await env.exec(["sh", "-c", "mkdir -p logs/agent && cd logs/agent && pwd"], timeout=60, cwd="/")
     return made.stdout.strip() or LOGS_DIR
@@ -229,7 +238,7 @@ def _model_env(req: RunRequest) -> tuple[dict[str, str], Redactor]:
     return variables, Redactor()
 
 
-def _facts(done: ExecResult) -> dict[str, Any]:
+def exec_facts(done: ExecResult) -> dict[str, Any]:
     return {
         "exit_code": done.exit_code,
         "timed_out": done.timed_out,

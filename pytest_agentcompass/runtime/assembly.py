@@ -64,7 +64,7 @@ class RequestSetup:
     loaded: int = 0
 
     def planner(self) -> Planner:
-        return Planner(self.req, self.benchmark, self.provider, self.recipes)
+        return Planner(self.req, self.benchmark, self.provider, self.recipes, self.harness)
 
 
 def _run_sync(value: Any) -> Any:

@@ -152,7 +152,7 @@ class ModelGateway:
                 f"the model gateway cannot listen on {host} ({exc.strerror or exc}); the environment's network "
                 "is not on this machine (a remote Docker engine, or one in another network namespace)"
             ) from None
-        await web.SockSite(self._runner, sock, shutdown_timeout=_DRAIN).start()
+        await web.SockSite(self._runner, sock).start()
         port = self._listeners[host] = int(sock.getsockname()[1])
         return port
 

@@ -60,11 +60,9 @@ class GatewayNetwork:
         """Let the network's containers reach the gateway's ``port`` (the one opening in the firewall)."""
         if self.tag is None or port in self.admitted:
             return
-        _iptables("-I", "INPUT", "1", *self._accept(port))
+        rule = ["-i", self.bridge, "-d", self.gateway, "-p", "tcp", "--dport", str(port), *_comment(self.tag)]
+        _iptables("-I", "INPUT", "1", *rule, "-j", "ACCEPT")
         self.admitted.add(port)
-
-    def _accept(self, port: int) -> list[str]:
-        return ["-i", self.bridge, "-d", self.gateway, "-p", "tcp", "--dport", str(port), *_comment(self.tag)]
 
     def remove(self) -> None:
         """Remove the firewall rules, detach what is still attached, and remove the network."""

@@ -292,6 +292,7 @@ class ModelGateway:
                 refusal.headers["x-should-retry"] = "false"
                 return refusal
         sent, asked = prepare_body(protocol, body, self.model, settings.allow_other_models)
+        asked = asked or route.path_model
         path = request.rel_url.raw_path
         if not settings.allow_other_models:
             path = route.with_model(path, self.model)

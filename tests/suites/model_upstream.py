@@ -87,7 +87,8 @@ class Turn:
     message; ``body`` (bytes or a JSON value) is sent as it is instead of
     anything rendered (garbage, or a protocol's own raw JSON). ``delay`` holds
     the answer back (a client hang-up meanwhile counts in ``aborted``);
-    ``stall`` streams the first event, then holds until the client hangs up.
+    ``stall`` streams the first event, then holds until the client hangs up;
+    ``gate`` holds the answer until the test sets it.
     """
 
     text: str | None = None
@@ -99,6 +100,8 @@ class Turn:
     content_type: str = "application/json"
     delay: float = 0.0
     stall: bool = False
+    #: Held until this event is set (then answered), for tests that need calls in flight at once.
+    gate: threading.Event | None = None
     prompt_tokens: int = 10
     completion_tokens: int = 5
     headers: dict[str, str] = field(default_factory=dict)
@@ -654,6 +657,8 @@ class ScriptedServer:
             model = str(path_model or data.get("model") or "scripted")
             seen = Seen(protocol, request.path_qs, dict(request.headers), body, model, streamed)
             turn = self.next_turn(seen)
+            if turn.gate is not None:
+                await asyncio.to_thread(turn.gate.wait)
             if turn.delay and not await self._hold(turn.delay):
                 return web.Response(status=499)  # nobody reads it: the client is gone
             include_usage = bool((data.get("stream_options") or {}).get("include_usage"))

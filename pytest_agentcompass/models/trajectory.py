@@ -80,8 +80,8 @@ class Trajectory:
             "usage": call.usage,
             "finish_reason": call.finish_reason,
         }
-        if call.protocol != "openai_chat" or call.status != 200 or call.request is not None:
-            # A call that passed through the model gateway: what it was and how it went.
+        if call.extra or call.protocol != "openai_chat" or not call.ok:
+            # A call through the model gateway (or a failed one): what it was and how it went.
             event.update(protocol=call.protocol, model=call.model, status=call.status, stream=call.stream)
             event.update(call.extra)
             for key in ("error", "request", "response"):

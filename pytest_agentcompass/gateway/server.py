@@ -25,6 +25,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+from .._shield import uncancellable
 from ..errors import PreflightError, SessionError
 from ..limits import capacity_for
 from ..models.client import guard_secrets
@@ -207,7 +208,7 @@ class ModelGateway:
             self._grants[grant.token] = grant
             yield grant
         finally:
-            await _finish_uncancelled(self._close_grant(grant, route.release))
+            await uncancellable(self._close_grant(grant, route.release))
 
     async def _close_grant(self, grant: Grant | None, release: Any) -> None:
         try:
@@ -232,6 +233,7 @@ class ModelGateway:
         runner, client = self._runner, self._client
         self._runner = self._client = None
         self._listeners.clear()
+        self._starting = None  # an asyncio lock belongs to one loop: the next start may be on another
         if runner is None or self._loop is not asyncio.get_running_loop():
             return  # never started, or its loop is gone and its sockets with it
         try:
@@ -409,13 +411,3 @@ def _scrubber(key: str | None) -> Any:
 def _error(web: Any, protocol: Protocol, status: int, message: str, kind: str) -> Any:
     body = error_body(protocol, status, message, kind)
     return web.Response(body=body, status=status, content_type="application/json")
-
-
-async def _finish_uncancelled(awaitable: Any) -> None:
-    """Run ``awaitable`` to its end even if the caller is cancelled meanwhile, then re-raise the cancel."""
-    task = asyncio.ensure_future(awaitable)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await task
-        raise

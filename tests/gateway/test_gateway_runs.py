@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SUITES, start_pytest, write_config
+from conftest import SUITES, docker_has_image, start_pytest, write_config
 from model_upstream import ScriptedServer, scripted_server, stall, text
 
 pytest.importorskip("aiohttp")
@@ -32,6 +32,7 @@ RUN = ("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
 FILE_TASKS = f"{SUITES / 'file_tasks.py'}:FileTasks"
 #: Built offline by scripts/build-base-images.sh; it has sh and curl.
 IMAGE = "python:3.12-slim"
+NO_DOCKER = f"no Docker engine with {IMAGE} (run scripts/start-docker.sh and scripts/build-base-images.sh)"
 
 #: Two chat completions (the second streamed) through the gateway, then the task's file.
 PY_AGENT = """\
@@ -191,14 +192,6 @@ def test_ctrl_c_mid_stream_closes_the_upstream_connection(pytester: pytest.Pytes
 
 
 # -- Docker: run: disabled leaves the gateway and nothing else ------------------------------------
-def docker_ready() -> bool:
-    try:
-        probe = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, check=False)
-    except FileNotFoundError:
-        return False
-    return probe.returncode == 0
-
-
 #: The environment into a file, one call through the gateway, one to a server of the host.
 SH_AGENT = textwrap.dedent(
     """\
@@ -245,7 +238,7 @@ def decoy() -> Iterator[ScriptedServer]:
         docker("network", "rm", name)
 
 
-@pytest.mark.skipif(not docker_ready(), reason="no Docker engine with the test image (run scripts/start-docker.sh)")
+@pytest.mark.skipif(not docker_has_image(IMAGE), reason=NO_DOCKER)
 @pytest.mark.skipif(os.geteuid() != 0, reason="the gateway network's firewall needs root (iptables)")
 def test_with_run_disabled_a_container_reaches_the_gateway_and_nothing_else(
     pytester: pytest.Pytester, server: ScriptedServer, decoy: ScriptedServer
@@ -290,7 +283,7 @@ def test_with_run_disabled_a_container_reaches_the_gateway_and_nothing_else(
     assert KEY.encode() not in written_anywhere(pytester.path)
 
 
-@pytest.mark.skipif(not docker_ready(), reason="no Docker engine with the test image (run scripts/start-docker.sh)")
+@pytest.mark.skipif(not docker_has_image(IMAGE), reason=NO_DOCKER)
 def test_the_next_run_sweeps_the_gateway_network_a_killed_run_left(
     pytester: pytest.Pytester, server: ScriptedServer
 ) -> None:

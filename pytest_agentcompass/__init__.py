@@ -28,7 +28,7 @@ if TYPE_CHECKING:
         TimeoutsSpec,
         load_config,
     )
-    from .environments.base import BaseEnvironment, EnvironmentSession, SessionConfig
+    from .environments.base import BaseEnvironment, EnvironmentSession, HostRoute, SessionConfig
     from .environments.local import LocalEnvironment, LocalSession
     from .errors import (
         AgentCompassError,
@@ -41,11 +41,13 @@ if TYPE_CHECKING:
         WorkspacePathError,
     )
     from .evidence import apply_verifier_result, read_artifact, verifier_evidence
+    from .gateway import GatewaySettings, Grant, ModelGateway
     from .harnesses.base import BaseHarness
     from .harnesses.command import CommandHarness
     from .harnesses.openai_chat import OpenAIChatHarness
     from .harnesses.shell_agent import ShellAgentHarness
     from .models import ModelSettings, Trajectory
+    from .models.ledger import CallLedger, ModelCall
     from .registry import Registry
     from .runtime.planner import Recipe
     from .runtime.strategies import AttemptScheduler, AttemptStrategy
@@ -71,7 +73,13 @@ _EXPORTS = {
     "BaseBenchmark": ".benchmark",
     "BaseEnvironment": ".environments.base",
     "BaseHarness": ".harnesses.base",
+    "CallLedger": ".models.ledger",
     "CommandHarness": ".harnesses.command",
+    "GatewaySettings": ".gateway",
+    "Grant": ".gateway",
+    "HostRoute": ".environments.base",
+    "ModelCall": ".models.ledger",
+    "ModelGateway": ".gateway",
     "ModelSettings": ".models",
     "OpenAIChatHarness": ".harnesses.openai_chat",
     "ShellAgentHarness": ".harnesses.shell_agent",
@@ -125,6 +133,7 @@ __all__ = [
     "BaseBenchmark",
     "BaseEnvironment",
     "BaseHarness",
+    "CallLedger",
     "CommandHarness",
     "ComponentError",
     "ComponentRef",
@@ -136,9 +145,14 @@ __all__ = [
     "ExecResult",
     "ExecutionPlan",
     "ExecutionSpec",
+    "GatewaySettings",
+    "Grant",
     "HarnessFreeBenchmark",
+    "HostRoute",
     "LocalEnvironment",
     "LocalSession",
+    "ModelCall",
+    "ModelGateway",
     "ModelSettings",
     "ModelSpec",
     "NetworkPolicy",

@@ -10,6 +10,8 @@ from ..types import ExecutionPlan, PreparedTask, TaskSpec
 if TYPE_CHECKING:
     from ..config import RunRequest
     from ..environments.base import EnvironmentSession
+    from ..gateway import ModelGateway
+    from ..models.ledger import Protocol
 
 __all__ = ["BaseHarness"]
 
@@ -28,6 +30,16 @@ class BaseHarness:
     id: ClassVar[str] = ""
     #: The request's run directory, set before the first attempt.
     run_dir: Path | None = None
+    #: The agent calls the model over HTTP from inside the task Environment (an agent CLI): the
+    #: runtime then serves a model gateway for the request and sets :attr:`gateway` (when the
+    #: request names a ``model``). An instance may set it in ``__init__`` from its params.
+    needs_gateway: bool = False
+    #: The model APIs the agent speaks (``openai_chat``, ``openai_responses``, ``anthropic``,
+    #: ``gemini``): each needs an upstream key at preflight. Empty: any one will do.
+    gateway_protocols: ClassVar[frozenset[Protocol]] = frozenset()
+    #: The request's :class:`~pytest_agentcompass.gateway.ModelGateway`, shared by its attempts
+    #: (``async with self.gateway.open_attempt(env, task_id, attempt_index) as grant: ...``).
+    gateway: ModelGateway | None = None
 
     def __init__(self, **params: Any) -> None:
         self.params = params

@@ -6,8 +6,9 @@ import os
 import re
 import shlex
 import time
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -64,6 +65,9 @@ class CommandParams(BaseModel):
     #: Files under /logs/agent kept as artifacts, at most this many and this many bytes each.
     max_log_files: int = Field(default=50, ge=0)
     max_log_bytes: int = Field(default=1024 * 1024, ge=0)
+    #: How the agent reaches the request's model: through the runner's gateway with a per-attempt
+    #: token (the real key never enters the Environment), or ``direct`` with the real key and URL.
+    model_access: Literal["gateway", "direct"] = "gateway"
 
     @field_validator("command")
     @classmethod
@@ -92,15 +96,21 @@ class CommandHarness(BaseHarness):
     """Runs ``params.command`` in the task Environment.
 
     The prompt reaches the command as ``{instruction}`` in its arguments, as
-    ``$AGENTCOMPASS_PROMPT`` and in the file ``.agentcompass/prompt.txt``; the
-    request's model (if any) as ``$OPENAI_BASE_URL``, ``$OPENAI_API_KEY`` and
-    ``$AGENTCOMPASS_MODEL``. Its stdout becomes ``RunResult.output``; stdout,
-    stderr and the files it leaves under ``/logs/agent`` are saved as artifacts.
-    A non-zero exit, a timeout or a failed setup command is an inference error.
+    ``$AGENTCOMPASS_PROMPT`` and in the file ``.agentcompass/prompt.txt``. The
+    request's model (if any) is reached through the model gateway: the
+    variables of :meth:`~pytest_agentcompass.gateway.Grant.env`
+    (``$OPENAI_BASE_URL``, ``$OPENAI_API_KEY``, ``$ANTHROPIC_BASE_URL``, ...,
+    ``$AGENTCOMPASS_MODEL``) name the gateway and a token valid for this
+    attempt; with ``model_access: direct``, ``$OPENAI_BASE_URL`` and
+    ``$OPENAI_API_KEY`` are the configured ones. Its stdout becomes
+    ``RunResult.output``; stdout, stderr and the files it leaves under
+    ``/logs/agent`` are saved as artifacts. A non-zero exit, a timeout or a
+    failed setup command is an inference error.
     """
 
     id = "command"
     params_model = CommandParams
+    needs_gateway = True
 
     def __init__(self, **params: Any) -> None:
         options = validate_params(CommandParams, params, self.id)
@@ -108,6 +118,7 @@ class CommandHarness(BaseHarness):
         self.options = options
         self.argv = _argv(options.command, "the command")
         self.timeout = options.timeout
+        self.needs_gateway = options.model_access == "gateway"
 
     # -- setup ------------------------------------------------------------------
     async def start_session(
@@ -143,7 +154,7 @@ class CommandHarness(BaseHarness):
         plan: ExecutionPlan,
     ) -> RunResult:
         setup = session.setup if isinstance(session, _Session) else []
-        variables, redactor = _model_env(req)
+        variables, redactor = _model_env(req) if self.options.model_access == "direct" else ({}, Redactor())
         metadata: dict[str, Any] = {"setup": setup} if setup else {}
         if isinstance(session, _Session) and session.failed:
             return _redacted(
@@ -159,7 +170,14 @@ class CommandHarness(BaseHarness):
             **self.options.env,
         )
         argv = [arg.replace("{instruction}", prepared.prompt) for arg in self.argv]
-        outcome = await env.exec(argv, timeout=self.timeout, env=variables, cwd=prepared.workdir)
+        grant = None
+        async with AsyncExitStack() as stack:
+            if self.gateway is not None:
+                grant = await stack.enter_async_context(
+                    self.gateway.open_attempt(env, task.task_id, plan.attempt_index)
+                )
+                variables.update(grant.env())
+            outcome = await env.exec(argv, timeout=self.timeout, env=variables, cwd=prepared.workdir)
         artifacts = {
             "stdout": save_artifact("agent/stdout.txt", redactor.text(outcome.stdout)),
             "stderr": save_artifact("agent/stderr.txt", redactor.text(outcome.stderr)),
@@ -179,6 +197,8 @@ class CommandHarness(BaseHarness):
             )
         else:
             result = RunResult(task.task_id, output=outcome.stdout.strip(), artifacts=kept, metadata=metadata)
+        if grant is not None:
+            result = grant.finish(result)
         return _redacted(redactor, result)
 
     async def _collect_logs(self, env: EnvironmentSession, redactor: Redactor) -> list[str]:

@@ -9,10 +9,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .base import AgentHarness, AgentParams, AgentReport, AgentRun, untar
+    from .base import AgentHarness, AgentParams, AgentReport, AgentRun, ModelEndpoint, untar
     from .claude_code import ClaudeCodeHarness
     from .codex import CodexHarness
-    from .endpoint import ModelEndpoint
     from .gemini_cli import GeminiCliHarness
     from .mini_swe_agent import MiniSweAgentHarness
     from .opencode import OpenCodeHarness
@@ -47,7 +46,7 @@ _HOMES = {
     "AgentReport": "base",
     "AgentRun": "base",
     "untar": "base",
-    "ModelEndpoint": "endpoint",
+    "ModelEndpoint": "base",
 }
 
 

@@ -13,11 +13,14 @@ to fetch (:meth:`~AgentHarness.packages`), how to install them into
 - **adjust_plan** puts the install recipe into ``plan.environment``, so the
   provider starts the task from an image that has the agent (the docker
   provider makes it once per task image: :mod:`...environments.docker_derived`);
-- **run** writes the agent's settings (the model endpoint of
-  :mod:`.endpoint`) into its own folder under ``/logs/agent``, runs it in the
-  task's workdir until shortly before the plan's ``run`` timeout, saves its
-  stdout, stderr and that folder as artifacts, and returns its exit code;
-  a non-zero exit or a timeout is an inference error with the output's tail.
+- **run** opens the attempt's grant on the request's model gateway (a token
+  valid for this attempt only, the gateway's URL as the container reaches it:
+  the real key never enters the Environment, and every call is counted),
+  writes the agent's settings into its own folder under ``/logs/agent``, runs
+  it in the task's workdir until shortly before the plan's ``run`` timeout,
+  saves its stdout, stderr and that folder as artifacts, and returns its exit
+  code with the gateway's usage and trajectory; a non-zero exit or a timeout
+  is an inference error with the output's tail.
 """
 
 from __future__ import annotations
@@ -43,13 +46,13 @@ from .._params import validate_params
 from ..base import BaseHarness
 from ..command import LOGS_DIR, collect_logs, exec_facts, make_logs_dir
 from ..shell_agent import _deadline
-from .endpoint import ModelEndpoint, Protocol, check_model, model_endpoint
 
 if TYPE_CHECKING:
     from ...config import RunRequest
     from ...environments.base import EnvironmentSession
+    from ...models.ledger import Protocol
 
-__all__ = ["AgentHarness", "AgentParams", "AgentReport", "AgentRun", "untar"]
+__all__ = ["AgentHarness", "AgentParams", "AgentReport", "AgentRun", "ModelEndpoint", "untar"]
 
 Seconds = Annotated[float, Field(strict=True, gt=0)]
 #: Characters of the agent's output quoted in an error.
@@ -74,6 +77,21 @@ class AgentParams(ParamsModel):
     #: Files of the agent's own folder (sessions, logs) kept as artifacts.
     max_log_files: int = Field(default=200, ge=0)
     max_log_bytes: int = Field(default=5 * 1024 * 1024, ge=0)
+
+
+@dataclass(frozen=True)
+class ModelEndpoint:
+    """The model as the agent inside the Environment reaches it: the gateway, in the agent's API.
+
+    :param base_url: OpenAI's APIs: up to and including ``/v1``; Anthropic's and
+        Gemini's: the root (their clients add ``/v1/messages``, ``/v1beta/models/...``).
+    :param api_key: The attempt's token (refused once the attempt ended), never the real key.
+    """
+
+    protocol: Protocol
+    base_url: str
+    model: str
+    api_key: str = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -127,8 +145,9 @@ class AgentHarness(BaseHarness):
     id: ClassVar[str] = ""
     #: The version installed unless ``params.version`` says otherwise: pinned, agents change weekly.
     version: ClassVar[str] = ""
-    #: The model API the agent speaks.
+    #: The model API the agent speaks (the gateway needs an upstream for it).
     protocol: ClassVar[Protocol] = "openai_chat"
+    needs_gateway = True
     #: Its entry point, which the install script puts in ``$PREFIX/bin``.
     binary: ClassVar[str] = ""
     #: Arguments that make it say its version: run at the end of the install, to prove it runs there.
@@ -136,6 +155,10 @@ class AgentHarness(BaseHarness):
     #: A file in the agent's folder to read its report from, instead of its stdout.
     report_file: ClassVar[str | None] = None
     params_model: ClassVar[type[ParamsModel]] = AgentParams
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.gateway_protocols = frozenset({cls.protocol})
 
     def __init__(self, **params: Any) -> None:
         options: Any = validate_params(self.params_model, params, self.id)
@@ -171,7 +194,10 @@ class AgentHarness(BaseHarness):
 
     # -- once per request ---------------------------------------------------------
     async def preflight(self, req: RunRequest) -> None:
-        check_model(req, self.id)
+        if req.model is None:
+            raise PreflightError(
+                f"harness {self.id!r} needs a model: add `model: {{id: <model name>, params: {{...}}}}` to the request"
+            )
         await self.recipe()
 
     async def recipe(self) -> AgentInstall:
@@ -229,26 +255,20 @@ class AgentHarness(BaseHarness):
         plan: ExecutionPlan,
     ) -> RunResult:
         recipe = await self.recipe()
-        endpoint = await model_endpoint(req, env, plan, self.protocol)
+        if self.gateway is None:  # preflight refuses a request without a model; this is a programming slip
+            raise RuntimeError(f"harness {self.id!r} was given no model gateway")
         await make_logs_dir(env)
         home = f"{LOGS_DIR}/{self.id}"
-        ctx = AgentRun(prepared.prompt, endpoint, recipe.prefix, home, recipe.version, self.options)
-        await _write_files(env, {f"{home}/.keep": "", **self.files(ctx)})
-        argv = [*self.command(ctx), *self.options.args]
-        # The agent's helpers (rg, node) are found after the image's own tools, never before them.
-        launch = ["sh", "-c", 'PATH="$PATH:$0"; export PATH; exec "$@"', f"{recipe.prefix}/bin", *argv]
-        variables = {**self.environment(ctx), **self.options.env}
-        outcome = await env.exec(launch, timeout=self._timeout(session), env=variables, cwd=prepared.workdir)
-        report_text = outcome.stdout
-        if self.report_file:
-            try:
-                report_text = (await env.read_bytes(f"{home}/{self.report_file}")).decode("utf-8", "replace")
-            except Exception:
-                report_text = ""
-        try:
-            report = self.parse_report(report_text)
-        except Exception as exc:  # the agent's report is a cross-check, never the task's fate
-            report = AgentReport(extra={"report_error": f"{type(exc).__name__}: {exc}"})
+        async with self.gateway.open_attempt(env, task.task_id, plan.attempt_index) as grant:
+            endpoint = ModelEndpoint(self.protocol, grant.base_url(self.protocol), grant.model, grant.token)
+            ctx = AgentRun(prepared.prompt, endpoint, recipe.prefix, home, recipe.version, self.options)
+            await _write_files(env, home, self.files(ctx))
+            argv = [*self.command(ctx), *self.options.args]
+            # The agent's helpers (rg, node) are found after the image's own tools, never before them.
+            launch = ["sh", "-c", 'PATH="$PATH:$0"; export PATH; exec "$@"', f"{recipe.prefix}/bin", *argv]
+            variables = {**self.environment(ctx), **self.options.env}
+            outcome = await env.exec(launch, timeout=self._timeout(session), env=variables, cwd=prepared.workdir)
+        report = await self._report(env, home, outcome.stdout)
         artifacts = {
             "stdout": save_artifact("agent/stdout.txt", outcome.stdout),
             "stderr": save_artifact("agent/stderr.txt", outcome.stderr),
@@ -266,7 +286,7 @@ class AgentHarness(BaseHarness):
         if not outcome.ok:
             reason = "timed out" if outcome.timed_out else f"exited with {outcome.exit_code}"
             tail = (outcome.stderr.strip() or outcome.stdout.strip())[-_TAIL:]
-            return RunResult(
+            result = RunResult(
                 task.task_id,
                 output=outcome.stdout[-_TAIL:],
                 status=RunStatus.INFERENCE_ERROR,
@@ -274,8 +294,21 @@ class AgentHarness(BaseHarness):
                 artifacts=kept,
                 metadata=metadata,
             )
-        output = report.answer or outcome.stdout[-_TAIL:]
-        return RunResult(task.task_id, output=output, artifacts=kept, metadata=metadata)
+        else:
+            output = report.answer or outcome.stdout[-_TAIL:]
+            result = RunResult(task.task_id, output=output, artifacts=kept, metadata=metadata)
+        # The gateway's count of every call (metadata.usage) and its trajectory artifact.
+        return grant.finish(result)
+
+    async def _report(self, env: EnvironmentSession, home: str, stdout: str) -> AgentReport:
+        """The agent's own report (a cross-check of the gateway's count), never the task's fate."""
+        text = stdout
+        try:
+            if self.report_file:
+                text = (await env.read_bytes(f"{home}/{self.report_file}")).decode("utf-8", "replace")
+            return self.parse_report(text)
+        except Exception as exc:
+            return AgentReport(extra={"agent_report_error": f"{type(exc).__name__}: {exc}"})
 
     def _timeout(self, session: Any) -> float | None:
         if self.options.timeout is not None:
@@ -286,11 +319,12 @@ class AgentHarness(BaseHarness):
         return max(1.0, deadline - asyncio.get_running_loop().time())
 
 
-async def _write_files(env: EnvironmentSession, files: dict[str, str]) -> None:
-    """Write ``files`` as the agent's user (an archive would leave root-owned folders it cannot write)."""
-    for path, text in files.items():
+async def _write_files(env: EnvironmentSession, home: str, files: dict[str, str]) -> None:
+    """Make ``home`` and write ``files`` as the agent's user (an archive would leave root-owned
+    folders the agent cannot write to)."""
+    for path, text in {**{f"{home}/": ""}, **files}.items():
         written = await env.exec(
-            ["sh", "-c", 'mkdir -p "$(dirname "$F")" && printf %s "$C" > "$F"'],
+            ["sh", "-c", 'case "$F" in */) mkdir -p "$F";; *) mkdir -p "${F%/*}" && printf %s "$C" > "$F";; esac'],
             timeout=60,
             env={"F": path, "C": text},
             cwd="/",

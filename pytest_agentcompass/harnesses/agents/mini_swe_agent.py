@@ -93,5 +93,6 @@ class MiniSweAgentHarness(AgentHarness):
             if isinstance(counts, dict):
                 usage.add_call(int(counts.get("prompt_tokens") or 0), int(counts.get("completion_tokens") or 0))
         info = data.get("info") or {}
-        answer = info.get("submission") if isinstance(info, dict) else None
-        return AgentReport(usage if usage.calls else None, answer or None)
+        status = info.get("exit_status")
+        extra = {"agent_exit_status": status} if status else {}
+        return AgentReport(usage if usage.calls else None, info.get("submission") or status or None, extra)

@@ -109,15 +109,16 @@ async def ensure_packages(cache: PackageCache, agent: str, version: str, sources
     """
     key = cache_key(agent, version, sources)
     # Hashing a cached set reads it whole (once per process): off the event loop.
-    found, _ = await asyncio.to_thread(_lookup, cache, key)
+    found, corrupt = await asyncio.to_thread(_lookup, cache, key)
     if found is not None:
         return found
     lock = cache.lock_file(key)
     lock.parent.mkdir(parents=True, exist_ok=True)
     async with file_lock(lock):
-        found, corrupt = await asyncio.to_thread(_lookup, cache, key)  # another process fetched it meanwhile
+        found, again = await asyncio.to_thread(_lookup, cache, key)  # another process fetched it meanwhile
         if found is not None:
             return found
+        corrupt = again or corrupt
         scratch = cache.scratch()
         try:
             cached = await _fetch(cache, scratch, sources)

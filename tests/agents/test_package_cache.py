@@ -18,6 +18,7 @@ from pytest_agentcompass.agents_cache import (
     cache_key,
     ensure_packages,
 )
+
 from registries import LocalRegistry, local_registry, npm_tarball, wheel
 
 NPM = shutil.which("npm")
@@ -82,7 +83,7 @@ def test_a_tarball_that_does_not_match_the_published_integrity_never_enters_the_
 ) -> None:
     registry.wrong_hash.add("agent-1.2.3.tgz")
     cache = PackageCache(tmp_path / "cache")
-    with pytest.raises(FetchError, match="acme/agent@1.2.3") as caught:
+    with pytest.raises(FetchError, match=r"acme/agent@1\.2\.3") as caught:
         fill(cache, NpmPackage("@acme/agent", "1.2.3"))
     assert "integrity" in str(caught.value).lower() or "sha512" in str(caught.value)
     assert not (tmp_path / "cache" / "blobs").exists() or not any((tmp_path / "cache" / "blobs").rglob("*"))
@@ -114,7 +115,7 @@ def test_a_damaged_cached_file_is_fetched_again_or_named_when_it_cannot_be(
     broken.chmod(0o644)
     broken.write_bytes(b"truncated")
     unreachable(monkeypatch)
-    with pytest.raises(FetchError, match="damaged copy .*acme-agent-1.2.3.tgz.*and fetching it again failed"):
+    with pytest.raises(FetchError, match=r"damaged copy .*acme-agent-1\.2\.3\.tgz.*and fetching it again failed"):
         fill(PackageCache(tmp_path / "cache"), source)
 
 

@@ -7,13 +7,11 @@ never gets. Usage per task is compared with what the upstream reported.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
 import subprocess
 import sys
-import tarfile
 import textwrap
 import uuid
 from collections.abc import Iterator
@@ -23,6 +21,7 @@ from typing import Any
 import pytest
 
 from conftest import SUITES, docker_has_image, start_pytest, write_config
+from containers import changed_files, docker
 from model_upstream import ScriptedServer, scripted_server, stall, text
 
 pytest.importorskip("aiohttp")
@@ -204,25 +203,6 @@ SH_AGENT = textwrap.dedent(
     printf hi > hello.txt
     """
 )
-
-
-def docker(*args: str) -> str:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=True).stdout.strip()
-
-
-def changed_files(container: str) -> dict[str, bytes]:
-    """Every file the run added to or changed in ``container``, by path."""
-    out: dict[str, bytes] = {}
-    for line in docker("diff", container).splitlines():
-        kind, path = line.split(" ", 1)
-        if kind == "D":
-            continue
-        archive = subprocess.run(["docker", "cp", f"{container}:{path}", "-"], capture_output=True, check=True).stdout
-        with tarfile.open(fileobj=io.BytesIO(archive)) as files:
-            for member in files.getmembers():
-                if member.isfile():
-                    out[path] = files.extractfile(member).read()  # type: ignore[union-attr]
-    return out
 
 
 @pytest.fixture

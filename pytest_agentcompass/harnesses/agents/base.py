@@ -295,7 +295,7 @@ class AgentHarness(BaseHarness):
                 metadata=metadata,
             )
         else:
-            output = report.answer or outcome.stdout[-_TAIL:]
+            output = report.answer or outcome.stdout.strip()[-_TAIL:]
             result = RunResult(task.task_id, output=output, artifacts=kept, metadata=metadata)
         # The gateway's count of every call (metadata.usage) and its trajectory artifact.
         return grant.finish(result)

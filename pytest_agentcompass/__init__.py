@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .agents_cache import NpmPackage, PipWheels, tarball_name
     from .analysis import BaseAnalyzer
     from .artifacts import save_artifact
     from .benchmark import BaseBenchmark, HarnessFreeBenchmark
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     )
     from .evidence import apply_verifier_result, read_artifact, verifier_evidence
     from .gateway import GatewaySettings, Grant, ModelGateway
+    from .harnesses.agents import AgentHarness, AgentParams, AgentReport, AgentRun, ModelEndpoint, untar
     from .harnesses.base import BaseHarness
     from .harnesses.command import CommandHarness
     from .harnesses.openai_chat import OpenAIChatHarness
@@ -65,6 +67,15 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "AgentCompassError": ".errors",
+    "AgentHarness": ".harnesses.agents",
+    "AgentParams": ".harnesses.agents",
+    "AgentReport": ".harnesses.agents",
+    "AgentRun": ".harnesses.agents",
+    "ModelEndpoint": ".harnesses.agents",
+    "NpmPackage": ".agents_cache",
+    "PipWheels": ".agents_cache",
+    "tarball_name": ".agents_cache",
+    "untar": ".harnesses.agents",
     "ArtifactError": ".errors",
     "AttemptScheduler": ".runtime.strategies",
     "AttemptStrategy": ".runtime.strategies",
@@ -125,6 +136,10 @@ _EXPORTS = {
 
 __all__ = [
     "AgentCompassError",
+    "AgentHarness",
+    "AgentParams",
+    "AgentReport",
+    "AgentRun",
     "ArtifactError",
     "AttemptScheduler",
     "AttemptStrategy",
@@ -152,14 +167,17 @@ __all__ = [
     "LocalEnvironment",
     "LocalSession",
     "ModelCall",
+    "ModelEndpoint",
     "ModelGateway",
     "ModelSettings",
     "ModelSpec",
     "NetworkPolicy",
     "NetworkSpec",
+    "NpmPackage",
     "OpenAIChatHarness",
     "Orchestration",
     "ParamsModel",
+    "PipWheels",
     "PolicyError",
     "PreflightError",
     "PreparedTask",
@@ -180,6 +198,8 @@ __all__ = [
     "load_config",
     "read_artifact",
     "save_artifact",
+    "tarball_name",
+    "untar",
     "verifier_evidence",
 ]
 

@@ -49,10 +49,9 @@ for _ in range(5):
         messages.append({"role": "tool", "tool_call_id": call["id"], "content": done.stdout + done.stderr})
 """
 
-#: The harness: what docs/api.md shows, word for word but the names.
+#: The harness: README's example ("Another agent"), but the package's name.
 HARNESS = f'''\
-from pytest_agentcompass.agents_cache import NpmPackage, tarball_name
-from pytest_agentcompass.harnesses.agents import AgentHarness, AgentRun, untar
+from pytest_agentcompass import AgentHarness, AgentRun, NpmPackage, tarball_name, untar
 
 
 class MyAgent(AgentHarness):

@@ -242,44 +242,25 @@ class AgentImages:
         job = self._jobs.get(tag)
         mine = job is None
         if job is None:
-            job = self._jobs[tag] = asyncio.ensure_future(
-                self._install_once(client, base_id, install, tag, labels, local, run, facts)
-            )
+            install_job = _InstallJob(client, base_id, install, tag, labels, local)
+            job = self._jobs[tag] = asyncio.ensure_future(self._install_once(install_job, run, facts))
         # Shielded: one cancelled waiter must not cancel the install others wait for.
         done = await asyncio.shield(job)
         return done if mine else {**done, "installed": False, "seconds": None, "log": None}
 
-    async def _install_once(
-        self,
-        client: Any,
-        base_id: str,
-        install: AgentInstall,
-        tag: str,
-        labels: Mapping[str, str],
-        local: bool,
-        run: str,
-        facts: dict[str, Any],
-    ) -> dict[str, Any]:
+    async def _install_once(self, job: _InstallJob, run: str, facts: dict[str, Any]) -> dict[str, Any]:
         try:
-            done = await self._install(client, base_id, install, tag, labels, local, facts)
-            self._present.add(tag)
+            done = await self._install(job, facts)
+            self._present.add(job.tag)
             return done
         except SessionError as exc:
-            self._failed[(tag, run)] = exc
+            self._failed[(job.tag, run)] = exc
             raise
         finally:
-            self._jobs.pop(tag, None)
+            self._jobs.pop(job.tag, None)
 
-    async def _install(
-        self,
-        client: Any,
-        base_id: str,
-        install: AgentInstall,
-        tag: str,
-        labels: Mapping[str, str],
-        local: bool,
-        facts: dict[str, Any],
-    ) -> dict[str, Any]:
+    async def _install(self, job: _InstallJob, facts: dict[str, Any]) -> dict[str, Any]:
+        client, tag, install = job.client, job.tag, job.install
         if await asyncio.to_thread(has_image, client, tag):
             return facts  # made by an earlier run
         name = tag.replace(":", "-")
@@ -288,7 +269,6 @@ class AgentImages:
         async with file_lock(Path(tempfile.gettempdir()) / f"{name}.lock"):
             if await asyncio.to_thread(has_image, client, tag):
                 return facts  # another process made it meanwhile
-            job = _InstallJob(client, base_id, install, tag, labels, local)
             started = time.monotonic()
             worker = asyncio.ensure_future(asyncio.to_thread(job.run))
             try:

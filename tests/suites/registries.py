@@ -43,7 +43,8 @@ def wheel(name: str, version: str, module: str = "") -> tuple[str, bytes]:
     files = {
         f"{dist}/__init__.py": module or "VALUE = 1\n",
         f"{dist}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{dist}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
     }
     record = "".join(f"{path},,\n" for path in files) + f"{dist}-{version}.dist-info/RECORD,,\n"
     files[f"{dist}-{version}.dist-info/RECORD"] = record

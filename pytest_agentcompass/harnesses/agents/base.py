@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
     from ...environments.base import EnvironmentSession
     from ...models.ledger import Protocol
 
-__all__ = ["AgentHarness", "AgentParams", "AgentReport", "AgentRun", "ModelEndpoint", "untar"]
+__all__ = ["AgentHarness", "AgentParams", "AgentReport", "AgentRun", "ModelEndpoint", "json_lines", "untar"]
 
 Seconds = Annotated[float, Field(strict=True, gt=0)]
 #: Characters of the agent's output quoted in an error.
@@ -122,6 +124,15 @@ class AgentReport:
     usage: Usage | None = None
     answer: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def json_lines(text: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSON-lines report, other lines (warnings, progress) skipped."""
+    for line in text.splitlines():
+        if line.startswith("{"):
+            value = json.loads(line)
+            if isinstance(value, dict):
+                yield value
 
 
 def untar(tarball: str, *members: str, into: str = "bin", strip: int = 1) -> str:

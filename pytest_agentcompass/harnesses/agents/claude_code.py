@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 from ...agents_cache import NpmPackage, PackageSource, tarball_name
 from ...models.usage import Usage
-from .base import AgentHarness, AgentReport, AgentRun, untar
+from .base import AgentHarness, AgentReport, AgentRun, json_lines, untar
 
 __all__ = ["ClaudeCodeHarness"]
 
@@ -50,10 +48,9 @@ class ClaudeCodeHarness(AgentHarness):
 
     def parse_report(self, text: str) -> AgentReport:
         """The last ``{"type": "result"}`` line: its usage, cost and answer."""
-        for line in reversed(text.splitlines()):
-            if not line.startswith('{"') or '"type":"result"' not in line.replace(" ", ""):
-                continue
-            result = json.loads(line)
+        results = [event for event in json_lines(text) if event.get("type") == "result"]
+        if results:
+            result = results[-1]
             usage = result.get("usage") or {}
             prompt = sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens",
                                                            "cache_creation_input_tokens"))  # fmt: skip

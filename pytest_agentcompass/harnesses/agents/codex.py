@@ -6,7 +6,7 @@ import json
 
 from ...agents_cache import NpmPackage, PackageSource, tarball_name
 from ...models.usage import Usage
-from .base import AgentHarness, AgentReport, AgentRun, untar
+from .base import AgentHarness, AgentReport, AgentRun, json_lines, untar
 
 __all__ = ["CodexHarness"]
 
@@ -63,10 +63,7 @@ enabled = false
     def parse_report(self, text: str) -> AgentReport:
         """``turn.completed`` usages, summed; the last ``agent_message``."""
         usage, answer = Usage(), None
-        for line in text.splitlines():
-            if not line.startswith("{"):
-                continue
-            event = json.loads(line)
+        for event in json_lines(text):
             if event.get("type") == "turn.completed":
                 counts = event.get("usage") or {}
                 usage.add_call(int(counts.get("input_tokens") or 0), int(counts.get("output_tokens") or 0))

@@ -7,7 +7,7 @@ import json
 
 from ...agents_cache import NpmPackage, PackageSource, tarball_name
 from ...models.usage import Usage
-from .base import AgentHarness, AgentReport, AgentRun, untar
+from .base import AgentHarness, AgentReport, AgentRun, json_lines, untar
 
 __all__ = ["GeminiCliHarness"]
 
@@ -69,10 +69,7 @@ class GeminiCliHarness(AgentHarness):
     def parse_report(self, text: str) -> AgentReport:
         """The ``result`` event's stats; the assistant's messages, joined."""
         usage, parts = None, []
-        for line in text.splitlines():
-            if not line.startswith("{"):
-                continue
-            event = json.loads(line)
+        for event in json_lines(text):
             if event.get("type") == "message" and event.get("role") == "assistant":
                 parts.append(str(event.get("content") or ""))
             if event.get("type") == "result":

@@ -7,7 +7,7 @@ import json
 
 from ...agents_cache import NpmPackage, PackageSource, tarball_name
 from ...models.usage import Usage
-from .base import AgentHarness, AgentReport, AgentRun, untar
+from .base import AgentHarness, AgentReport, AgentRun, json_lines, untar
 
 __all__ = ["OpenCodeHarness"]
 
@@ -61,10 +61,7 @@ class OpenCodeHarness(AgentHarness):
     def parse_report(self, text: str) -> AgentReport:
         """``step_finish`` tokens, summed (its title request is not among them); the last text part."""
         usage, answer = Usage(), None
-        for line in text.splitlines():
-            if not line.startswith("{"):
-                continue
-            event = json.loads(line)
+        for event in json_lines(text):
             part = event.get("part") or {}
             if event.get("type") == "step_finish":
                 tokens = part.get("tokens") or {}

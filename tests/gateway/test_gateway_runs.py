@@ -314,3 +314,29 @@ def test_the_next_run_sweeps_the_gateway_network_a_killed_run_left(
     rules = subprocess.run(["iptables", "-S", "INPUT"], capture_output=True, text=True, check=False).stdout
     assert f"agentcompass-gw:{run_id}" not in rules
     result.stdout.fnmatch_lines([f"*removed * left behind by run {run_id}*"])
+
+
+NO_ROUTE_PROVIDER = """\
+from pytest_agentcompass import BaseEnvironment
+
+
+class NoRoute(BaseEnvironment):
+    id = "no-route"
+
+    async def open(self, config):
+        raise AssertionError("never opened: the request fails its preflight")
+"""
+
+
+def test_an_environment_without_a_route_to_the_gateway_fails_preflight_once(
+    pytester: pytest.Pytester, server: ScriptedServer
+) -> None:
+    pytester.makepyfile(no_route_provider=NO_ROUTE_PROVIDER)
+    request = gateway_request(server, {"command": "true"}, environment={"id": "no_route_provider.py:NoRoute"}, n=2)
+    write_config(pytester, [request])
+    result = pytester.runpytest(*RUN)
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(
+        ["*environment 'no_route_provider.py:NoRoute' gives its sessions no route to the model gateway*"]
+    )
+    assert "Traceback" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()

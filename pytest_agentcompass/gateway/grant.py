@@ -60,7 +60,6 @@ class Grant:
             "ANTHROPIC_API_KEY": self.token,
             "GOOGLE_GEMINI_BASE_URL": self.base_url("gemini"),
             "GEMINI_API_KEY": self.token,
-            "GOOGLE_API_KEY": self.token,
             "AGENTCOMPASS_MODEL": self.model,
         }
 

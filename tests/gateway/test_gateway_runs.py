@@ -152,12 +152,16 @@ def test_model_params_are_checked_at_load_and_a_missing_key_at_preflight(
         monkeypatch.delenv(name, raising=False)
     request = gateway_request(server, {"command": "true"})
     del request["model"]["params"]["api_key"]
+    message = "*no API key for the model gateway's upstream (openai: model.params.api_key or $OPENAI_API_KEY*"
+    fails_preflight(pytester, request, message)
+
+
+def fails_preflight(pytester: pytest.Pytester, request: dict[str, Any], message: str) -> None:
+    """Every task of ``request`` is a setup error pointing at one preflight message, with no traceback."""
     write_config(pytester, [request])
     result = pytester.runpytest(*RUN)
-    result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(
-        ["*no API key for the model gateway's upstream (openai: model.params.api_key or $OPENAI_API_KEY*"]
-    )
+    result.assert_outcomes(errors=request["benchmark"]["params"]["n"])
+    result.stdout.fnmatch_lines([message])
     assert "Traceback" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()
 
 
@@ -294,3 +298,23 @@ def test_the_next_run_sweeps_the_gateway_network_a_killed_run_left(
     rules = subprocess.run(["iptables", "-S", "INPUT"], capture_output=True, text=True, check=False).stdout
     assert f"agentcompass-gw:{run_id}" not in rules
     result.stdout.fnmatch_lines([f"*removed * left behind by run {run_id}*"])
+
+
+NO_ROUTE_PROVIDER = """\
+from pytest_agentcompass import BaseEnvironment
+
+
+class NoRoute(BaseEnvironment):
+    id = "no-route"
+
+    async def open(self, config):
+        raise AssertionError("never opened: the request fails its preflight")
+"""
+
+
+def test_an_environment_without_a_route_to_the_gateway_fails_preflight_once(
+    pytester: pytest.Pytester, server: ScriptedServer
+) -> None:
+    pytester.makepyfile(no_route_provider=NO_ROUTE_PROVIDER)
+    request = gateway_request(server, {"command": "true"}, environment={"id": "no_route_provider.py:NoRoute"}, n=2)
+    fails_preflight(pytester, request, "*environment 'no_route_provider.py:NoRoute' gives its sessions no route*")

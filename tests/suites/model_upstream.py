@@ -511,7 +511,7 @@ class ScriptedServer:
         self.responder = responder
         self.api_key = api_key
         self.requests: list[dict[str, Any]] = []
-        #: Requests whose client hung up while the server held the answer back (a delay or a stall).
+        #: Requests whose client hung up before their answer ended (held back by a delay or a stall).
         self.aborted = 0
         self.lock = threading.Lock()
         self.in_flight = 0
@@ -626,6 +626,16 @@ class ScriptedServer:
 
     # -- requests ----------------------------------------------------------------
     async def _handle(self, request: Any) -> Any:
+        try:
+            return await self._answer(request)
+        except asyncio.CancelledError:
+            # The client hung up (aiohttp cancels the handler), wherever the answer was: even
+            # before its body was read, when a loaded machine starts the handler late.
+            with self.lock:
+                self.aborted += 1
+            raise
+
+    async def _answer(self, request: Any) -> Any:
         from aiohttp import web
 
         raw = await request.read()
@@ -708,16 +718,15 @@ class ScriptedServer:
         return response
 
     async def _hold(self, seconds: float | None) -> bool:
-        """Wait ``seconds`` (``None``: until the server stops); False when the client hung up meanwhile."""
+        """Wait ``seconds`` (``None``: until the server stops); False when the server stops first.
+
+        A client that hangs up meanwhile cancels the wait (counted in ``aborted``).
+        """
         assert self._stopping is not None
         try:
             await asyncio.wait_for(self._stopping.wait(), seconds)
         except TimeoutError:
             return True
-        except asyncio.CancelledError:  # the client hung up: aiohttp cancels the handler
-            with self.lock:
-                self.aborted += 1
-            raise
         return False
 
 

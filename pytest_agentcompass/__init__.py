@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .agents_cache import NpmPackage, PipWheels, tarball_name
     from .analysis import BaseAnalyzer
     from .artifacts import save_artifact
     from .benchmark import BaseBenchmark, HarnessFreeBenchmark
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
         TimeoutsSpec,
         load_config,
     )
-    from .environments.base import BaseEnvironment, EnvironmentSession, SessionConfig
+    from .environments.base import BaseEnvironment, EnvironmentSession, HostRoute, SessionConfig
     from .environments.local import LocalEnvironment, LocalSession
     from .errors import (
         AgentCompassError,
@@ -41,11 +42,14 @@ if TYPE_CHECKING:
         WorkspacePathError,
     )
     from .evidence import apply_verifier_result, read_artifact, verifier_evidence
+    from .gateway import GatewaySettings, Grant, ModelGateway
+    from .harnesses.agents import AgentHarness, AgentParams, AgentReport, AgentRun, ModelEndpoint, untar
     from .harnesses.base import BaseHarness
     from .harnesses.command import CommandHarness
     from .harnesses.openai_chat import OpenAIChatHarness
     from .harnesses.shell_agent import ShellAgentHarness
     from .models import ModelSettings, Trajectory
+    from .models.ledger import CallLedger, ModelCall
     from .registry import Registry
     from .runtime.planner import Recipe
     from .runtime.strategies import AttemptScheduler, AttemptStrategy
@@ -63,6 +67,15 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "AgentCompassError": ".errors",
+    "AgentHarness": ".harnesses.agents",
+    "AgentParams": ".harnesses.agents",
+    "AgentReport": ".harnesses.agents",
+    "AgentRun": ".harnesses.agents",
+    "ModelEndpoint": ".harnesses.agents",
+    "NpmPackage": ".agents_cache",
+    "PipWheels": ".agents_cache",
+    "tarball_name": ".agents_cache",
+    "untar": ".harnesses.agents",
     "ArtifactError": ".errors",
     "AttemptScheduler": ".runtime.strategies",
     "AttemptStrategy": ".runtime.strategies",
@@ -71,7 +84,13 @@ _EXPORTS = {
     "BaseBenchmark": ".benchmark",
     "BaseEnvironment": ".environments.base",
     "BaseHarness": ".harnesses.base",
+    "CallLedger": ".models.ledger",
     "CommandHarness": ".harnesses.command",
+    "GatewaySettings": ".gateway",
+    "Grant": ".gateway",
+    "HostRoute": ".environments.base",
+    "ModelCall": ".models.ledger",
+    "ModelGateway": ".gateway",
     "ModelSettings": ".models",
     "OpenAIChatHarness": ".harnesses.openai_chat",
     "ShellAgentHarness": ".harnesses.shell_agent",
@@ -117,6 +136,10 @@ _EXPORTS = {
 
 __all__ = [
     "AgentCompassError",
+    "AgentHarness",
+    "AgentParams",
+    "AgentReport",
+    "AgentRun",
     "ArtifactError",
     "AttemptScheduler",
     "AttemptStrategy",
@@ -125,6 +148,7 @@ __all__ = [
     "BaseBenchmark",
     "BaseEnvironment",
     "BaseHarness",
+    "CallLedger",
     "CommandHarness",
     "ComponentError",
     "ComponentRef",
@@ -136,16 +160,24 @@ __all__ = [
     "ExecResult",
     "ExecutionPlan",
     "ExecutionSpec",
+    "GatewaySettings",
+    "Grant",
     "HarnessFreeBenchmark",
+    "HostRoute",
     "LocalEnvironment",
     "LocalSession",
+    "ModelCall",
+    "ModelEndpoint",
+    "ModelGateway",
     "ModelSettings",
     "ModelSpec",
     "NetworkPolicy",
     "NetworkSpec",
+    "NpmPackage",
     "OpenAIChatHarness",
     "Orchestration",
     "ParamsModel",
+    "PipWheels",
     "PolicyError",
     "PreflightError",
     "PreparedTask",
@@ -166,6 +198,8 @@ __all__ = [
     "load_config",
     "read_artifact",
     "save_artifact",
+    "tarball_name",
+    "untar",
     "verifier_evidence",
 ]
 

@@ -4,16 +4,23 @@ The kernel drops the lock when its process dies, so a ``kill -9`` never
 leaves a stale claim, and two processes cannot both win a race (a lock file
 written in two steps, create then pid, could be read empty by a rival, taken
 for stale and removed). Used for run directories (``runtime/store/runs.py``)
-and for image builds that take turns across processes (``environments/docker_images.py``).
+for image builds that take turns across processes (``environments/docker_images.py``) and for agent
+installs and package fetches (``environments/docker_derived.py``, ``agents_cache``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import fcntl
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-__all__ = ["try_lock"]
+__all__ = ["file_lock", "try_lock"]
+
+#: Seconds between tries for a lock another process holds.
+_LOCK_POLL = 0.2
 
 
 def try_lock(path: Path) -> int | None:
@@ -40,3 +47,20 @@ def try_lock(path: Path) -> int | None:
         if current:
             return fd
         os.close(fd)  # the holder released (and removed) it between our open and flock
+
+
+@contextlib.asynccontextmanager
+async def file_lock(path: Path) -> AsyncIterator[None]:
+    """The host-wide lock of ``path``, polled so no thread blocks on it; the file goes with the lock.
+
+    Removed before it is unlocked: a process that opened the old file finds,
+    once it holds the lock, that it is no longer ``path``, and opens again.
+    """
+    while (fd := try_lock(path)) is None:
+        await asyncio.sleep(_LOCK_POLL)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        os.close(fd)

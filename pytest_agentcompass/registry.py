@@ -22,6 +22,9 @@ from .errors import ComponentError
 
 __all__ = ["KINDS", "ComponentKind", "Registry"]
 
+#: The built-in agent CLI harnesses (``harnesses/agents``).
+AGENT_IDS = ("claude-code", "codex", "gemini-cli", "opencode", "mini-swe-agent")
+
 ComponentKind = Literal["benchmark", "harness", "environment", "strategy", "analyzer", "recipe"]
 KINDS: tuple[ComponentKind, ...] = ("benchmark", "harness", "environment", "strategy", "analyzer", "recipe")
 
@@ -60,6 +63,15 @@ def _builtins() -> dict[str, dict[str, Any]]:
 
         return NopHarness
 
+    def harness_agent(name: str) -> Callable[[], Any]:
+        def load() -> Any:
+            from .harnesses import agents
+
+            module, cls = agents.AGENTS[name]
+            return getattr(importlib.import_module(f".harnesses.agents.{module}", __package__), cls)
+
+        return load
+
     def benchmark_harbor() -> Any:
         from .benchmarks.harbor import HarborBenchmark
 
@@ -91,6 +103,7 @@ def _builtins() -> dict[str, dict[str, Any]]:
             "shell-agent": _Lazy(harness_shell_agent),
             "oracle": _Lazy(harness_oracle),
             "nop": _Lazy(harness_nop),
+            **{name: _Lazy(harness_agent(name)) for name in AGENT_IDS},
         },
         "environment": {"local": _Lazy(environment_local), "docker": _Lazy(environment_docker)},
         "strategy": {"avg": _Lazy(strategy("avg")), "pass": _Lazy(strategy("pass"))},

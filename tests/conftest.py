@@ -87,6 +87,15 @@ def trace(pytester: pytest.Pytester) -> Path:
     return pytester.path / "trace.jsonl"
 
 
+def docker_has_image(image: str) -> bool:
+    """Whether a Docker engine answers and holds ``image`` (tests that need one skip otherwise)."""
+    try:
+        probe = subprocess.run(["docker", "image", "inspect", image], capture_output=True, check=False)
+    except FileNotFoundError:
+        return False
+    return probe.returncode == 0
+
+
 def start_pytest(pytester: pytest.Pytester, *args: str, own_group: bool = False) -> subprocess.Popen[str]:
     """A real ``pytest`` process on the config in ``pytester.path`` (for signals and kills).
 

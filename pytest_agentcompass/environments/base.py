@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import contextvars
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -22,7 +22,7 @@ from ..types import ExecResult, ExecutionPlan, NetworkPolicy
 if TYPE_CHECKING:
     from ..config import EnvironmentSpec
 
-__all__ = ["BaseEnvironment", "EnvironmentSession", "SessionConfig", "SessionPurpose", "argv_list"]
+__all__ = ["BaseEnvironment", "EnvironmentSession", "HostRoute", "SessionConfig", "SessionPurpose", "argv_list"]
 
 SessionPurpose = Literal["task", "evaluation"]
 
@@ -58,6 +58,23 @@ class SessionConfig:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: Where to open it when the provider has a choice: a ``fresh`` evaluation asks for its task's.
     placement: str | None = None
+
+
+@dataclass(frozen=True)
+class HostRoute:
+    """How processes in a session reach a server of this process (the model gateway) during the run phase.
+
+    :param listen: The address the server listens on, here.
+    :param host: The address the session reaches it at (the same, unless something translates).
+    :param admit: Called with the server's port once it listens: narrows what the
+        session can reach to that port, where the provider can (a firewall).
+    :param release: Undoes the route (detaches the session), when the attempt's grant closes.
+    """
+
+    listen: str
+    host: str
+    admit: Callable[[int], Awaitable[None]] | None = None
+    release: Callable[[], Awaitable[None]] | None = None
 
 
 class EnvironmentSession(abc.ABC):
@@ -219,6 +236,24 @@ class BaseEnvironment(abc.ABC):
     @abc.abstractmethod
     async def open(self, config: SessionConfig) -> EnvironmentSession:
         """Open a session. If it fails halfway, release what was acquired before raising."""
+
+    async def host_route(self, session: EnvironmentSession) -> HostRoute:
+        """A route from ``session`` to a server of this process, for the run phase (the model gateway).
+
+        Providers whose sessions can reach this process override it (``local``:
+        loopback; ``docker``: an internal network). The default refuses.
+
+        :raises PolicyError: when the provider offers no such route.
+        """
+        raise PolicyError(
+            f"environment {self.spec.id!r} gives its sessions no route to the runner's model gateway "
+            "(which this harness needs); use the 'local' or 'docker' environment"
+        )
+
+    @classmethod
+    def routes_to_host(cls) -> bool:
+        """Whether :meth:`host_route` is implemented (checked at preflight)."""
+        return cls.host_route is not BaseEnvironment.host_route
 
     async def sweep(self, run_id: str) -> int:
         """Remove what sessions of run ``run_id`` left behind when their process died.

@@ -16,7 +16,10 @@ Network policies ``full`` (the default bridge network) and ``disabled`` (no
 network) are supported. A container starts with its plan's baseline policy:
 on the bridge for ``full``, with no network at all (``network_mode none``,
 faster to start and remove) for ``disabled``; a later phase that needs the
-network attaches the bridge, and one that does not detaches it again.
+network attaches the bridge, and one that does not detaches it again. A
+third attachment, independent of the policy, is the model gateway's internal
+network (:mod:`.docker_network`), joined for the run phase of a harness that
+asks for the gateway: with ``disabled`` it is the only way out.
 """
 
 from __future__ import annotations
@@ -37,12 +40,14 @@ from pydantic import Field, field_validator
 from ..config import ParamsModel
 from ..errors import SessionError
 from ..types import ExecResult, NetworkPolicy
-from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
+from .base import BaseEnvironment, EnvironmentSession, HostRoute, SessionConfig, argv_list
 from .capture import StreamCapture
+from .docker_derived import with_agent
 from .docker_engine import Engine, EngineParams, check_engines, docker_sdk, engine_list, engine_urls_as_mappings
 from .docker_exec import DRAIN_GRACE, INIT, ExecStream, exec_output, kill_exec
 from .docker_files import get_tree, put_tree
 from .docker_images import choose_image
+from .docker_network import FirewallMode, GatewayNetworks, sweep_gateway
 from .docker_pool import EnginePool
 from .process import DEFAULT_OUTPUT_LIMIT, EXEC_MARKER
 
@@ -75,6 +80,8 @@ class DockerSession(EnvironmentSession):
         self.workdir = workdir
         self.network_policy = policy
         self.output_limit = output_limit
+        #: The agent image it started from and whether this open installed it (see :mod:`.docker_derived`).
+        self.agent_install: dict[str, Any] | None = None
         #: Created with ``network_mode none`` and not attached since (the bridge must wait for it to go).
         self._on_none = policy == "disabled"
         self._closed = False
@@ -252,6 +259,19 @@ class DockerSession(EnvironmentSession):
             self._on_none = False
         api.connect_container_to_network(container, BRIDGE)
 
+    # -- the model gateway's network (beside the policy's) ------------------------------
+    def join_network(self, network: str) -> None:
+        """Attach the container to ``network`` too, whatever the policy (the model gateway's route)."""
+        api, container = self.client.api, self.container.id
+        if self._on_none:  # "none" admits no other network
+            api.disconnect_container_from_network(container, "none")
+            self._on_none = False
+        api.connect_container_to_network(container, network)
+
+    def leave_network(self, network: str) -> None:
+        """Detach the container from ``network`` (the policy's own attachment stays)."""
+        self.client.api.disconnect_container_from_network(self.container.id, network, force=True)
+
     async def close(self) -> None:
         self._closed = True
         if self._removal is None:
@@ -315,6 +335,9 @@ class DockerParams(ParamsModel):
     engines: list[EngineParams] | None = None
     #: Seconds between probes of an engine that stopped answering.
     probe_interval: float = Field(default=5.0, gt=0)
+    #: Close the host to the model gateway's network but for the gateway's port (iptables, as root):
+    #: ``auto`` where possible (else a note), ``required`` (else the attempt fails), ``off``.
+    gateway_firewall: FirewallMode = "auto"
 
     @field_validator("engines", mode="before")
     @classmethod
@@ -339,6 +362,9 @@ class DockerEnvironment(BaseEnvironment):
         super().__init__(spec, rootdir)
         #: WORKDIR of the images this provider started (an image does not change under its tag in a run).
         self._workdirs: dict[str, str] = {}
+        #: The run and request labels of this provider's sessions (for the networks it makes).
+        self._labels: dict[str, str] = {}
+        self._gateway_networks = GatewayNetworks(self.spec.params.get("gateway_firewall") or "auto", self.notes)
 
     @property
     def pool(self) -> EnginePool:
@@ -362,6 +388,9 @@ class DockerEnvironment(BaseEnvironment):
         client = await asyncio.to_thread(engine.client)
         log_dir = self.run_dir / "images" if self.run_dir else None
         image = await choose_image(client, params, log_dir, engine=engine.name if self.pool.pooled else "")
+        # An agent CLI's harness asked for its install: the image with it (made once).
+        pooled = engine.name if self.pool.pooled else ""
+        image, installed = await with_agent(client, image, config, pooled, engine.local, str(self.run_dir))
         workdir = params.get("workdir", "/work")
         from_image = workdir is None
         if from_image:  # the image's own WORKDIR (published task verifiers rely on it): it exists
@@ -373,6 +402,7 @@ class DockerEnvironment(BaseEnvironment):
         # Started with the baseline policy: with no network at all when that is "disabled"
         # (a later phase that needs the network attaches the bridge then).
         isolated = config.network_policy == "disabled"
+        self._labels = {k: v for k, v in config.labels.items() if k in ("agentcompass.run", "agentcompass.request")}
         # Named here, so nothing has to be read back from the engine after the create.
         name = f"agentcompass-{secrets.token_hex(6)}"
         host: dict[str, Any] = {"init": True, "network_mode": "none" if isolated else BRIDGE}  # init reaps orphans
@@ -404,12 +434,21 @@ class DockerEnvironment(BaseEnvironment):
             raise
         policy: NetworkPolicy = "disabled" if isolated else "full"
         output_limit = int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
-        return DockerSession(client, container, workdir, policy, output_limit, local=engine.local)
+        session = DockerSession(client, container, workdir, policy, output_limit, local=engine.local)
+        session.agent_install = installed
+        return session
+
+    async def host_route(self, session: EnvironmentSession) -> HostRoute:
+        """The container joins the request's internal gateway network (made on first use) for the run phase."""
+        engine = getattr(session, "engine", None) or self.pool.engines[0]  # a pooled session knows its engine
+        return await self._gateway_networks.route(getattr(session, "inner", session), engine, self._labels)
 
     async def sweep(self, run_id: str) -> int:
-        return await self.pool.sweep(run_id)
+        removed = await self.pool.sweep(run_id)  # containers first: a network in use cannot go
+        return removed + await sweep_gateway(self.pool.engines, run_id)
 
     async def aclose(self) -> None:
+        await self._gateway_networks.close()  # after the request's gateway stopped listening on them
         pool = getattr(self, "_pool", None)
         if pool is not None:
             await pool.aclose()

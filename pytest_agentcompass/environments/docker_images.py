@@ -14,15 +14,14 @@ replaced by the local image of the same short name (see :func:`local_base`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import os
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .._flock import try_lock
+from .._flock import file_lock
 from ..errors import SessionError
 from .docker_bases import base_images, has_image, local_base, rewrite_bases
 from .docker_build import BuildJob, BuildSpec
@@ -42,8 +41,6 @@ __all__ = [
 
 #: Image repository of every built task image (the tag is the context digest).
 REPOSITORY = "agentcompass-task"
-#: Seconds between tries for a build lock another process holds.
-_LOCK_POLL = 0.2
 
 
 def context_digest(context: Path, dockerfile: str = "Dockerfile", bases: Mapping[str, str] | None = None) -> str:
@@ -153,7 +150,7 @@ class ImageBuilder:
         # Processes of one host (xdist workers, whatever request they run) take
         # turns per tag: the second waits for the first one's build instead of
         # repeating it at the same moment.
-        async with _file_lock(Path(tempfile.gettempdir()) / f"agentcompass-build-{name}.lock"):
+        async with file_lock(Path(tempfile.gettempdir()) / f"agentcompass-build-{name}.lock"):
             if await asyncio.to_thread(has_image, client, tag):
                 return tag  # another worker built it meanwhile
             async with self._slots:
@@ -175,23 +172,6 @@ class ImageBuilder:
         if job.error is not None:
             raise SessionError(f"building the image of {spec.context} failed: {job.error}{job.where()}\n{job.tail()}")
         return tag
-
-
-@contextlib.asynccontextmanager
-async def _file_lock(path: Path) -> AsyncIterator[None]:
-    """The host-wide lock of ``path``, polled so no thread blocks on it; the file goes with the lock.
-
-    Removed before it is unlocked: a process that opened the old file finds,
-    once it holds the lock, that it is no longer ``path``, and opens again.
-    """
-    while (fd := try_lock(path)) is None:
-        await asyncio.sleep(_LOCK_POLL)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        os.close(fd)
 
 
 _shared: dict[str, ImageBuilder] = {}

@@ -23,7 +23,7 @@ from pydantic import Field
 from ..config import ConfigPath, ParamsModel
 from ..errors import SessionError, WorkspacePathError
 from ..types import ExecResult
-from .base import BaseEnvironment, EnvironmentSession, SessionConfig, argv_list
+from .base import BaseEnvironment, EnvironmentSession, HostRoute, SessionConfig, argv_list
 from .process import DEFAULT_OUTPUT_LIMIT, MARKER, ExecControls, host_environment, kill_marked, run_reaped
 from .workspaces import (
     INLINE_REMOVAL_BYTES,
@@ -284,6 +284,10 @@ class LocalEnvironment(BaseEnvironment):
             base = self.spec.params.get("base_dir")
             self._workspace_parent = (self.rootdir / base if base else Path(tempfile.gettempdir())).resolve()
         return self._workspace_parent
+
+    async def host_route(self, session: EnvironmentSession) -> HostRoute:
+        """Host processes reach a server of this process on loopback."""
+        return HostRoute(listen="127.0.0.1", host="127.0.0.1")
 
     async def sweep(self, run_id: str) -> int:
         # Processes first: an agent still running would write into a workspace being removed.

@@ -10,6 +10,8 @@ from ..types import ExecutionPlan, PreparedTask, TaskSpec
 if TYPE_CHECKING:
     from ..config import RunRequest
     from ..environments.base import EnvironmentSession
+    from ..gateway import ModelGateway
+    from ..models.ledger import Protocol
 
 __all__ = ["BaseHarness"]
 
@@ -18,7 +20,8 @@ class BaseHarness:
     """Drives an agent. ``params`` from the config's ``harness.params`` arrive
     as constructor keyword arguments.
 
-    The runtime calls :meth:`adjust_input`, :meth:`start_session`, then
+    The planner calls :meth:`adjust_plan` for every new plan; the runtime
+    then calls :meth:`adjust_input`, :meth:`start_session`, then
     :meth:`run` under the plan's run network policy, and always
     :meth:`close_session` afterwards, before artifacts are collected.
     Methods may be sync or async.
@@ -27,6 +30,16 @@ class BaseHarness:
     id: ClassVar[str] = ""
     #: The request's run directory, set before the first attempt.
     run_dir: Path | None = None
+    #: The agent calls the model over HTTP from inside the task Environment (an agent CLI): the
+    #: runtime then serves a model gateway for the request and sets :attr:`gateway` (when the
+    #: request names a ``model``). An instance may set it in ``__init__`` from its params.
+    needs_gateway: bool = False
+    #: The model APIs the agent speaks (``openai_chat``, ``openai_responses``, ``anthropic``,
+    #: ``gemini``): each needs an upstream key at preflight. Empty: any one will do.
+    gateway_protocols: ClassVar[frozenset[Protocol]] = frozenset()
+    #: The request's :class:`~pytest_agentcompass.gateway.ModelGateway`, shared by its attempts
+    #: (``async with self.gateway.open_attempt(env, task_id, attempt_index) as grant: ...``).
+    gateway: ModelGateway | None = None
 
     def __init__(self, **params: Any) -> None:
         self.params = params
@@ -35,6 +48,12 @@ class BaseHarness:
         """Check, once per request and before any task runs, that the harness can work
         (a package, a model key). Raise an ``AgentCompassError`` with a plain message."""
         return None
+
+    def adjust_plan(self, plan: ExecutionPlan, task: TaskSpec, req: RunRequest) -> Any:
+        """Add what the harness needs from the Environment to a new plan, before it opens
+        (an agent CLI's install recipe in ``plan.environment``). Runs after the benchmark's
+        ``adjust_plan``, before recipes; returns the plan."""
+        return plan
 
     def adjust_input(self, task: TaskSpec, prepared: PreparedTask, req: RunRequest, plan: ExecutionPlan) -> Any:
         """Rewrite the prepared input for this harness (prompt templates, tool lists)."""

@@ -6,8 +6,9 @@ import os
 import re
 import shlex
 import time
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from ..config import RunRequest
     from ..environments.base import EnvironmentSession
 
-__all__ = ["CommandHarness", "CommandParams"]
+__all__ = ["LOGS_DIR", "CommandHarness", "CommandParams", "collect_logs", "exec_facts", "make_logs_dir"]
 
 Seconds = Annotated[float, Field(strict=True, gt=0)]
 #: Where an agent CLI may leave its own logs; collected as artifacts (the Harbor convention).
@@ -64,6 +65,9 @@ class CommandParams(BaseModel):
     #: Files under /logs/agent kept as artifacts, at most this many and this many bytes each.
     max_log_files: int = Field(default=50, ge=0)
     max_log_bytes: int = Field(default=1024 * 1024, ge=0)
+    #: How the agent reaches the request's model: through the runner's gateway with a per-attempt
+    #: token (the real key never enters the Environment), or ``direct`` with the real key and URL.
+    model_access: Literal["gateway", "direct"] = "gateway"
 
     @field_validator("command")
     @classmethod
@@ -92,15 +96,21 @@ class CommandHarness(BaseHarness):
     """Runs ``params.command`` in the task Environment.
 
     The prompt reaches the command as ``{instruction}`` in its arguments, as
-    ``$AGENTCOMPASS_PROMPT`` and in the file ``.agentcompass/prompt.txt``; the
-    request's model (if any) as ``$OPENAI_BASE_URL``, ``$OPENAI_API_KEY`` and
-    ``$AGENTCOMPASS_MODEL``. Its stdout becomes ``RunResult.output``; stdout,
-    stderr and the files it leaves under ``/logs/agent`` are saved as artifacts.
-    A non-zero exit, a timeout or a failed setup command is an inference error.
+    ``$AGENTCOMPASS_PROMPT`` and in the file ``.agentcompass/prompt.txt``. The
+    request's model (if any) is reached through the model gateway: the
+    variables of :meth:`~pytest_agentcompass.gateway.Grant.env`
+    (``$OPENAI_BASE_URL``, ``$OPENAI_API_KEY``, ``$ANTHROPIC_BASE_URL``, ...,
+    ``$AGENTCOMPASS_MODEL``) name the gateway and a token valid for this
+    attempt; with ``model_access: direct``, ``$OPENAI_BASE_URL`` and
+    ``$OPENAI_API_KEY`` are the configured ones. Its stdout becomes
+    ``RunResult.output``; stdout, stderr and the files it leaves under
+    ``/logs/agent`` are saved as artifacts. A non-zero exit, a timeout or a
+    failed setup command is an inference error.
     """
 
     id = "command"
     params_model = CommandParams
+    needs_gateway = True
 
     def __init__(self, **params: Any) -> None:
         options = validate_params(CommandParams, params, self.id)
@@ -108,6 +118,7 @@ class CommandHarness(BaseHarness):
         self.options = options
         self.argv = _argv(options.command, "the command")
         self.timeout = options.timeout
+        self.needs_gateway = options.model_access == "gateway"
 
     # -- setup ------------------------------------------------------------------
     async def start_session(
@@ -122,7 +133,7 @@ class CommandHarness(BaseHarness):
             session.setup.append(
                 {
                     "command": command,
-                    **_facts(done),
+                    **exec_facts(done),
                     "duration_seconds": round(time.monotonic() - started, 4),
                 }
             )
@@ -143,7 +154,7 @@ class CommandHarness(BaseHarness):
         plan: ExecutionPlan,
     ) -> RunResult:
         setup = session.setup if isinstance(session, _Session) else []
-        variables, redactor = _model_env(req)
+        variables, redactor = _model_env(req) if self.options.model_access == "direct" else ({}, Redactor())
         metadata: dict[str, Any] = {"setup": setup} if setup else {}
         if isinstance(session, _Session) and session.failed:
             return _redacted(
@@ -151,7 +162,7 @@ class CommandHarness(BaseHarness):
                 RunResult(task.task_id, status=RunStatus.INFERENCE_ERROR, error=session.failed, metadata=metadata),
             )
         await env.write_text(".agentcompass/prompt.txt", prepared.prompt)
-        logs_dir = await _make_logs_dir(env)
+        logs_dir = await make_logs_dir(env)
         variables.update(
             AGENTCOMPASS_PROMPT=prepared.prompt,
             AGENTCOMPASS_TASK_ID=task.task_id,
@@ -159,13 +170,20 @@ class CommandHarness(BaseHarness):
             **self.options.env,
         )
         argv = [arg.replace("{instruction}", prepared.prompt) for arg in self.argv]
-        outcome = await env.exec(argv, timeout=self.timeout, env=variables, cwd=prepared.workdir)
+        grant = None
+        async with AsyncExitStack() as stack:
+            if self.gateway is not None:
+                grant = await stack.enter_async_context(
+                    self.gateway.open_attempt(env, task.task_id, plan.attempt_index)
+                )
+                variables.update(grant.env())
+            outcome = await env.exec(argv, timeout=self.timeout, env=variables, cwd=prepared.workdir)
         artifacts = {
             "stdout": save_artifact("agent/stdout.txt", redactor.text(outcome.stdout)),
             "stderr": save_artifact("agent/stderr.txt", redactor.text(outcome.stderr)),
             "logs": await self._collect_logs(env, redactor),
         }
-        metadata["agent"] = _facts(outcome)
+        metadata["agent"] = exec_facts(outcome)
         kept = {k: v for k, v in artifacts.items() if v}
         if not outcome.ok:
             reason = "timed out" if outcome.timed_out else f"exited with {outcome.exit_code}"
@@ -179,34 +197,45 @@ class CommandHarness(BaseHarness):
             )
         else:
             result = RunResult(task.task_id, output=outcome.stdout.strip(), artifacts=kept, metadata=metadata)
+        if grant is not None:
+            result = grant.finish(result)
         return _redacted(redactor, result)
 
     async def _collect_logs(self, env: EnvironmentSession, redactor: Redactor) -> list[str]:
-        """Save the files the agent left under /logs/agent; paths relative to the run directory."""
-        if not self.options.max_log_files:
-            return []
-        # cwd "/" and a relative path: the local provider maps both into its workspace.
-        listing = await env.exec(["sh", "-c", "cd logs/agent 2>/dev/null && find . -type f"], timeout=60, cwd="/")
-        saved: list[str] = []
-        for name in sorted(line[2:] for line in listing.stdout.splitlines() if line.startswith("./")):
-            if len(saved) >= self.options.max_log_files:
-                break
-            data = await env.read_bytes(f"{LOGS_DIR}/{name}")
-            if len(data) > self.options.max_log_bytes:
-                data = data[: self.options.max_log_bytes]
-            if redactor:
-                try:
-                    data = redactor.text(data.decode("utf-8")).encode("utf-8")
-                except UnicodeDecodeError:
-                    pass  # binary: saved as it is
-            safe = "/".join(_UNSAFE.sub("_", part).lstrip(".-_") or "_" for part in name.split("/"))
-            path = save_artifact(f"agent/logs/{safe}", data)
-            if path:
-                saved.append(path)
-        return saved
+        return await collect_logs(env, redactor, self.options.max_log_files, self.options.max_log_bytes)
 
 
-async def _make_logs_dir(env: EnvironmentSession) -> str:
+async def collect_logs(
+    env: EnvironmentSession, redactor: Redactor, max_files: int, max_bytes: int, folder: str = "logs/agent"
+) -> list[str]:
+    """Save the files under ``/<folder>`` (at most ``max_files``, ``max_bytes`` each) as artifacts
+    ``agent/logs/<path under the folder>``; returns their paths relative to the run directory."""
+    if not max_files:
+        return []
+    # cwd "/" and a relative path: the local provider maps both into its workspace.
+    listing = await env.exec(
+        ["sh", "-c", f"cd {shlex.quote(folder)} 2>/dev/null && find . -type f"], timeout=60, cwd="/"
+    )
+    saved: list[str] = []
+    for name in sorted(line[2:] for line in listing.stdout.splitlines() if line.startswith("./")):
+        if len(saved) >= max_files:
+            break
+        data = await env.read_bytes(f"/{folder}/{name}")
+        if len(data) > max_bytes:
+            data = data[:max_bytes]
+        if redactor:
+            try:
+                data = redactor.text(data.decode("utf-8")).encode("utf-8")
+            except UnicodeDecodeError:
+                pass  # binary: saved as it is
+        safe = "/".join(_UNSAFE.sub("_", part).lstrip(".-_") or "_" for part in name.split("/"))
+        path = save_artifact(f"agent/logs/{safe}", data)
+        if path:
+            saved.append(path)
+    return saved
+
+
+async def make_logs_dir(env: EnvironmentSession) -> str:
     """Create /logs/agent and return its real path (inside the workspace for ``local``)."""
     made = await env.exec(["sh", "-c", "mkdir -p logs/agent && cd logs/agent && pwd"], timeout=60, cwd="/")
     return made.stdout.strip() or LOGS_DIR
@@ -229,7 +258,7 @@ def _model_env(req: RunRequest) -> tuple[dict[str, str], Redactor]:
     return variables, Redactor()
 
 
-def _facts(done: ExecResult) -> dict[str, Any]:
+def exec_facts(done: ExecResult) -> dict[str, Any]:
     return {
         "exit_code": done.exit_code,
         "timed_out": done.timed_out,

@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -30,6 +30,9 @@ from .planner import Planner, Recipe
 from .request import RequestRuntime
 from .store import RunStore, claim_run_dir, find_resumable_run, find_reusable_run
 from .strategies import AttemptStrategy
+
+if TYPE_CHECKING:
+    from ..gateway import ModelGateway
 
 __all__ = [
     "FIXTURE_PREFIX",
@@ -62,9 +65,11 @@ class RequestSetup:
     tasks: list[TaskSpec] = field(default_factory=list)
     #: How many tasks ``load_tasks`` returned, before ``select_tasks``.
     loaded: int = 0
+    #: The model gateway, when the harness needs one and the request names a model.
+    gateway: ModelGateway | None = None
 
     def planner(self) -> Planner:
-        return Planner(self.req, self.benchmark, self.provider, self.recipes)
+        return Planner(self.req, self.benchmark, self.provider, self.recipes, self.harness)
 
 
 def _run_sync(value: Any) -> Any:
@@ -220,7 +225,30 @@ def build_request(
     validate_task_ids(selected, req.name)
     setup = RequestSetup(index, req, benchmark, harness, provider, strategy, analyzers, recipes, selected)
     setup.loaded = len(all_tasks)
+    setup.gateway = _gateway(req, harness, provider, loaded, loc)
     return setup
+
+
+def _gateway(
+    req: RunRequest,
+    harness: BaseHarness | None,
+    provider: BaseEnvironment,
+    loaded: LoadedConfig | None,
+    loc: tuple[Any, ...],
+) -> ModelGateway | None:
+    """The request's model gateway, its ``model.params`` checked now (file and line), started on first use."""
+    if harness is None or not harness.needs_gateway or req.model is None:
+        return None
+    from ..gateway import GatewaySettings, ModelGateway
+
+    try:
+        settings = GatewaySettings.model_validate(req.model.params)
+    except ValidationError as exc:
+        if loaded is None:
+            raise ComponentError(f"request {req.name!r}: model.params: {exc}") from None
+        raise loaded.validation_error((*loc, "model", "params"), exc) from None
+    protocols = frozenset(harness.gateway_protocols)
+    return ModelGateway(req.model.id, settings, provider, harness=req.harness.id, protocols=protocols)
 
 
 def _task_list(value: Any, request: str, method: str) -> list[Any]:
@@ -305,6 +333,8 @@ def make_runtime(
     for component in (setup.benchmark, setup.harness, setup.provider):
         if component is not None:
             component.run_dir = run_dir  # files kept beside the details (artifacts, build logs)
+    if setup.harness is not None:
+        setup.harness.gateway = setup.gateway
     ctx = RequestContext(
         req=req,
         benchmark=setup.benchmark,
@@ -317,6 +347,7 @@ def make_runtime(
         run_id=run_dir.name,
         fingerprint=fingerprint,
         analyzers=setup.analyzers,
+        gateway=setup.gateway,
     )
     return RequestRuntime(
         ctx,

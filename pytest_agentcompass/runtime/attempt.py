@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._compat import call_user, maybe_await
+from .._shield import uncancellable
 from ..artifacts import artifact_sink
 from ..benchmark import HarnessFreeBenchmark
 from ..environments.base import EnvironmentSession
@@ -146,7 +147,7 @@ class AttemptRunner:
         try:
             return await self._evaluate(prepared, result, env)
         finally:
-            await _uncancellable(
+            await uncancellable(
                 self._cleanup(
                     "restoring the baseline network policy",
                     lambda: self._switch(env, self.plan.baseline_network_policy),
@@ -350,13 +351,3 @@ class _AttemptArtifacts:
         # The try in progress now: an evaluation retried within this try counts as a retry too.
         retry = runner.record.retries
         return runner.ctx.store.save_artifact(runner.task.task_id, runner.plan.attempt_index, retry, name, data)
-
-
-async def _uncancellable(awaitable: Awaitable[None]) -> None:
-    """Finish ``awaitable`` even if we are cancelled meanwhile, then re-raise the cancel."""
-    task = asyncio.ensure_future(awaitable)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await task
-        raise

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ..benchmark import BaseBenchmark
     from ..config import RunRequest
     from ..environments.base import BaseEnvironment
+    from ..gateway import ModelGateway
     from ..harnesses.base import BaseHarness
     from ..limits import CapacityPermits
     from .planner import Planner
@@ -48,6 +49,8 @@ class RequestContext:
     fingerprint: str
     analyzers: Sequence[BaseAnalyzer] = ()
     events: RuntimeEvents = field(default_factory=RuntimeEvents)
+    #: The model gateway of a harness that asked for one (started on first use, closed with the request).
+    gateway: ModelGateway | None = None
     _task_fingerprints: dict[str, str] = field(default_factory=dict, repr=False)
 
     def task_fingerprint(self, task: TaskSpec) -> str:

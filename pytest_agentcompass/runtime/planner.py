@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .._compat import call_user
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ..benchmark import BaseBenchmark
     from ..config import RunRequest
     from ..environments.base import BaseEnvironment
+    from ..harnesses.base import BaseHarness
 
 __all__ = ["BenchmarkPlanError", "Planner", "Recipe", "resolve_evaluation_mode"]
 
@@ -68,11 +69,14 @@ class Planner:
         benchmark: BaseBenchmark,
         provider: BaseEnvironment,
         recipes: Sequence[Recipe] = (),
+        harness: BaseHarness | None = None,
     ) -> None:
         self.req = req
         self.benchmark = benchmark
         self.provider = provider
         self.recipes = list(recipes)
+        # Only a harness that overrides adjust_plan is called (the default would cost a thread hop per plan).
+        self.harness = harness if harness is not None and _overrides_adjust_plan(harness) else None
         # Dumped once: the request's timeouts are the same for every plan (each plan gets its own copy).
         self._timeouts = req.execution.timeouts.model_dump()
 
@@ -113,14 +117,9 @@ class Planner:
                 **({"model": req.model.id} if req.model else {}),
             },
         )
-        try:
-            adjusted = await call_user(self.benchmark.adjust_plan, plan, task, req)
-        except Exception as exc:
-            raise BenchmarkPlanError(f"adjust_plan raised {type(exc).__name__}: {exc}") from exc
-        if not isinstance(adjusted, ExecutionPlan):
-            raise BenchmarkPlanError(f"adjust_plan returned {_kind(adjusted)}, not an ExecutionPlan")
-        _check_timeouts(plan, adjusted, "adjust_plan")
-        plan = adjusted
+        plan = await _adjusted(self.benchmark.adjust_plan, plan, task, req, "adjust_plan")
+        if self.harness is not None:
+            plan = await _adjusted(self.harness.adjust_plan, plan, task, req, "the harness's adjust_plan")
         for recipe in self.recipes:
             if recipe.matches(req, task):
                 plan = self._apply(recipe, plan, task)
@@ -144,6 +143,30 @@ class Planner:
             raise ComponentError(f"recipe {recipe.name!r} set evaluation mode {adjusted.evaluation_environment_mode!r}")
         _check_timeouts(plan, adjusted, f"recipe {recipe.name!r}")
         return dataclasses.replace(adjusted, recipes=(*plan.recipes, recipe.name))
+
+
+async def _adjusted(
+    hook: Callable[[ExecutionPlan, TaskSpec, RunRequest], Any],
+    plan: ExecutionPlan,
+    task: TaskSpec,
+    req: RunRequest,
+    source: str,
+) -> ExecutionPlan:
+    """``hook``'s adjustment of ``plan`` (the benchmark's or the harness's ``adjust_plan``), checked."""
+    try:
+        adjusted = await call_user(hook, plan, task, req)
+    except Exception as exc:
+        raise BenchmarkPlanError(f"{source} raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(adjusted, ExecutionPlan):
+        raise BenchmarkPlanError(f"{source} returned {_kind(adjusted)}, not an ExecutionPlan")
+    _check_timeouts(plan, adjusted, source)
+    return adjusted
+
+
+def _overrides_adjust_plan(harness: BaseHarness) -> bool:
+    from ..harnesses.base import BaseHarness
+
+    return type(harness).adjust_plan is not BaseHarness.adjust_plan
 
 
 def _kind(value: object) -> str:

@@ -107,6 +107,8 @@ class RequestRuntime:
             raise PreflightError(f"request {self.name!r}: {where}{_reason(exc)}") from None
         self.notes.extend(getattr(ctx.provider, "notes", ()))
         try:
+            if ctx.gateway is not None:
+                ctx.gateway.preflight()
             if ctx.harness is not None:
                 await call_user(ctx.harness.preflight, ctx.req)
             if self.tasks:
@@ -280,10 +282,19 @@ class RequestRuntime:
                 await call_user(harness.aclose)
             except Exception as exc:
                 self._closing_failed("the harness", exc)
+        await self._close_gateway()
         try:
             await self.ctx.provider.aclose()  # its clients (a pool of engines: the containers it still owes)
         except Exception as exc:
             self._closing_failed("the environment", exc)
+
+    async def _close_gateway(self) -> None:
+        """Stop the request's model gateway (before the provider, which removes the networks it listens on)."""
+        if self.ctx.gateway is not None:
+            try:
+                await self.ctx.gateway.aclose()
+            except Exception as exc:
+                self._closing_failed("the model gateway", exc)
 
     def _closing_failed(self, what: str, exc: Exception) -> None:
         note = f"closing {what} failed: {type(exc).__name__}: {exc}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from typing import Any
 
@@ -49,9 +50,13 @@ def full_params() -> dict[str, Any]:
     }
 
 
-def check_run(pytester: pytest.Pytester) -> None:
+#: What the agent sees of the model: the gateway's address and a token of its attempt, never the key.
+GATEWAY_OUTPUT = r"model=cli-model url=http://[0-9.]+:[0-9]+/v1 key=agc-[0-9a-f]{48} token=\*\*\* task=file-0"
+
+
+def check_run(pytester: pytest.Pytester, output: str = GATEWAY_OUTPUT) -> None:
     record = detail(pytester, name="cli")
-    assert record["output"] == "model=cli-model url=http://127.0.0.1:9/v1 key=*** token=*** task=file-0"
+    assert re.fullmatch(output, record["output"]), record["output"]
     setup = record["metadata"]["setup"]
     assert [s["exit_code"] for s in setup] == [0, 0] and setup[1]["stdout_tail"] == "installed\n"
     artifacts = record["artifacts"]
@@ -71,6 +76,13 @@ def test_agent_cli_gets_env_model_instruction_and_setup_on_local(pytester: pytes
     result.assert_outcomes(passed=1)
     assert SECRET not in result.stdout.str() and MODEL_KEY not in result.stdout.str()
     check_run(pytester)
+
+
+def test_direct_model_access_gives_the_agent_the_configured_endpoint(pytester: pytest.Pytester) -> None:
+    write_config(pytester, [command_request({**full_params(), "model_access": "direct"})])
+    result = pytester.runpytest(*RUN)
+    result.assert_outcomes(passed=1)
+    check_run(pytester, re.escape("model=cli-model url=http://127.0.0.1:9/v1 key=*** token=*** task=file-0"))
 
 
 def test_failed_setup_command_is_an_inference_error(pytester: pytest.Pytester) -> None:

@@ -1,0 +1,150 @@
+"""Filling the cache: one fetch per (agent, version, recipe), on the host, with the user's own registries.
+
+A *source* (:mod:`.npm`, :mod:`.pip`) knows how to download its files with
+the ordinary client (``npm``, ``pip``: their own config, registry and
+credentials apply) and which hashes the registry published for them. The
+files are checked against those hashes on the way into the cache, and what a
+key resolved to is recorded, so the next run (any process, any machine the
+folder is copied to) finds it without a registry. Processes take turns per
+key through a lock file: a second xdist worker waits for the first one's
+download instead of repeating it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from .._flock import file_lock
+from .store import CacheCorrupt, CachedSet, PackageCache
+
+__all__ = ["FetchError", "Fetched", "PackageSource", "cache_key", "ensure_packages", "run_tool"]
+
+#: Seconds one registry command may take (a 190 MB package on a slow link fits).
+TOOL_TIMEOUT = 1800.0
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class FetchError(Exception):
+    """A package could not be fetched or verified; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A downloaded file and the hashes its registry published (algorithm -> hex digest)."""
+
+    path: Path
+    expected: Mapping[str, str]
+    source: str
+
+
+class PackageSource(Protocol):
+    """Where some of an agent's files come from."""
+
+    def describe(self) -> dict[str, Any]:
+        """The recipe as JSON data: part of the cache key, so a change fetches again."""
+        ...
+
+    async def fetch(self, into: Path) -> list[Fetched]:
+        """Download the files into the folder ``into``.
+
+        :raises FetchError: naming the package, the command and its error.
+        """
+        ...
+
+
+def cache_key(agent: str, version: str, sources: Sequence[PackageSource]) -> str:
+    """``<agent>-<version>-<digest of the recipes>``: a file name."""
+    recipe = json.dumps([s.describe() for s in sources], sort_keys=True)
+    digest = hashlib.sha256(recipe.encode()).hexdigest()[:16]
+    return _UNSAFE.sub("_", f"{agent}-{version}") + f"-{digest}"
+
+
+async def run_tool(argv: Sequence[str], what: str, env: Mapping[str, str] | None = None) -> str:
+    """Run a registry client and return its stdout.
+
+    :raises FetchError: when it is not installed, fails or takes longer than :data:`TOOL_TIMEOUT`.
+    """
+    environ = {**os.environ, **(env or {})}
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=environ,
+        )
+    except FileNotFoundError:
+        raise FetchError(f"{argv[0]!r} is not installed on this machine; it is needed to {what}") from None
+    try:
+        async with asyncio.timeout(TOOL_TIMEOUT):
+            out, err = await process.communicate()
+    except BaseException as exc:  # a timeout, a cancel: the client must not outlive us
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        if isinstance(exc, TimeoutError):
+            raise FetchError(f"`{shlex.join(argv)}` took longer than {TOOL_TIMEOUT:g}s to {what}") from None
+        raise
+    if process.returncode != 0:
+        tail = err.decode("utf-8", "replace").strip()[-1500:] or out.decode("utf-8", "replace").strip()[-1500:]
+        raise FetchError(f"`{shlex.join(argv)}` failed (exit {process.returncode}) to {what}:\n{tail}")
+    return out.decode("utf-8", "replace")
+
+
+async def ensure_packages(cache: PackageCache, agent: str, version: str, sources: Sequence[PackageSource]) -> CachedSet:
+    """The cached, verified files of ``agent`` ``version``: from the cache, else fetched now.
+
+    :raises FetchError: when they are not cached and cannot be fetched or verified.
+    """
+    key = cache_key(agent, version, sources)
+    # Hashing a cached set reads it whole (once per process): off the event loop.
+    found, corrupt = await asyncio.to_thread(_lookup, cache, key)
+    if found is not None:
+        return found
+    lock = cache.lock_file(key)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    async with file_lock(lock):
+        found, again = await asyncio.to_thread(_lookup, cache, key)  # another process fetched it meanwhile
+        if found is not None:
+            return found
+        corrupt = again or corrupt
+        scratch = cache.scratch()
+        try:
+            cached = await _fetch(cache, scratch, sources)
+        except FetchError as exc:
+            raise FetchError(f"{corrupt}, and fetching it again failed: {exc}" if corrupt else str(exc)) from None
+        finally:
+            await asyncio.to_thread(shutil.rmtree, scratch, True)
+        cache.record(key, cached, {"agent": agent, "version": version, "sources": [s.describe() for s in sources]})
+    return cached
+
+
+async def _fetch(cache: PackageCache, scratch: Path, sources: Sequence[PackageSource]) -> CachedSet:
+    files = []
+    for source in sources:
+        for item in await source.fetch(scratch):
+            try:
+                files.append(await asyncio.to_thread(cache.add_file, item.path, item.expected, item.source))
+            except CacheCorrupt as exc:
+                raise FetchError(str(exc)) from None
+    return await asyncio.to_thread(cache.make_set, files)
+
+
+def _lookup(cache: PackageCache, key: str) -> tuple[CachedSet | None, str]:
+    """The cached set of ``key``, or ``None`` and why it is not usable (empty when not cached)."""
+    try:
+        return cache.lookup(key), ""
+    except CacheCorrupt as exc:
+        cache.discard(key)  # fetched again; the checked files replace the altered ones
+        return None, f"the cache had a damaged copy ({exc})"

@@ -1,0 +1,179 @@
+"""Forwarding one request of an agent to its upstream, and recording it in the agent's grant."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import zlib
+from typing import Any
+from urllib.parse import urlencode
+
+from ..limits import capacity_for
+from ..models.ledger import ModelCall, Protocol
+from ..redact import MIN_SECRET_LENGTH
+from .grant import Grant
+from .protocols import Route, error_body, prepare_body, response_headers, upstream_headers
+from .reading import AnswerReader, SSEParser, error_message
+from .settings import GatewaySettings, Upstream
+
+__all__ = ["error_response", "forward"]
+
+
+async def forward(
+    request: Any, route: Route, grant: Grant, upstream: Upstream, *, model: str, settings: GatewaySettings, client: Any
+) -> Any:
+    """Send ``request`` upstream with the real key and the answer back as it arrives; record the call.
+
+    The model is pinned to ``model`` unless ``settings.allow_other_models``; a
+    spent budget answers 403 without calling upstream.
+    """
+    import aiohttp
+    from aiohttp import web
+    from yarl import URL
+
+    protocol = route.protocol
+    raw = await request.read()
+    encoding = request.headers.get("Content-Encoding", "identity").lower()
+    if encoding in ("gzip", "deflate"):
+        try:
+            raw = zlib.decompress(raw, zlib.MAX_WBITS | 32)
+        except zlib.error as exc:
+            message = f"the {encoding} request body is corrupt: {exc}"
+            return error_response(web, protocol, 400, message, "invalid_request_error")
+    elif encoding != "identity":
+        message = f"request Content-Encoding {encoding!r} is not supported"
+        return error_response(web, protocol, 415, message, "invalid_request_error")
+    try:
+        body: Any = json.loads(raw) if raw else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        body = None
+    generate = route.kind == "generate"
+    if generate:
+        spent = grant.ledger.spent()
+        if spent is not None:
+            grant.ledger.refused += 1
+            refused = ModelCall(protocol, model, status=403, error=spent, extra={"refused": "token_budget"})
+            grant.record(refused)
+            message = f"{spent}; the model gateway refuses further calls"
+            refusal = error_response(web, protocol, 403, message, "budget_exceeded")
+            refusal.headers["x-should-retry"] = "false"
+            return refusal
+    sent, asked = prepare_body(protocol, body, model, settings.allow_other_models)
+    asked = asked or route.path_model
+    path = request.rel_url.raw_path
+    if not settings.allow_other_models:
+        path = route.with_model(path, model)
+    query = [(k, v) for k, v in request.query.items() if k != "key"]
+    url = upstream.url(path) + (f"?{urlencode(query)}" if query else "")
+    data = raw if sent is body else json.dumps(sent).encode()
+    headers = upstream_headers(request.headers, protocol, upstream.api_key or "", settings.headers)
+    streamed = route.path_stream or (isinstance(body, dict) and bool(body.get("stream")))
+    call = ModelCall(protocol, model, status=None, stream=streamed, request=_kept(raw, body, settings))
+    call.extra["path"] = request.path
+    if asked and asked != model:
+        call.extra["requested_model"] = asked
+    reader = AnswerReader(protocol)
+    scrub = _scrubber(upstream.api_key)
+    answer: Any = None
+    started = time.perf_counter()
+    try:
+        async with capacity_for(f"model:{upstream.endpoint}", settings.max_connections).permit():
+            started = time.perf_counter()
+            async with client.request(
+                request.method,
+                URL(url, encoded=True),
+                data=data,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=None, sock_read=settings.timeout, sock_connect=30),
+            ) as reply:
+                call.status = reply.status
+                out = response_headers(reply.headers)
+                if reply.content_type == "text/event-stream" or (route.path_stream and reply.status < 400):
+                    answer = web.StreamResponse(status=reply.status, headers=out)
+                    await answer.prepare(request)
+                    await _pipe(reply, answer, reader, scrub, sse=reply.content_type == "text/event-stream")
+                else:
+                    payload = scrub(await reply.read())
+                    _read_body(reader, payload)
+                    if reply.status >= 400:
+                        call.error = error_message(payload)
+                    call.response = _kept(payload, _json(payload), settings)
+                    answer = web.Response(body=payload, status=reply.status, headers=out)
+        return answer
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        what = "no answer within" if isinstance(exc, TimeoutError) else "cannot reach"
+        call.error = f"{type(exc).__name__}: {what} the {upstream.family} upstream {upstream.endpoint}"
+        if isinstance(exc, TimeoutError):
+            call.error += f" ({settings.timeout:g}s)"
+        elif str(exc):
+            call.error += f": {exc}"
+        if answer is None:  # nothing sent yet: the agent gets the reason
+            status = 504 if isinstance(exc, TimeoutError) else 502
+            return error_response(web, protocol, status, f"model gateway: {call.error}", "api_error")
+        answer.force_close()  # the stream broke off: the agent sees it end early
+        return answer
+    except ConnectionResetError:  # the agent hung up while the answer streamed to it
+        call.error = "the agent hung up before the answer ended"
+        return answer
+    except asyncio.CancelledError:
+        call.error = call.error or "cancelled: the agent hung up or its attempt ended"
+        raise
+    finally:
+        call.latency = time.perf_counter() - started
+        call.usage, call.finish_reason, call.message = reader.usage, reader.finish_reason, reader.message()
+        if generate:
+            grant.record(call)
+
+
+async def _pipe(reply: Any, answer: Any, reader: AnswerReader, scrub: Any, *, sse: bool) -> None:
+    """Forward a streamed answer chunk by chunk as it arrives, reading a copy."""
+    parser = SSEParser()
+    kept = bytearray()
+    async for chunk in reply.content.iter_any():
+        chunk = scrub(chunk)
+        await answer.write(chunk)
+        if sse:
+            for name, data in parser.feed(chunk):
+                reader.event(name, _json(data.encode()) if data != "[DONE]" else None)
+        else:  # Gemini without alt=sse: one JSON array, read whole at the end
+            kept += chunk
+    if not sse:
+        _read_body(reader, bytes(kept))
+    await answer.write_eof()
+
+
+def _read_body(reader: AnswerReader, payload: bytes) -> None:
+    value = _json(payload)
+    if value is not None:
+        reader.body(value)
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return json.loads(data) if data else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+def _kept(raw: bytes, value: Any, settings: GatewaySettings) -> Any:
+    """A body as the trajectory keeps it: the JSON value, or its beginning when it is too long."""
+    limit = settings.record_bodies
+    if not limit or not raw:
+        return None
+    if len(raw) <= limit and value is not None:
+        return value
+    return {"truncated": len(raw) > limit, "bytes": len(raw), "text": raw[:limit].decode("utf-8", "replace")}
+
+
+def _scrubber(key: str | None) -> Any:
+    """Masks the real key in what goes back to the agent (an upstream error may quote it)."""
+    if not key or len(key) < MIN_SECRET_LENGTH:
+        return lambda data: data
+    needle = key.encode()
+    return lambda data: data.replace(needle, b"***") if needle in data else data
+
+
+def error_response(web: Any, protocol: Protocol, status: int, message: str, kind: str) -> Any:
+    body = error_body(protocol, status, message, kind)
+    return web.Response(body=body, status=status, content_type="application/json")

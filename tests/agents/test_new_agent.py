@@ -1,0 +1,173 @@
+"""A sixth agent is one small class (the example of README's "Agent CLIs" and docs/api.md), fetched
+from an npm registry of our own, installed once, run through the gateway; a broken install is a
+setup error with its log tail, not retried into new installs; no registry and no cache is one message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_scripts import COMMAND, IMAGE, NO_AGENT_DOCKER, agent_task, offline
+from conftest import docker_has_image, write_config
+from containers import docker
+from model_upstream import ScriptedServer, Seen, Turn, scripted_server, text, tool
+from registries import LocalRegistry, local_registry, npm_tarball
+
+pytest.importorskip("aiohttp")
+pytestmark = pytest.mark.skipif(not docker_has_image(IMAGE), reason=NO_AGENT_DOCKER)
+
+KEY = "sk-sixth-agent-upstream-key-27d4"
+RUN = ("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
+AGENT_NAME = "acme-test-agent"
+
+#: The agent CLI itself: a small loop of chat completions with one `bash` tool (python3 of the image).
+AGENT = """\
+#!/usr/bin/env python3
+import json, os, subprocess, sys, urllib.request
+if sys.argv[1:] == ["--version"]:
+    sys.exit(print("my-agent 1.0.0"))
+base, key, model = os.environ["MY_AGENT_BASE_URL"], os.environ["MY_AGENT_KEY"], os.environ["MY_AGENT_MODEL"]
+tools = [{"type": "function", "function": {"name": "bash", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}}}}]
+messages = [{"role": "user", "content": sys.argv[1]}]
+for _ in range(5):
+    body = json.dumps({"model": model, "messages": messages, "tools": tools}).encode()
+    headers = {"Authorization": "Bearer " + key, "Content-Type": "application/json"}
+    with urllib.request.urlopen(urllib.request.Request(base + "/chat/completions", body, headers)) as answer:
+        message = json.load(answer)["choices"][0]["message"]
+    messages.append(message)
+    if not message.get("tool_calls"):
+        sys.exit(print(message["content"]))
+    for call in message["tool_calls"]:
+        command = json.loads(call["function"]["arguments"])["command"]
+        done = subprocess.run(command, shell=True, capture_output=True, text=True)
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": done.stdout + done.stderr})
+"""
+
+#: The harness: README's example ("Another agent"), but the package's name.
+HARNESS = f'''\
+from pytest_agentcompass import AgentHarness, AgentRun, NpmPackage, tarball_name, untar
+
+
+class MyAgent(AgentHarness):
+    id = "{AGENT_NAME}"
+    version = "1.0.0"
+    protocol = "openai_chat"
+    binary = "my-agent"
+
+    def packages(self, version: str) -> list:
+        return [NpmPackage("@acme/my-agent", version)]
+
+    def install_script(self, version: str) -> str:
+        return untar(tarball_name("@acme/my-agent", version), "package/bin/my-agent", strip=2)
+
+    def command(self, run: AgentRun) -> list[str]:
+        return [run.bin(self.binary), run.prompt]
+
+    def environment(self, run: AgentRun) -> dict[str, str]:
+        return {{"MY_AGENT_BASE_URL": run.endpoint.base_url, "MY_AGENT_KEY": run.endpoint.api_key,
+                "MY_AGENT_MODEL": run.model}}
+
+
+class Broken(MyAgent):
+    def install_script(self, version: str) -> str:
+        return "echo unpacking; echo 'cannot unpack my-agent: disk full' >&2; exit 7"
+'''
+
+
+@pytest.fixture
+def registry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[LocalRegistry]:
+    with local_registry() as served:
+        served.add_npm("@acme/my-agent", "1.0.0", npm_tarball({"bin/my-agent": AGENT}, {"bin/my-agent": 0o755}))
+        monkeypatch.setenv("npm_config_registry", served.npm_url)
+        monkeypatch.setenv("npm_config_cache", str(tmp_path / "npm-cache"))
+        yield served
+    # Its tarball differs per session (gzip's time stamp): the images made from it go with the test.
+    for image in docker("images", "-q", "--filter", f"label=agentcompass.agent={AGENT_NAME}").split():
+        docker("rmi", "-f", image)
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedServer]:
+    monkeypatch.setenv("SIXTH_UPSTREAM_KEY", KEY)
+
+    def respond(seen: Seen) -> Turn:
+        return tool("bash", {"command": COMMAND}) if seen.tool_results() == 0 else text("done")
+
+    with scripted_server(responder=respond, api_key=KEY) as running:
+        yield running
+
+
+def config(pytester: pytest.Pytester, server: ScriptedServer, harness: str, **execution: Any) -> None:
+    (pytester.path / "agent6.py").write_text(HARNESS)
+    agent_task(pytester.path / "tasks")
+    write_config(
+        pytester,
+        [
+            {
+                "name": "sixth",
+                "benchmark": {"id": "harbor", "params": {"path": "tasks"}},
+                "harness": {"id": f"agent6.py:{harness}", "params": {"cache_dir": str(pytester.path / "cache")}},
+                "environment": {"id": "docker", "network": {"run": "disabled"}},
+                "model": {"id": "m", "params": {"base_url": server.base_url, "api_key": "${SIXTH_UPSTREAM_KEY}"}},
+                "execution": {"retry_backoff_seconds": 0, **execution},
+            }
+        ],
+    )
+
+
+def detail(pytester: pytest.Pytester) -> dict[str, Any]:
+    (run,) = (pytester.path / "runs" / "sixth").iterdir()
+    return json.loads((run / "details" / "hello-agent.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_a_sixth_agent_is_one_small_class(
+    pytester: pytest.Pytester, registry: LocalRegistry, server: ScriptedServer
+) -> None:
+    config(pytester, server, "MyAgent")
+    pytester.runpytest(*RUN).assert_outcomes(passed=1)
+    record = detail(pytester)
+    assert record["metadata"]["agent_install"]["installed"] is True
+    assert record["metadata"]["usage"] == server.reported() == {
+        "calls": 2, "prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30,
+    }  # fmt: skip
+    assert record["output"] == "done"
+
+
+def test_a_broken_install_is_a_setup_error_with_its_log_tail_and_is_not_repeated(
+    pytester: pytest.Pytester, registry: LocalRegistry, server: ScriptedServer
+) -> None:
+    config(pytester, server, "Broken", max_retries=2)
+    result = pytester.runpytest(*RUN)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*installing acme-test-agent 1.0.0 into image*exited with 7*"])
+    record = detail(pytester)
+    assert record["status"] == "environment_error"
+    assert "cannot unpack my-agent: disk full" in record["error"]
+    (run,) = (pytester.path / "runs" / "sixth").iterdir()
+    logs = sorted(p.relative_to(run).as_posix() for p in run.rglob("agent-install/*.log"))
+    assert logs == ["artifacts/hello-agent/attempt-0/agent-install/acme-test-agent-1.0.0.log"]  # one install
+    assert record["retries"] == 2 and server.requests == []
+
+
+def test_without_a_registry_an_empty_cache_is_one_clear_message(
+    pytester: pytest.Pytester, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config(pytester, server, "MyAgent")
+    offline(monkeypatch)
+    result = pytester.runpytest(*RUN)
+    result.assert_outcomes(errors=1)
+    cache = pytester.path / "cache"
+    result.stdout.fnmatch_lines(
+        [
+            f"*harness '{AGENT_NAME}': the packages of {AGENT_NAME} 1.0.0 are not in the cache at {cache}*",
+            "*ECONNREFUSED*",
+            f"*Without a registry, copy a cache folder filled where one is reachable to {cache}*",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()

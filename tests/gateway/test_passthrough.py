@@ -1,0 +1,300 @@
+"""The model gateway between the official clients and the scripted upstream, on loopback.
+
+Real parts only: the gateway's aiohttp server, the scripted model server
+(which refuses any key but the real one), and the official ``openai``,
+``anthropic`` and ``google-genai`` clients, streaming and not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from pytest_agentcompass import EnvironmentSpec, RunResult, RunStatus
+from pytest_agentcompass.environments.local import LocalEnvironment
+from pytest_agentcompass.gateway import GatewaySettings, Grant, ModelGateway
+
+from model_upstream import ScriptedServer, Turn, garbage, scripted_server, stall, text, tool
+
+openai = pytest.importorskip("openai")
+anthropic = pytest.importorskip("anthropic")
+genai = pytest.importorskip("google.genai")
+pytest.importorskip("aiohttp")
+
+#: google-genai subclasses aiohttp's ClientSession, which aiohttp discourages: not ours to fix.
+pytestmark = pytest.mark.filterwarnings("ignore:Inheritance class AiohttpClientSession:DeprecationWarning")
+
+KEY = "sk-upstream-real-key-4d7c1e9a"
+MODEL = "pinned-model"
+PROTOCOLS = ["openai_chat", "openai_responses", "anthropic", "gemini"]
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedServer]:
+    with scripted_server(api_key=KEY) as running:
+        yield running
+
+
+def settings(server: ScriptedServer, **extra: Any) -> GatewaySettings:
+    urls = {"base_url": server.base_url, "anthropic_base_url": server.root_url, "gemini_base_url": server.root_url}
+    return GatewaySettings(**{**urls, "api_key": KEY, **extra})
+
+
+@asynccontextmanager
+async def attempt(server: ScriptedServer, **extra: Any) -> AsyncIterator[Grant]:
+    gateway = ModelGateway(MODEL, settings(server, **extra), LocalEnvironment(EnvironmentSpec(id="local")), harness="t")
+    gateway.preflight()
+    try:
+        async with gateway.open_attempt(None, "task-1", 0) as grant:  # type: ignore[arg-type]
+            yield grant
+    finally:
+        await gateway.aclose()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait (on the loop, so the gateway keeps serving) until ``condition()`` holds; 60 s backstop."""
+    for _ in range(6000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("never happened")
+
+
+# -- one call in each API, through the official client ------------------------------------
+async def call(protocol: str, grant: Grant, stream: bool, asked: str = "asked-model") -> tuple[str, list[Any]]:
+    """One call with ``protocol``'s official client: ``(text, [(tool name, arguments)])`` as it parsed them."""
+    prompt = "list the files"
+    if protocol.startswith("openai"):
+        client = openai.AsyncOpenAI(api_key=grant.token, base_url=grant.base_url(protocol), max_retries=0)
+        try:
+            if protocol == "openai_chat":
+                return await _chat(client, asked, prompt, stream)
+            if stream:
+                async with client.responses.stream(model=asked, input=prompt) as events:
+                    response = await events.get_final_response()
+            else:
+                response = await client.responses.create(model=asked, input=prompt)
+            calls = [(o.name, json.loads(o.arguments)) for o in response.output if o.type == "function_call"]
+            return response.output_text, calls
+        finally:
+            await client.close()
+    if protocol == "anthropic":
+        claude = anthropic.AsyncAnthropic(api_key=grant.token, base_url=grant.base_url("anthropic"), max_retries=0)
+        try:
+            request = {"model": asked, "max_tokens": 100, "messages": [{"role": "user", "content": prompt}]}
+            if stream:
+                async with claude.messages.stream(**request) as events:
+                    message = await events.get_final_message()
+            else:
+                message = await claude.messages.create(**request)
+            said = "".join(b.text for b in message.content if b.type == "text")
+            return said, [(b.name, b.input) for b in message.content if b.type == "tool_use"]
+        finally:
+            await claude.close()
+    options = genai.types.HttpOptions(base_url=grant.base_url("gemini"), retry_options=None)
+    gemini = genai.Client(api_key=grant.token, http_options=options)
+    try:
+        chunks = (
+            [c async for c in await gemini.aio.models.generate_content_stream(model=asked, contents=prompt)]
+            if stream
+            else [await gemini.aio.models.generate_content(model=asked, contents=prompt)]
+        )
+    finally:
+        await gemini.aio.aclose()
+    said = "".join(p.text for c in chunks for p in c.candidates[0].content.parts if p.text)
+    return said, [(f.name, f.args) for c in chunks for f in c.function_calls or []]
+
+
+async def _chat(client: Any, model: str, prompt: str, stream: bool) -> tuple[str, list[Any]]:
+    messages = [{"role": "user", "content": prompt}]
+    if not stream:
+        reply = await client.chat.completions.create(model=model, messages=messages)
+        message = reply.choices[0].message
+        return message.content or "", [
+            (c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls or []
+        ]
+    said, name, args = "", "", ""
+    async for chunk in await client.chat.completions.create(model=model, messages=messages, stream=True):
+        for choice in chunk.choices:
+            said += choice.delta.content or ""
+            for piece in choice.delta.tool_calls or []:
+                name += piece.function.name or ""
+                args += piece.function.arguments or ""
+    return said, [(name, json.loads(args))] if name else []
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_each_api_passes_through_with_the_real_key_and_is_counted(
+    server: ScriptedServer, protocol: str, stream: bool
+) -> None:
+    server.push(
+        tool("run_shell", {"command": "ls -la"}, content="Let me look.", prompt_tokens=123, completion_tokens=45)
+    )
+    async with attempt(server) as grant:
+        said, calls = await call(protocol, grant, stream)
+    assert said == "Let me look." and calls == [("run_shell", {"command": "ls -la"})]
+    (seen,) = server.requests
+    assert seen["protocol"] == protocol
+    assert grant.token not in json.dumps(seen["headers"])  # the upstream answered: it got the real key
+    assert seen["body"].get("model", MODEL) == MODEL and "asked-model" not in seen["path"]  # pinned
+    (recorded,) = grant.calls
+    usage = {"prompt_tokens": 123, "completion_tokens": 45, "total_tokens": 168}
+    assert (recorded.protocol, recorded.status, recorded.stream, recorded.usage) == (protocol, 200, stream, usage)
+    assert recorded.message is not None and recorded.message["content"] == "Let me look."
+    (function,) = [c["function"] for c in recorded.message["tool_calls"]]
+    assert function["name"] == "run_shell" and json.loads(function["arguments"]) == {"command": "ls -la"}
+    assert recorded.extra["requested_model"] == "asked-model"
+    assert grant.usage().to_dict() == server.reported()
+
+
+@pytest.mark.asyncio
+async def test_an_attempt_s_usage_is_what_the_upstream_reported_over_every_api(server: ScriptedServer) -> None:
+    async with attempt(server, input_price_per_million=1.0, output_price_per_million=4.0) as grant:
+        for index, protocol in enumerate(PROTOCOLS * 2):
+            server.push(text(f"answer {index}", prompt_tokens=100 + index, completion_tokens=10 + index))
+            said, _ = await call(protocol, grant, stream=index % 2 == 1)
+            assert said == f"answer {index}"
+    totals = server.reported()
+    assert totals["calls"] == 8
+    usage = grant.usage().to_dict()
+    assert {k: usage[k] for k in totals} == totals
+    assert usage["cost"] == round((totals["prompt_tokens"] * 1.0 + totals["completion_tokens"] * 4.0) / 1e6, 6)
+    events = grant.trajectory.to_dict()["events"]
+    assert [e["protocol"] for e in events] == PROTOCOLS * 2
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("protocol", ["openai_chat", "anthropic", "gemini"])
+async def test_upstream_errors_reach_the_agent_as_sent_and_are_recorded(server: ScriptedServer, protocol: str) -> None:
+    server.push(Turn(status=429, error="Rate limit reached, slow down", error_type="rate_limit_error"), garbage())
+    async with attempt(server) as grant:
+        for expected in (429, 502):
+            with pytest.raises(Exception) as raised:
+                await call(protocol, grant, stream=False)
+            status = getattr(raised.value, "status_code", None) or getattr(raised.value, "code", None)
+            assert status == expected
+        response = getattr(raised.value, "response", None)
+        seen = f"{raised.value} {getattr(raised.value, 'body', '')} {getattr(response, 'text', '')}"
+    assert "<html>502 Bad Gateway</html>" in seen  # the garbage, as the upstream sent it
+    assert [(c.status, c.error) for c in grant.calls] == [
+        (429, "Rate limit reached, slow down"),
+        (502, "<html>502 Bad Gateway</html>"),
+    ]
+    assert grant.usage().calls == 0
+
+
+@pytest.mark.asyncio
+async def test_an_unreachable_upstream_is_a_502_naming_it(server: ScriptedServer) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    async with attempt(server, base_url=closed) as grant:
+        with pytest.raises(openai.InternalServerError) as raised:
+            await call("openai_chat", grant, stream=False)
+    assert raised.value.status_code == 502 and "cannot reach the openai upstream" in str(raised.value)
+    (recorded,) = grant.calls
+    assert recorded.status is None and "ClientConnectorError" in (recorded.error or "")
+
+
+@pytest.mark.asyncio
+async def test_unknown_expired_and_real_keys_and_other_paths_are_refused(server: ScriptedServer) -> None:
+    import aiohttp
+
+    gateway = ModelGateway(MODEL, settings(server), LocalEnvironment(EnvironmentSpec(id="local")))
+    try:
+        async with gateway.open_attempt(None, "task-1") as grant:  # type: ignore[arg-type]
+            url = grant.base_url("openai_chat")
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            async with aiohttp.ClientSession() as session:
+                for key in ("agc-" + "0" * 48, KEY, ""):
+                    headers = {"Authorization": f"Bearer {key}"}
+                    async with session.post(f"{url}/chat/completions", json=body, headers=headers) as answer:
+                        assert answer.status == 401
+                        assert "unknown or expired" in (await answer.json())["error"]["message"]
+                headers = {"Authorization": f"Bearer {grant.token}"}
+                async with session.post(f"{url}/files", data=b"x", headers=headers) as answer:
+                    assert answer.status == 404 and "does not forward POST /v1/files" in await answer.text()
+        with pytest.raises(openai.AuthenticationError, match="unknown or expired"):
+            await call("openai_chat", grant, stream=False)  # the attempt is over, the gateway still serves
+    finally:
+        await gateway.aclose()
+    assert server.requests == [] and grant.calls == []
+
+
+@pytest.mark.asyncio
+async def test_the_token_budget_refuses_calls_once_spent(server: ScriptedServer) -> None:
+    server.push(*(text("step", prompt_tokens=10, completion_tokens=5) for _ in range(3)))
+    async with attempt(server, max_total_tokens=20) as grant:
+        await call("anthropic", grant, stream=True)
+        await call("anthropic", grant, stream=True)  # 15 of 20 used: still allowed
+        with pytest.raises(anthropic.PermissionDeniedError, match="token budget of this attempt is spent"):
+            await call("anthropic", grant, stream=True)
+    assert len(server.requests) == 2 and grant.usage().total_tokens == 30
+    assert grant.stop_reason == "token_budget"
+    failed = RunResult("task-1", status=RunStatus.INFERENCE_ERROR, error="agent exited with 1")
+    finished = grant.finish(failed)
+    assert finished.status is RunStatus.COMPLETED and finished.metadata["stop_reason"] == "token_budget"
+    assert finished.metadata["agent_error"] == "agent exited with 1"
+    assert finished.metadata["usage"] == {"calls": 2, "prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30}
+
+
+@pytest.mark.asyncio
+async def test_max_connections_caps_the_calls_in_flight(server: ScriptedServer) -> None:
+    gate = threading.Event()
+    server.push(*(Turn(text="ok", gate=gate) for _ in range(5)))
+    try:
+        async with attempt(server, max_connections=2) as grant:
+            calls = [asyncio.ensure_future(call("openai_chat", grant, stream=False)) for _ in range(5)]
+            await until(lambda: server.in_flight == 2)
+            gate.set()
+            assert [said for said, _ in await asyncio.gather(*calls)] == ["ok"] * 5
+    finally:
+        gate.set()
+    assert server.peak_in_flight == 2 and len(grant.calls) == 5
+
+
+@pytest.mark.asyncio
+async def test_an_agent_hanging_up_mid_stream_closes_the_upstream_connection(server: ScriptedServer) -> None:
+    server.push(stall(text("never finished")))
+    async with attempt(server) as grant:
+        client = openai.AsyncOpenAI(api_key=grant.token, base_url=grant.base_url("openai_chat"), max_retries=0)
+        events = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        await events.__anext__()  # the first chunk came through: the answer is streaming
+        await events.close()
+        await until(lambda: server.aborted == 1)
+        await until(lambda: len(grant.calls) == 1)
+        await client.close()
+    assert "hung up" in (grant.calls[0].error or "")
+
+
+@pytest.mark.asyncio
+async def test_ending_the_attempt_stops_its_calls_in_flight_and_the_gateway_closes(server: ScriptedServer) -> None:
+    import aiohttp
+
+    server.push(stall(text("never finished")))
+    async with attempt(server) as grant:
+        port = int(grant.base_url("gemini").rsplit(":", 1)[1])
+        session = aiohttp.ClientSession()
+        url = f"{grant.base_url('gemini')}/v1beta/models/m:streamGenerateContent?alt=sse"
+        reply = await session.post(url, json={"contents": []}, headers={"x-goog-api-key": grant.token})
+        await reply.content.readline()  # streaming
+    await until(lambda: server.aborted == 1)  # the grant's end hung up on the upstream
+    (recorded,) = grant.calls
+    assert recorded.status == 200 and "attempt ended" in (recorded.error or "")
+    with pytest.raises(aiohttp.ClientError):
+        await reply.content.read()
+    reply.close()
+    await session.close()
+    with pytest.raises(OSError):  # the gateway stopped listening
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()

@@ -348,18 +348,27 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
 
 
 def _check_model_params(file: Path, orchestration: Orchestration, lines: Mapping[tuple[Any, ...], int]) -> None:
-    """``model.params`` against the endpoint settings, at load like every other key
-    (not at the first model call, after a run directory was made)."""
+    """``model.params`` at load, like every other key (not at the first model call, after a run
+    directory was made). Which schema applies depends on the harness, whose class is only imported
+    when the request is built (where it is checked again, exactly): here a value must fit one of
+    the two the built-ins read, the in-process client's or the model gateway's."""
+    from .gateway.settings import GatewaySettings  # pydantic only; aiohttp loads when a gateway starts
     from .models.settings import ModelSettings  # pydantic only; the client loads on first call
 
     messages: list[str] = []
     for index, request in enumerate(orchestration.requests):
         if request.model is None:
             continue
-        try:
-            ModelSettings.model_validate(request.model.params)
-        except ValidationError as exc:
-            messages += _validation_lines(file, exc, lines, prefix=("requests", index, "model", "params"))
+        failures: list[ValidationError] = []
+        for schema in (ModelSettings, GatewaySettings):
+            try:
+                schema.model_validate(request.model.params)
+                break
+            except ValidationError as exc:
+                failures.append(exc)
+        else:  # neither fits: the one the value comes closest to says what is wrong
+            closest = min(failures, key=lambda exc: exc.error_count())
+            messages += _validation_lines(file, closest, lines, prefix=("requests", index, "model", "params"))
     if messages:
         raise ConfigError("invalid agentcompass config:\n" + "\n".join(messages))
 

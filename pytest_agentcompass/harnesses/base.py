@@ -40,6 +40,10 @@ class BaseHarness:
     #: The request's :class:`~pytest_agentcompass.gateway.ModelGateway`, shared by its attempts
     #: (``async with self.gateway.open_attempt(env, task_id, attempt_index) as grant: ...``).
     gateway: ModelGateway | None = None
+    #: The schema of ``model.params`` this harness reads when it calls the model itself (a strict
+    #: pydantic model, e.g. :class:`~pytest_agentcompass.models.ModelSettings`); checked when the
+    #: request is built, with the config's file and line. A gateway harness's are the gateway's.
+    model_settings: ClassVar[type[Any] | None] = None
 
     def __init__(self, **params: Any) -> None:
         self.params = params

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict
 from ..artifacts import save_artifact
 from ..errors import PreflightError
 from ..models.client import ChatModel, ModelCallError, guard_secrets, require_openai
-from ..models.settings import resolve_model
+from ..models.settings import ModelSettings, resolve_model
 from ..models.trajectory import Trajectory
 from ..redact import Redactor
 from ..types import ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
@@ -33,6 +33,7 @@ class ModelHarness(BaseHarness):
     """
 
     params_model: ClassVar[type[BaseModel]]
+    model_settings: ClassVar[type[Any] | None] = ModelSettings
 
     def __init__(self, **params: Any) -> None:
         validated = validate_params(self.params_model, params, self.id)

@@ -236,19 +236,33 @@ def _gateway(
     loaded: LoadedConfig | None,
     loc: tuple[Any, ...],
 ) -> ModelGateway | None:
-    """The request's model gateway, its ``model.params`` checked now (file and line), started on first use."""
-    if harness is None or not harness.needs_gateway or req.model is None:
+    """The request's model gateway, its ``model.params`` checked now (file and line), started on first use.
+
+    A harness that calls the model itself has its ``model.params`` checked here too, against the
+    schema it declares (``model_settings``).
+    """
+    if harness is None or req.model is None:
+        return None
+    if not harness.needs_gateway:
+        if harness.model_settings is not None:
+            _checked(harness.model_settings, req, loaded, loc)
         return None
     from ..gateway import GatewaySettings, ModelGateway
 
+    settings = _checked(GatewaySettings, req, loaded, loc)
+    protocols = frozenset(harness.gateway_protocols)
+    return ModelGateway(req.model.id, settings, provider, harness=req.harness.id, protocols=protocols)
+
+
+def _checked(schema: Any, req: RunRequest, loaded: LoadedConfig | None, loc: tuple[Any, ...]) -> Any:
+    """``req.model.params`` validated by ``schema``; a problem names the config's file and line."""
+    assert req.model is not None
     try:
-        settings = GatewaySettings.model_validate(req.model.params)
+        return schema.model_validate(req.model.params)
     except ValidationError as exc:
         if loaded is None:
             raise ComponentError(f"request {req.name!r}: model.params: {exc}") from None
         raise loaded.validation_error((*loc, "model", "params"), exc) from None
-    protocols = frozenset(harness.gateway_protocols)
-    return ModelGateway(req.model.id, settings, provider, harness=req.harness.id, protocols=protocols)
 
 
 def _task_list(value: Any, request: str, method: str) -> list[Any]:

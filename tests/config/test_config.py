@@ -151,6 +151,32 @@ def test_a_typo_in_model_params_stops_pytest_before_anything_runs(pytester: pyte
     assert not (pytester.path / "runs").exists() and not trace.exists()
 
 
+def test_model_params_of_the_gateway_load_and_a_typo_among_them_is_named(tmp_path: Path) -> None:
+    params = "        anthropic_base_url: http://127.0.0.1:9\n        max_total_tokens: 1000\n"
+    loaded = load_config(write(tmp_path, GOOD + "    model:\n      id: m\n      params:\n" + params))
+    assert loaded.orchestration.requests[0].model.params["max_total_tokens"] == 1000  # type: ignore[union-attr]
+    path = write(tmp_path, GOOD + "    model:\n      id: m\n      params:\n" + params + "        max_cots: 1\n")
+    with pytest.raises(ConfigError, match=rf"{path}:9: requests\[0\].model.params.max_cots: unknown key"):
+        load_config(path)
+
+
+def test_model_params_the_harness_does_not_read_are_named_when_the_request_is_built(
+    pytester: pytest.Pytester, trace: Path
+) -> None:
+    """A key only the gateway reads, given to a harness that calls the model itself: named with
+    file and line when the request is built, before any run directory exists."""
+    request = tracing_request("r", trace, n=1)
+    request["harness"] = {"id": "openai"}
+    request["benchmark"]["id"] = request["benchmark"]["id"].replace("TracingBenchmark", "TracingHarnessBenchmark")
+    request["model"] = {"id": "m", "params": {"api_key": "k", "max_total_tokens": 10}}
+    write_config(pytester, [request])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    assert result.ret != pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*agentcompass.yaml:*: requests[[]0[]].model.params.max_total_tokens: unknown key*"])
+    assert "Traceback" not in result.stdout.str()
+    assert not (pytester.path / "runs").exists()
+
+
 def test_usage_error_in_pytest(pytester: pytest.Pytester) -> None:
     (pytester.path / "agentcompass.yaml").write_text("requests:\n  - name: a\n    benchmark: {id: x}\n    bogus: 1\n")
     result = pytester.runpytest("--agentcompass=agentcompass.yaml")

@@ -127,9 +127,11 @@ def test_usage_per_task_is_what_the_upstream_counted_and_the_key_stays_out(
 def test_a_spent_token_budget_stops_the_agent_and_its_work_is_still_evaluated(
     pytester: pytest.Pytester, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("CALLS", "3")  # the third call is over budget: the agent exits 3 without writing its file
     server.push(*(text("step", prompt_tokens=10, completion_tokens=5) for _ in range(3)))
-    request = gateway_request(server, {"command": py_agent(pytester)}, model_params={"max_total_tokens": 20})
+    # The third call is over budget: the agent exits 3 without writing its file. (Agent commands
+    # see none of pytest's environment: the count goes through the harness's own env.)
+    params = {"command": py_agent(pytester), "env": {"CALLS": "3"}}
+    request = gateway_request(server, params, model_params={"max_total_tokens": 20})
     write_config(pytester, [request])
     result = pytester.runpytest(*RUN)
     result.assert_outcomes(failed=1)  # evaluated (no file: score 0), not an inference error to retry

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import subprocess
@@ -13,6 +14,16 @@ import pytest
 import yaml
 
 from pytest_agentcompass.runtime.store import RunStore
+
+# pytester's in-process runs remove every module first imported inside them. The Docker SDK's
+# HTTP stack (requests, its cookie jar) first imported by a task of such a run, then removed,
+# leaves later clients mixing two copies of it ("You can only merge into CookieJar"): import it
+# once here, before any inner run, so every run shares one copy.
+for _module in ("http.cookiejar", "requests", "docker"):
+    try:
+        importlib.import_module(_module)
+    except ImportError:  # the docker extra is optional
+        pass
 
 SUITES = Path(__file__).parent / "suites"
 # Suite files are material for the tests (task dirs carry their own test_*.py), not tests.

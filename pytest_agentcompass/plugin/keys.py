@@ -9,7 +9,7 @@ are here too, for both sides to share.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from ..runtime.orchestrator import OrchestrationResult, Orchestrator
     from ..runtime.request import RequestRuntime
     from ..runtime.task import TaskOutcome
-    from ..types import OrchestrationEvent
 
 __all__ = ["NOT_RUN", "PERMITS", "RUN_DIRS", "RUN_ID", "WORKER_NOTES", "RunHandle", "run_key"]
 
@@ -75,18 +74,11 @@ class RunHandle(Protocol):
         """The runtime of a request whose run another process owns (``runtime.assembly.shared_runtime``)."""
         ...
 
-    def orchestrator(
-        self,
-        states: Sequence[RequestRuntime],
-        *,
-        on_outcome: Callable[[TaskOutcome], None],
-        on_event: Callable[[OrchestrationEvent, RequestRuntime], None] | None = None,
-        on_tick: Callable[[], None] | None = None,
-        tick_seconds: float = 1.0,
-        on_retry: Callable[[str, str], None] | None = None,
-        fed: bool = False,
-    ) -> Orchestrator:
-        """The Orchestrator of ``states`` with the session's settings (concurrency, deadline, grace, permits)."""
+    def orchestrator(self, states: Sequence[RequestRuntime], *, fed: bool = False, **observers: Any) -> Orchestrator:
+        """The Orchestrator of ``states`` with the session's settings (concurrency, deadline, grace, permits).
+
+        ``observers``: the Orchestrator's ``on_outcome``, ``on_event``, ``on_tick``... keyword arguments.
+        """
         ...
 
     def task_output(self) -> AbstractContextManager[None]:

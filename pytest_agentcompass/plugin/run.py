@@ -16,7 +16,7 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,6 @@ from ..runtime.assembly import RequestSetup, RunOptions, build_request, own_runt
 from ..runtime.logs import capture_task_output
 from ..runtime.orchestrator import OrchestrationResult, Orchestrator
 from ..runtime.request import RequestRuntime
-from ..types import OrchestrationEvent
 from .nodes import ConfigFile, TaskItem
 from .outcomes import redact_longrepr, redact_report
 
@@ -195,32 +194,17 @@ class AgentCompassRun:
         return shared_runtime(setup, self.loaded.output_root, self.options(), run_dir)
 
     # -- what in-process and xdist workers run tasks with ------------------------------
-    def orchestrator(
-        self,
-        states: Sequence[RequestRuntime],
-        *,
-        on_outcome: Callable[[TaskOutcome], None],
-        on_event: Callable[[OrchestrationEvent, RequestRuntime], None] | None = None,
-        on_tick: Callable[[], None] | None = None,
-        tick_seconds: float = 1.0,
-        on_retry: Callable[[str, str], None] | None = None,
-        fed: bool = False,
-    ) -> Orchestrator:
-        orchestration = self.orchestration
+    def orchestrator(self, states: Sequence[RequestRuntime], *, fed: bool = False, **observers: Any) -> Orchestrator:
         concurrency = self.task_concurrency
         return Orchestrator(
             states,
             task_concurrency=concurrency,
-            timeout_seconds=orchestration.timeout_seconds,
-            cleanup_grace_seconds=orchestration.cleanup_grace_seconds,
-            on_outcome=on_outcome,
-            on_event=on_event or (lambda event, state: None),
-            on_tick=on_tick,
-            tick_seconds=tick_seconds,
-            on_retry=on_retry,
+            timeout_seconds=self.orchestration.timeout_seconds,
+            cleanup_grace_seconds=self.orchestration.cleanup_grace_seconds,
             fed=fed,
             # Run-wide permits when several processes run the tasks (xdist); none in process.
             slots=task_slots(concurrency),
+            **observers,
         )
 
     @contextlib.contextmanager

@@ -7,8 +7,9 @@ thread pools of ``threads``) must not load the Orchestrator and the rest.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from .. import _load_export
 
 if TYPE_CHECKING:
     from .orchestrator import OrchestrationResult, Orchestrator
@@ -59,10 +60,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module, __name__), name)
+    return _load_export(__name__, _EXPORTS, name)
 
 
 def __dir__() -> list[str]:

@@ -18,16 +18,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .._compat import call_user
-from ..benchmark import BaseBenchmark
 from ..errors import AgentCompassError, PreflightError
-from ..models.usage import sum_usage
 from ..types import OrchestrationStatus, RequestState, RunResult, RunStatus, TaskSpec, to_jsonable
 from .context import RequestContext
 from .logs import capture_task_logs
 from .ownership import OwnRun, RunRole
 from .planner import BenchmarkPlanError
 from .store import RunStore, release_run_dir
-from .summary import RequestSummary, StoredResults, checked_metrics, count_outcomes, summary_record
+from .summary import RequestSummary, aggregate, count_outcomes, summary_record
 from .task import TaskOutcome, outcome_from_detail, run_task
 
 __all__ = ["RequestRuntime"]
@@ -304,19 +302,7 @@ class RequestRuntime:
         # What the provider learned during the run (an engine that stopped answering).
         self.notes.extend(n for n in getattr(self.ctx.provider, "notes", ()) if n not in self.notes)
         ordered = [self.outcomes[t.task_id] for t in self.tasks if t.task_id in self.outcomes]
-        benchmark = self.ctx.benchmark
-        if type(benchmark).aggregate_metrics is BaseBenchmark.aggregate_metrics:
-            # The default only reads scores and statuses, which slim outcomes keep.
-            results: Sequence[RunResult] = [o.result for o in ordered]
-        else:
-            results = StoredResults(ordered)
-        try:
-            metrics = await call_user(benchmark.aggregate_metrics, results, self.ctx.req)
-        except Exception as exc:
-            log.warning("request %s: aggregate_metrics failed: %s", self.name, exc)
-            metrics = {"error": f"aggregate_metrics failed: {type(exc).__name__}: {exc}"}
-        self.metrics = checked_metrics(metrics)
-        self.usage = sum_usage(o.result.metadata.get("usage") for o in ordered)
+        self.metrics, self.usage = await aggregate(self.ctx, ordered)
         self.summary = {
             "request": self.name,
             "run_id": self.ctx.run_id,

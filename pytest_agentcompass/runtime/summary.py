@@ -8,6 +8,7 @@ summary is given: values, never the live runtime.
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
@@ -15,11 +16,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
+from .._compat import call_user
+from ..benchmark import BaseBenchmark
+from ..models.usage import sum_usage
 from ..types import RunResult, RunStatus, TaskState
+from .context import RequestContext
 from .store import read_json
 from .task import TaskOutcome
 
-__all__ = ["RequestSummary", "StoredResults", "checked_metrics", "count_outcomes", "summary_record"]
+__all__ = [
+    "RequestSummary",
+    "StoredResults",
+    "aggregate",
+    "checked_metrics",
+    "count_outcomes",
+    "summary_record",
+]
+
+log = logging.getLogger("pytest_agentcompass")
+
+#: Token totals of a request (``models.usage.sum_usage``), or ``None`` when no task called a model.
+Usage = dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -67,6 +84,24 @@ def summary_record(outcome: TaskOutcome) -> dict[str, Any]:
         "reused": outcome.reused,
         "resumed": outcome.resumed,
     }
+
+
+async def aggregate(
+    ctx: RequestContext, ordered: Sequence[TaskOutcome]
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The request's metrics (``aggregate_metrics`` over ``ordered``, checked) and its token usage."""
+    benchmark = ctx.benchmark
+    if type(benchmark).aggregate_metrics is BaseBenchmark.aggregate_metrics:
+        # The default only reads scores and statuses, which slim outcomes keep.
+        results: Sequence[RunResult] = [o.result for o in ordered]
+    else:
+        results = StoredResults(ordered)
+    try:
+        metrics = await call_user(benchmark.aggregate_metrics, results, ctx.req)
+    except Exception as exc:
+        log.warning("request %s: aggregate_metrics failed: %s", ctx.req.name, exc)
+        metrics = {"error": f"aggregate_metrics failed: {type(exc).__name__}: {exc}"}
+    return checked_metrics(metrics), sum_usage(o.result.metadata.get("usage") for o in ordered)
 
 
 class StoredResults(Sequence[RunResult]):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -15,6 +16,8 @@ import yaml
 from pytest_agentcompass.runtime.store import RunStore
 
 SUITES = Path(__file__).parent / "suites"
+#: The image the Docker tests run in (``scripts/start-docker.sh`` builds it).
+DOCKER_TEST_IMAGE = "agentcompass-busybox:test"
 # Suite files are material for the tests (task dirs carry their own test_*.py), not tests.
 collect_ignore = ["suites"]
 TRACING = f"{SUITES / 'tracing.py'}"
@@ -80,6 +83,24 @@ def _inner_runs_load_only_this_plugin(request: pytest.FixtureRequest, monkeypatc
             request.getfixturevalue("pytester")  # first: it clears PYTEST_ADDOPTS
         monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
         monkeypatch.setenv("PYTEST_ADDOPTS", f"{INNER_PLUGINS} {os.environ.get('PYTEST_ADDOPTS', '')}".strip())
+
+
+@functools.cache
+def docker_has(*images: str) -> bool:
+    """Whether a Docker engine answers and has ``images`` (asked once per test process)."""
+    try:
+        probe = subprocess.run(["docker", "image", "inspect", *images], capture_output=True, check=False)
+    except FileNotFoundError:  # no docker CLI
+        return False
+    return probe.returncode == 0
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> str:
+    """The Docker test image, on an engine that answers; the test is skipped without one."""
+    if not docker_has(DOCKER_TEST_IMAGE):
+        pytest.skip("no Docker engine with the test image (run scripts/start-docker.sh)")
+    return DOCKER_TEST_IMAGE
 
 
 @pytest.fixture

@@ -212,27 +212,17 @@ def test_quickstart_with_the_openai_harness(pytester: pytest.Pytester, server: S
 
 
 # -- Docker ---------------------------------------------------------------------------
-IMAGE = "agentcompass-busybox:test"
-
-
-def docker_ready() -> bool:
-    try:
-        probe = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, check=False)
-    except FileNotFoundError:
-        return False
-    return probe.returncode == 0
-
-
-@pytest.mark.skipif(not docker_ready(), reason="no Docker engine with the test image (run scripts/start-docker.sh)")
 @pytest.mark.parametrize("run_network", ["full", "disabled"])
-def test_shell_agent_in_docker(pytester: pytest.Pytester, server: ScriptedServer, run_network: str) -> None:
+def test_shell_agent_in_docker(
+    docker_engine: str, pytester: pytest.Pytester, server: ScriptedServer, run_network: str
+) -> None:
     # The model is called from the pytest process: a container without network still has an agent.
     server.push(
         tool_call("pwd && ls && ls /sys/class/net", content="looking around"),
         tool_call("printf hi > hello.txt"),
         answer("done"),
     )
-    environment = {"id": "docker", "params": {"image": IMAGE}, "network": {"run": run_network}}
+    environment = {"id": "docker", "params": {"image": docker_engine}, "network": {"run": run_network}}
     write_agent_config(pytester, server, environment=environment)
     pytester.runpytest(*RUN).assert_outcomes(passed=1)
     tools = [m["content"] for m in server.bodies()[-1]["messages"] if m["role"] == "tool"]

@@ -32,47 +32,63 @@ class ControllerInterrupts:
 
     def __init__(self, controller: ControllerRun) -> None:
         self.controller = controller
-        #: SIGINT's handler before a Ctrl-C made the controller hold the next one (see _hold_next_interrupt).
+        #: A Ctrl-C or SIGTERM has interrupted the session: the next Ctrl-C is held.
+        self.interrupted = False
+        self._held = 0
+        #: SIGINT's handler before the controller took it over (see pytest_sessionstart).
         self._previous_sigint: Any = None
-        #: SIGTERM's, likewise: held while the workers wind down after a Ctrl-C or SIGTERM.
+        #: SIGTERM's, held while the workers wind down after a Ctrl-C or SIGTERM.
         self._previous_sigterm: Any = None
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """From here on, Ctrl-C on the controller counts its presses (see :meth:`_on_sigint`).
+
+        Taken over before the first press, not after it: a second press that
+        came before the first one's ``KeyboardInterrupt`` was handled would
+        otherwise find pytest's default handler and end xdist's teardown.
+        """
+        if threading.current_thread() is threading.main_thread():
+            self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        """The first Ctrl-C interrupts as pytest's default does; a second, while the workers
+        wind down, is said, not raised; a third leaves at once.
+
+        The workers leave at once on their own second SIGINT (a terminal sends it
+        to them too). Raised while they wind down, it would end xdist's teardown,
+        which waits for them, and skip everything after it: the junit file, the
+        run's summary and the ``interrupted`` record, as without xdist it does not.
+        """
+        if not self.interrupted:
+            self.interrupted = True
+            raise KeyboardInterrupt
+        self._held += 1
+        if self._held > 1:
+            raise KeyboardInterrupt
+        say("\nagentcompass: exiting as soon as the workers stop; recording the run\n")
+
     def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
-        """The workers cancel their tasks, within the cleanup grace.
+        """The workers cancel their tasks, within the cleanup grace (a Ctrl-C or a SIGTERM here).
 
         Before ``pytest_sessionfinish``, where xdist tears the workers down.
         A Ctrl-C in a terminal reaches the workers too; ``kill -INT`` only this process.
         """
+        self.interrupted = True
+        self._hold_sigterm()
         service = self.controller.service
         if service is not None:
             service.stop_all(INTERRUPTED_BY_USER, interrupt=True)
-        self._hold_next_interrupt()
 
-    def _hold_next_interrupt(self) -> None:
-        """A second Ctrl-C while the workers wind down is said, not raised; a third leaves at once.
-
-        The workers leave at once on their own second SIGINT (a terminal sends it
-        to them too). Raised here, it would end xdist's teardown, which waits for
-        them, and skip everything after it: the junit file, the run's summary
-        and the ``interrupted`` record, as without xdist it does not. A SIGTERM
-        meanwhile is said too, not obeyed, for the same reason.
-        """
-        if threading.current_thread() is not threading.main_thread() or self._previous_sigint is not None:
+    def _hold_sigterm(self) -> None:
+        """A SIGTERM while the workers wind down is said, not obeyed: its default would end the
+        controller before it records the run (run_info would say running)."""
+        if threading.current_thread() is not threading.main_thread() or self._previous_sigterm is not None:
             return
-        presses = 0
-
-        def on_sigint(signum: int, frame: object) -> None:
-            nonlocal presses
-            presses += 1
-            if presses > 1:
-                raise KeyboardInterrupt
-            say("\nagentcompass: exiting as soon as the workers stop; recording the run\n")
 
         def on_sigterm(signum: int, frame: object) -> None:
-            # Its default would end the controller before it records the run (run_info says running).
             say("\nagentcompass: terminated (SIGTERM); recording the run as soon as the workers stop\n")
 
-        self._previous_sigint = signal.signal(signal.SIGINT, on_sigint)
         if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
             self._previous_sigterm = signal.signal(signal.SIGTERM, on_sigterm)
 

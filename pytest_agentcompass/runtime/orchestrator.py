@@ -88,7 +88,7 @@ class Orchestrator:
         self.requests = list(requests)
         if on_retry is not None:
             for state in self.requests:
-                state.ctx.events.on_retry = on_retry
+                state.watch_retries(on_retry)
         self.task_concurrency = task_concurrency
         self.timeout_seconds = timeout_seconds
         self.cleanup_grace_seconds = cleanup_grace_seconds

@@ -50,8 +50,10 @@ class RequestView(Protocol):
     tasks: list[TaskSpec]
     wanted: set[str]
     config_dump: dict[str, Any]
-    notes: list[str]
     outcomes: dict[str, TaskOutcome]
+
+    @property
+    def notes(self) -> list[str]: ...
 
     @property
     def store(self) -> RunStore: ...
@@ -61,6 +63,10 @@ class RequestView(Protocol):
         ...
 
     def counts(self) -> dict[str, int]: ...
+
+    def note(self, text: str) -> None:
+        """A line for the request's summary."""
+        ...
 
     async def write_summary(self, status: RequestState) -> None:
         """Aggregate the metrics and write ``summary.json``."""
@@ -174,7 +180,7 @@ class OwnRun:
         for run_id in killed_runs(store.run_dir, include_current=self.resumed):
             swept = await ctx.provider.sweep(run_id)
             if swept:
-                request.notes.append(f"removed {swept} environment(s) or process(es) left behind by run {run_id}")
+                request.note(f"removed {swept} environment(s) or process(es) left behind by run {run_id}")
             if run_id != store.run_dir.name:  # swept once: later runs leave it alone
                 reason = f"its process was killed; run {ctx.run_id} removed what it left behind"
                 record_killed(store.run_dir.parent / run_id, reason)
@@ -199,9 +205,9 @@ class OwnRun:
             )
 
         copied, skipped = copy_details(source, request.store, wanted, keep)
-        request.notes.append(f"reused {copied} task(s) from {source}")
+        request.note(f"reused {copied} task(s) from {source}")
         if skipped:
-            request.notes.append(f"{skipped} detail(s) in {source} not reused (errors or a changed config/task)")
+            request.note(f"{skipped} detail(s) in {source} not reused (errors or a changed config/task)")
 
     @staticmethod
     def _load_recorded(request: RequestView, own: set[str]) -> dict[str, TaskOutcome]:
@@ -219,7 +225,7 @@ class OwnRun:
             path = store.detail_path(task.task_id)
             out[task.task_id] = outcome_from_detail(request.name, task, detail, path, resumed=task.task_id in own)
         if ignored:
-            request.notes.append(f"ignored {ignored} recorded detail(s) made with a different config")
+            request.note(f"ignored {ignored} recorded detail(s) made with a different config")
         return out
 
     def recorded(self, request: RequestView, task: TaskSpec) -> TaskOutcome | None:

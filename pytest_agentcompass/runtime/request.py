@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .._compat import call_user
@@ -110,6 +110,10 @@ class RequestRuntime:
     def reruns(self, task_id: str) -> bool:
         """``task_id`` runs even if a usable detail exists (``--lf`` selected it)."""
         return self.rerun_selected and task_id in self.wanted
+
+    def watch_retries(self, callback: Callable[[str, str], None]) -> None:
+        """Call ``callback(task id, stage)`` for every runtime retry of the request's tasks (a progress display)."""
+        self.ctx.events.on_retry = callback
 
     def want(self, task_ids: Iterable[str]) -> None:
         """The tasks pytest will run, once they are known (the xdist controller learns them from the workers)."""

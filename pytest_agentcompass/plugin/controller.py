@@ -126,11 +126,9 @@ class ControllerRun:
         self.task_nodeids = [nodeid for nodeid in ids if _task_of(nodeid, self.run.loaded.path.name, self.states)]
         for name, state in self.states.items():
             state.want(wanted[name])
-            # The workers' tasks only point at the summary: the reason is
+            # The workers' tasks only point at the summary: a preflight's reason is
             # found here, once, and printed there (as without xdist).
-            asyncio.run(state.preflight())
-            if state.failed is None:
-                asyncio.run(state.prepare())  # a failure is recorded; the workers run the tasks all the same
+            asyncio.run(state.prepare_for_others())
             self.run.say_resuming(state)
 
     # -- while the workers run -------------------------------------------------------

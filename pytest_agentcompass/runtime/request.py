@@ -177,6 +177,19 @@ class RequestRuntime:
         self.prepared = True
         return taken
 
+    async def prepare_for_others(self) -> None:
+        """Check and prepare a run whose tasks other processes run (the xdist controller), on one loop.
+
+        What the checks opened on that loop (a harness's model client, the provider's
+        clients, :attr:`resources`) is closed before the loop ends: no task runs here.
+        """
+        try:
+            await self.preflight()
+            if self.failed is None:
+                await self.prepare()  # a failure is recorded; the other processes run the tasks all the same
+        finally:
+            await self.aclose()
+
     def _fail(self, message: str, how: str) -> None:
         self.failed, self.failed_how, self.prepared = message, how, True
 

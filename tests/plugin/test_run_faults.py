@@ -3,6 +3,7 @@ a bad run id or config path, a request that fails to close."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import xml.etree.ElementTree as ET
@@ -199,3 +200,33 @@ class H(BaseHarness):
     result.assert_outcomes(passed=2)
     notes = [line for line in result.outlines if "closing the harness failed" in line]
     assert notes == ["  note: closing the harness failed: RuntimeError: the client pool would not close"], notes
+
+
+SWEEP = """
+class S(LocalEnvironment):
+    async def sweep(self, run_id):
+        raise RuntimeError("the engine that ran " + run_id + " is gone")
+"""
+
+
+@pytest.mark.parametrize(
+    ("workers", "outcomes"),
+    [([], {"errors": 3}), (["-n", "2"], {"passed": 3})],
+    ids=["in-process", "xdist"],
+)
+def test_a_run_that_cannot_be_prepared_says_why_and_is_recorded_failed(
+    pytester: pytest.Pytester, workers: list[str], outcomes: dict[str, int]
+) -> None:
+    """The sweep of a killed run fails. Under xdist the workers hold the tasks already and run them, but the
+    reason is in the summary and the run is recorded failed, as in process (it was dropped, the run left 'running')."""
+    killed = pytester.path / "runs" / "r" / "20000101T000000000000-dead"
+    killed.mkdir(parents=True)
+    info = {"run_id": killed.name, "request": "r", "status": "running", "pid": 2**22 + 7, "started_at": "2000"}
+    (killed / "run_info.json").write_text(json.dumps(info))
+    request = bench_request(pytester, ANSWERS + SWEEP, environment={"id": "bench.py:S"})
+    result = run(pytester, [request], *workers)
+    result.assert_outcomes(**outcomes)
+    said = [line for line in result.outlines if "preparation failed: RuntimeError: the engine that ran" in line]
+    assert len(said) == 1, result.stdout.str()
+    (run_dir,) = [p for p in (pytester.path / "runs/r").iterdir() if p != killed]
+    assert json.loads((run_dir / "run_info.json").read_text())["status"] == "failed"

@@ -136,12 +136,14 @@ def test_ctrl_c_aborts_the_call_in_flight_and_closes_the_client(
 
 def test_deadline_aborts_calls_in_flight(pytester: pytest.Pytester, server: ScriptedServer) -> None:
     server.default = lambda body: slow(300)
-    write_agent_config(pytester, server, n=2, timeout_seconds=1.5)
+    # The deadline starts once the run's preflight is done: openai, the slowest part of a task's
+    # first call, is imported before that (by collection), so the calls are in flight well within it.
+    pytester.makeconftest("import openai")
+    write_agent_config(pytester, server, n=2, timeout_seconds=4)
     result = pytester.runpytest_subprocess(*RUN)
     result.assert_outcomes(errors=2)
-    result.stdout.fnmatch_lines(["*orchestration timeout of 1.5s reached*"])
-    # Every call that reached the server was in flight at the deadline, and is aborted. (Not "both":
-    # on a loaded machine the second task may not have called yet when 1.5 s are over.)
+    result.stdout.fnmatch_lines(["*orchestration timeout of 4.0s reached*"])
+    # Every call that reached the server was in flight at the deadline, and is aborted.
     server.wait_until(lambda: bool(server.requests) and server.aborted == len(server.requests))
 
 

@@ -8,6 +8,7 @@ that an installed plugin costs an unrelated pytest run nothing.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -207,12 +208,17 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
+    return _load_export(__name__, _EXPORTS, name)
+
+
+def _load_export(package: str, exports: Mapping[str, str], name: str) -> Any:
+    """``name`` of ``package``, from the submodule ``exports`` names (a package's lazy ``__getattr__``)."""
+    module = exports.get(name)
     if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
     # Not cached in globals(): the submodule in sys.modules stays the one
     # source of truth (pytester's in-process runs drop and re-import it).
-    return getattr(importlib.import_module(module, __name__), name)
+    return getattr(importlib.import_module(module, package), name)
 
 
 def __dir__() -> list[str]:

@@ -18,10 +18,14 @@ __all__ = [
     "ExecResult",
     "ExecutionPlan",
     "NetworkPolicy",
+    "OrchestrationEvent",
+    "OrchestrationStatus",
     "PreparedTask",
+    "RequestState",
     "RunResult",
     "RunStatus",
     "TaskSpec",
+    "TaskState",
     "to_jsonable",
 ]
 
@@ -57,6 +61,58 @@ class RunStatus(enum.StrEnum):
 _ERROR_STATUSES = frozenset(
     {RunStatus.INFERENCE_ERROR, RunStatus.ENVIRONMENT_ERROR, RunStatus.EVALUATION_ERROR, RunStatus.CANCELLED}
 )
+
+
+class TaskState(enum.StrEnum):
+    """A terminal task in one word: what counts, baselines and reports compare."""
+
+    PASSED = "passed"
+    FAILED = "failed"  # a valid score below the pass threshold
+    ERROR = "error"  # no valid score (an error status, cancelled included)
+
+    @classmethod
+    def of(cls, status: RunStatus | str, passed: bool) -> TaskState:
+        """The state of a task whose result has ``status`` (a status this version does not know is no error)."""
+        try:
+            is_error = RunStatus(status).is_error
+        except ValueError:
+            is_error = False
+        return cls.ERROR if is_error else (cls.PASSED if passed else cls.FAILED)
+
+
+class RequestState(enum.StrEnum):
+    """Where a request's run stands: ``status`` in its ``run_info.json`` (and ``summary.json``)."""
+
+    CREATED = "created"  # claimed, nothing prepared yet
+    RUNNING = "running"  # prepared; tasks run (or the process running them was killed)
+    COMPLETED = "completed"  # every wanted task has a result; never resumed
+    STOPPED = "stopped"  # ``-x``/``--maxfail``: what had started finished, the rest never ran
+    TIMEOUT = "timeout"  # the orchestration's deadline passed
+    INTERRUPTED = "interrupted"  # Ctrl-C, SIGTERM, a lost worker, or killed and swept since
+    FAILED = "failed"  # the request could not run (preflight or preparation)
+
+    @property
+    def unfinished(self) -> bool:
+        """Begun and never ended: its process is running it, or was killed."""
+        return self in (RequestState.CREATED, RequestState.RUNNING)
+
+
+class OrchestrationStatus(enum.StrEnum):
+    """How an orchestration (every request of one pytest session) ended."""
+
+    COMPLETED = "completed"
+    STOPPED = "stopped"
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"
+
+
+class OrchestrationEvent(enum.StrEnum):
+    """What the Orchestrator tells its observer about a request, in this order."""
+
+    PREPARE = "prepare"  # about to prepare it (its run directory, its queue)
+    PREPARED = "prepared"  # prepared, and not failed
+    FINALIZE = "finalize"  # about to finalize it (every task it ran here is done)
+    FINALIZED = "finalized"  # finalized: its summary is written (when this process owns the run)
 
 
 @dataclass(frozen=True, slots=True)

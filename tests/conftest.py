@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import signal
@@ -26,6 +27,8 @@ for _module in ("http.cookiejar", "requests", "docker"):
         pass
 
 SUITES = Path(__file__).parent / "suites"
+#: The image the Docker tests run in (``scripts/start-docker.sh`` builds it).
+DOCKER_TEST_IMAGE = "agentcompass-busybox:test"
 # Suite files are material for the tests (task dirs carry their own test_*.py), not tests.
 collect_ignore = ["suites"]
 TRACING = f"{SUITES / 'tracing.py'}"
@@ -93,18 +96,27 @@ def _inner_runs_load_only_this_plugin(request: pytest.FixtureRequest, monkeypatc
         monkeypatch.setenv("PYTEST_ADDOPTS", f"{INNER_PLUGINS} {os.environ.get('PYTEST_ADDOPTS', '')}".strip())
 
 
+@functools.cache
+def docker_has(*images: str) -> bool:
+    """Whether a Docker engine answers and has ``images`` (asked once per test process)."""
+    try:
+        probe = subprocess.run(["docker", "image", "inspect", *images], capture_output=True, check=False)
+    except FileNotFoundError:  # no docker CLI
+        return False
+    return probe.returncode == 0
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> str:
+    """The Docker test image, on an engine that answers; the test is skipped without one."""
+    if not docker_has(DOCKER_TEST_IMAGE):
+        pytest.skip("no Docker engine with the test image (run scripts/start-docker.sh)")
+    return DOCKER_TEST_IMAGE
+
+
 @pytest.fixture
 def trace(pytester: pytest.Pytester) -> Path:
     return pytester.path / "trace.jsonl"
-
-
-def docker_has_image(image: str) -> bool:
-    """Whether a Docker engine answers and holds ``image`` (tests that need one skip otherwise)."""
-    try:
-        probe = subprocess.run(["docker", "image", "inspect", image], capture_output=True, check=False)
-    except FileNotFoundError:
-        return False
-    return probe.returncode == 0
 
 
 def start_pytest(pytester: pytest.Pytester, *args: str, own_group: bool = False) -> subprocess.Popen[str]:

@@ -30,10 +30,12 @@ import shutil
 import stat
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SessionError
-from ..runtime.threads import BlockingCallPool, shared_pool
+
+if TYPE_CHECKING:
+    from ..runtime.threads import BlockingCallPool
 
 __all__ = [
     "FLAT_REMOVAL_ENTRIES",
@@ -222,6 +224,9 @@ def removal_pool() -> BlockingCallPool:
     # Shared: a run's loop waits for its removals at the end, also for tasks cancelled meanwhile.
     global _removals
     if _removals is None:
+        # Here, on first use: a provider module must not load the runtime above it.
+        from ..runtime.threads import shared_pool
+
         _removals = shared_pool(REMOVAL_THREADS, "agentcompass-rm")
     return _removals
 

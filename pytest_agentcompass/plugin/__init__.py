@@ -6,11 +6,18 @@ it the plugin only adds its options and declares its hooks.
 
 The folder's modules, each with one job:
 
-- ``keys``: the one ``StashKey`` holding the active :class:`~.run.AgentCompassRun`.
-- ``run``: the active run's hooks (collection, the replaced run loop, the summary).
+- ``keys``: the one ``StashKey`` holding the active :class:`~.run.AgentCompassRun`
+  (and the names of what crosses between xdist's processes).
+- ``run``: the active run: collection hooks, building requests, runtimes and the
+  Orchestrator for every caller, and the summary.
+- ``loop``: the replaced run loop without xdist (tasks on the Orchestrator).
 - ``nodes``: collection nodes, config file -> request -> task item.
 - ``outcomes``: a task outcome -> setup/call/teardown reports.
-- ``xdist``: what changes under pytest-xdist (``-n``).
+- ``single``: a task item run by pytest's own protocol (another plugin's loop).
+- ``xdist``: which side of pytest-xdist (``-n``) this process registers:
+  ``worker`` (the workers' concurrent loop), ``controller`` (the run's owner),
+  ``interrupts`` (a Ctrl-C on the controller), ``wire`` (reports between them),
+  ``scheduling`` (``--dist load`` with a deeper queue).
 - ``fixtures``: session fixtures as component factories, and ``agentcompass_results``.
 - ``progress``: the live status line.
 - ``ci``: baselines and gates applied to the reports pytest makes.
@@ -24,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from .keys import run_key
+from .keys import RUN_ID, run_key
 
 __all__ = ["run_key"]
 
@@ -164,8 +171,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_agentcompass_make_run_id(config: pytest.Config) -> str | None:
     workerinput = getattr(config, "workerinput", None)
-    if workerinput and "agentcompass_run_id" in workerinput:
-        return str(workerinput["agentcompass_run_id"])
+    if workerinput and RUN_ID in workerinput:
+        return str(workerinput[RUN_ID])
     from ..runtime.store import new_run_id
 
     return new_run_id()

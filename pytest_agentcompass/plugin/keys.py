@@ -2,12 +2,16 @@
 
 A leaf of the plugin's import graph: nodes, fixtures and the xdist glue know
 the run only as :class:`RunHandle` (what they may ask of it), so none of them
-imports ``run``, which imports them.
+imports ``run``, which imports them. The names of what crosses between
+xdist's processes (``workerinput``, ``workeroutput``, a serialized report)
+are here too, for both sides to share.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
@@ -16,11 +20,18 @@ if TYPE_CHECKING:
     from ..config import LoadedConfig, Orchestration, RunRequest
     from ..redact import Redactor
     from ..runtime.assembly import RequestSetup
-    from ..runtime.orchestrator import OrchestrationResult
+    from ..runtime.orchestrator import OrchestrationResult, Orchestrator
     from ..runtime.request import RequestRuntime
     from ..runtime.task import TaskOutcome
 
-__all__ = ["RunHandle", "run_key"]
+__all__ = ["NOT_RUN", "PERMITS", "RUN_DIRS", "RUN_ID", "WORKER_NOTES", "RunHandle", "run_key"]
+
+#: ``config.workerinput`` keys, set by the xdist controller for each worker.
+RUN_ID, RUN_DIRS, PERMITS = "agentcompass_run_id", "agentcompass_run_dirs", "agentcompass_permits"
+#: ``workeroutput`` key: ``{request: [note, ...]}`` from a worker's providers and closing requests.
+WORKER_NOTES = "agentcompass_notes"
+#: A serialized report's key for the two parts of an ``outcomes.NotRunText``.
+NOT_RUN = "agentcompass_not_run"
 
 
 class RunHandle(Protocol):
@@ -29,12 +40,14 @@ class RunHandle(Protocol):
     config: pytest.Config
     loaded: LoadedConfig
     run_id: str
+    #: The requests of this session that ran here (in process) or were finalized (the xdist controller).
     runtimes: list[RequestRuntime]
+    #: The task items run by the plugin's own loop (in process).
+    items: list[Any]
+    #: How the run ended, once it did.
     result: OrchestrationResult | None
     #: Masks the config's ``${VAR}`` values in whatever pytest prints.
     redactor: Redactor
-    #: The xdist glue (``xdist.DistributedRun``) when ``-n`` is in use.
-    distributed: Any
     #: Baselines, gates and the session's reports (``ci.CiRun``); its ``gates`` judges each request once.
     ci: Any
     #: Each request built in this process (components and tasks), by name.
@@ -46,16 +59,38 @@ class RunHandle(Protocol):
     @property
     def is_worker(self) -> bool: ...
 
+    @property
+    def task_concurrency(self) -> int:
+        """The run-wide ``task_concurrency``: ``--agentcompass-concurrency``, else the config's."""
+        ...
+
     def build(self, index: int, req: RunRequest, node: pytest.Collector | None = None) -> RequestSetup:
         """Build request ``index`` (components and tasks) once per process."""
         ...
 
-    def runtime(self, setup: RequestSetup, wanted: set[str], **kwargs: Any) -> RequestRuntime:
-        """The runtime of one request (see ``runtime.assembly.make_runtime``)."""
+    def own_runtime(
+        self, setup: RequestSetup, wanted: set[str], *, resume: bool = True, order: dict[str, int] | None = None
+    ) -> RequestRuntime:
+        """The runtime of a request whose run directory this process owns (``runtime.assembly.own_runtime``)."""
+        ...
+
+    def shared_runtime(self, setup: RequestSetup, run_dir: Path | None) -> RequestRuntime:
+        """The runtime of a request whose run another process owns (``runtime.assembly.shared_runtime``)."""
+        ...
+
+    def orchestrator(self, states: Sequence[RequestRuntime], *, fed: bool = False, **observers: Any) -> Orchestrator:
+        """The Orchestrator of ``states`` with the session's settings (concurrency, deadline, grace, permits).
+
+        ``observers``: the Orchestrator's ``on_outcome``, ``on_event``, ``on_tick``... keyword arguments.
+        """
+        ...
+
+    def task_output(self) -> AbstractContextManager[None]:
+        """While tasks run: their log records and printed output go to their own reports."""
         ...
 
     def run_single(self, item: Any) -> TaskOutcome:
-        """Run one task item in this process (the standard protocol)."""
+        """Run one task item in this process (pytest's standard protocol)."""
         ...
 
     def unregister(self) -> None:
@@ -75,6 +110,10 @@ class RunHandle(Protocol):
 
     def say(self, line: str) -> None:
         """A line on the terminal while tasks run, even under ``-q``."""
+        ...
+
+    def say_resuming(self, state: RequestRuntime) -> None:
+        """Say that ``state`` continues an interrupted run, and how much of it was done."""
         ...
 
     def usage_error(self, exc: Exception) -> pytest.UsageError:

@@ -129,8 +129,10 @@ class RequestNode(pytest.Collector):
 
 
 class TaskItem(pytest.Item):
-    """One task. Normally reported by the plugin's concurrent loop; under the
-    standard protocol (an xdist worker) it runs itself in ``setup``."""
+    """One task. The plugin's loops (in process, and on xdist workers) run it
+    and replay its reports; only when another plugin's loop runs items through
+    pytest's own protocol does it run itself, in ``setup`` (docs/how-it-works.md,
+    "Three ways a task runs")."""
 
     def __init__(self, *, task: TaskSpec, setup: RequestSetup, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -148,7 +150,7 @@ class TaskItem(pytest.Item):
     def reportinfo(self) -> tuple[Any, int | None, str]:
         return self.path, None, f"{self.request_name}::{self.name}"
 
-    # -- the standard protocol (xdist workers) ---------------------------------
+    # -- pytest's own protocol (another plugin's loop runs the items) ----------------
     def _problem(self, when: str) -> None:
         assert self.outcome is not None
         problem = phase_problems(self.outcome, self.setup_info.req.execution.pass_threshold)[when]  # type: ignore[index]

@@ -1,51 +1,50 @@
-"""The active run of one pytest session: collection hooks, the replaced run loop, the summary.
+"""The active run of one pytest session: collection, what every way of running tasks shares, the summary.
 
 One :class:`AgentCompassRun` exists per session with ``--agentcompass``. It is
 kept under :data:`~.keys.run_key` from ``pytest_configure`` to
 ``pytest_unconfigure`` and is the only state the pytest face has: nodes,
-fixtures and the xdist glue all reach it through that key.
+fixtures, the run loop and the xdist glue all reach it through that key. The
+three callers of the runtime (the loop without xdist in ``loop``, an xdist
+worker's in ``worker``, the xdist controller in ``controller``) build their
+request runtimes and their Orchestrator here, so the settings apply the same
+way in each.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..config import SAFE_NAME, LoadedConfig, RunRequest
-from ..errors import AgentCompassError
+from ..limits import task_slots
 from ..registry import Registry
 from ..reports.gates import check_gate_names
 from ..reports.terminal import write_terminal_summary
-from ..runtime.assembly import RequestSetup, RunOptions, build_request, make_runtime
-from ..runtime.collector import fewer_collections
-from ..runtime.driver import drive
-from ..runtime.logs import TaskLogHandler, route_task_output
+from ..runtime.assembly import RequestSetup, RunOptions, build_request, own_runtime, shared_runtime
+from ..runtime.logs import capture_task_output
 from ..runtime.orchestrator import OrchestrationResult, Orchestrator
 from ..runtime.request import RequestRuntime
-from .gates import GateItem
 from .nodes import ConfigFile, TaskItem
-from .outcomes import emit_reports, redact_longrepr, redact_report
-from .progress import Progress, say_line
+from .outcomes import redact_longrepr, redact_report
+from .progress import say_line
 
 if TYPE_CHECKING:
     from _pytest.reports import TestReport
 
+    from ..runtime.summary import RequestSummary
     from ..runtime.task import TaskOutcome
     from .ci import CiRun
-    from .xdist import DistributedRun
 
 __all__ = ["AgentCompassRun"]
 
 log = logging.getLogger("pytest_agentcompass")
-
-#: Ordinary tests that ask for this fixture run after the tasks.
-RESULTS_FIXTURE = "agentcompass_results"
 
 
 class AgentCompassRun:
@@ -60,7 +59,6 @@ class AgentCompassRun:
         self.items: list[TaskItem] = []
         self.result: OrchestrationResult | None = None
         self.run_id = self._make_run_id()
-        self.distributed: DistributedRun | None = None
         self.ci: CiRun | None = None
         self._registered = False
         from ..redact import Redactor
@@ -92,13 +90,16 @@ class AgentCompassRun:
         # Before the xdist glue: its (trylast) sessionfinish then finalizes first.
         self.ci = CiRun(self)
         manager.register(self.ci, "agentcompass-ci")
+        if not hasattr(self.config, "workerinput"):
+            from .loop import InProcessLoop
+
+            manager.register(InProcessLoop(self), "agentcompass-loop")
         if manager.has_plugin("xdist") and (
             hasattr(self.config, "workerinput") or self.config.getoption("numprocesses", None)
         ):
-            from .xdist import DistributedRun
+            from .xdist import register_side
 
-            self.distributed = DistributedRun(self)
-            manager.register(self.distributed, "agentcompass-distributed")
+            register_side(self)
 
     def unregister(self) -> None:
         from ..limits import reset_limits
@@ -107,15 +108,17 @@ class AgentCompassRun:
         # The summary is printed: release every outcome before pytest's final
         # full garbage collections walk the heap.
         for state in self.runtimes:
-            state.outcomes.clear()
+            state.forget_outcomes()
         for item in self.items:
             item.outcome = None
         self.runtimes = []
         self.items = []
         manager = self.config.pluginmanager
+        from .xdist import PLUGIN_NAMES
+
         for name in (
-            "agentcompass-worker",
-            "agentcompass-distributed",
+            *PLUGIN_NAMES,
+            "agentcompass-loop",
             "agentcompass-ci",
             "agentcompass-fixtures",
             "agentcompass-run",
@@ -179,8 +182,37 @@ class AgentCompassRun:
         self.setups[req.name] = setup
         return setup
 
-    def runtime(self, setup: RequestSetup, wanted: set[str], **kwargs: Any) -> RequestRuntime:
-        return make_runtime(setup, self.loaded.output_root, self.options(), wanted, **kwargs)
+    @property
+    def task_concurrency(self) -> int:
+        return int(self.config.getoption("agentcompass_concurrency") or self.orchestration.task_concurrency)
+
+    def own_runtime(
+        self, setup: RequestSetup, wanted: set[str], *, resume: bool = True, order: dict[str, int] | None = None
+    ) -> RequestRuntime:
+        return own_runtime(setup, self.loaded.output_root, self.options(), wanted, resume=resume, order=order)
+
+    def shared_runtime(self, setup: RequestSetup, run_dir: Path | None) -> RequestRuntime:
+        return shared_runtime(setup, self.loaded.output_root, self.options(), run_dir)
+
+    # -- what in-process and xdist workers run tasks with ------------------------------
+    def orchestrator(self, states: Sequence[RequestRuntime], *, fed: bool = False, **observers: Any) -> Orchestrator:
+        concurrency = self.task_concurrency
+        return Orchestrator(
+            states,
+            task_concurrency=concurrency,
+            timeout_seconds=self.orchestration.timeout_seconds,
+            cleanup_grace_seconds=self.orchestration.cleanup_grace_seconds,
+            fed=fed,
+            # Run-wide permits when several processes run the tasks (xdist); none in process.
+            slots=task_slots(concurrency),
+            **observers,
+        )
+
+    @contextlib.contextmanager
+    def task_output(self) -> Iterator[None]:
+        level = self.config.getoption("log_level", None) or self.config.getini("log_level")
+        with capture_task_output(level or None):
+            yield
 
     # -- one place for what every way of running a task shares ------------------------
     def task_finished(self, item: TaskItem, outcome: TaskOutcome) -> None:
@@ -195,12 +227,12 @@ class AgentCompassRun:
         try:
             write_run_report(state.store, self.ci.baseline if self.ci else None, details)
         except Exception as exc:  # the report is a view: never worth a result
-            state.notes.append(f"report.html was not written: {type(exc).__name__}: {exc}")
+            state.note(f"report.html was not written: {type(exc).__name__}: {exc}")
         self.config.hook.pytest_agentcompass_request_finalized(request=state.name, summary=state.summary or {})
 
     def run_single(self, item: TaskItem) -> TaskOutcome:
-        """Run one task in this process, under the standard protocol (an xdist worker)."""
-        from .xdist import run_single_task
+        """Run one task in this process, under pytest's standard protocol (docs/how-it-works.md, "Three ways")."""
+        from .single import run_single_task
 
         outcome = run_single_task(self, item)
         self.task_finished(item, outcome)
@@ -229,135 +261,16 @@ class AgentCompassRun:
                 continue
             register_category_markers(self.config, setup.tasks)
 
-    # -- running -------------------------------------------------------------------
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
-        if self.is_worker or self.config.pluginmanager.has_plugin("dsession"):
-            return None  # xdist: workers run items one by one; the controller runs none
-        if session.testsfailed and not session.config.option.continue_on_collection_errors:
-            raise session.Interrupted(
-                f"{session.testsfailed} error{'s' if session.testsfailed != 1 else ''} during collection"
-            )
-        if session.config.option.collectonly:
-            return True
-        tasks = [i for i in session.items if isinstance(i, TaskItem)]
-        # Gate items judge finalized requests: they run after every task.
-        gates = [i for i in session.items if isinstance(i, GateItem)]
-        others = [i for i in session.items if not isinstance(i, TaskItem | GateItem)]
-        before = [i for i in others if RESULTS_FIXTURE not in getattr(i, "fixturenames", ())]
-        after = [i for i in others if RESULTS_FIXTURE in getattr(i, "fixturenames", ())]
-        # Session fixtures stay up across the tasks (components may come from them).
-        self._run_items(session, before, next(iter(tasks or gates or after), None))
-        if tasks:
-            self._run_tasks(session, tasks)
-            _check_stop(session)
-        self._run_items(session, gates, after[0] if after else None)
-        self._run_items(session, after, None)
-        if not after:
-            session._setupstate.teardown_exact(None)
-        return True
-
-    @staticmethod
-    def _run_items(session: pytest.Session, items: Sequence[pytest.Item], last_next: pytest.Item | None) -> None:
-        for index, item in enumerate(items):
-            nextitem = items[index + 1] if index + 1 < len(items) else last_next
-            item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
-            _check_stop(session)
-
-    def _run_tasks(self, session: pytest.Session, items: list[TaskItem]) -> None:
-        by_key = {(i.request_name, i.task.task_id): i for i in items}
-        self.items = items
-        try:
-            self.runtimes = self._build_runtimes(items)
-        except AgentCompassError as exc:
-            raise self.usage_error(exc) from None
-        orchestration = self.orchestration
-        thresholds = {r.name: r.ctx.req.execution.pass_threshold for r in self.runtimes}
-        orchestrator: Orchestrator
-
-        def on_outcome(outcome: TaskOutcome) -> None:
-            item = by_key.get((outcome.request, outcome.task.task_id))
-            if item is None:
-                return
-            progress.clear()
-            self.task_finished(item, outcome)
-            emit_reports(item, outcome, thresholds[outcome.request])
-            if session.shouldfail or session.shouldstop:
-                orchestrator.stop(str(session.shouldfail or session.shouldstop))
-
-        def on_event(event: str, state: RequestRuntime) -> None:
-            if event == "finalized":
-                self.request_finalized(state)
-            elif event == "prepared" and state.resumed:
-                progress.clear()
-                done = f"{state.resumed_done} of {len(state.wanted)} tasks done"
-                self.say(f"agentcompass: {state.name}: resuming {state.store.run_dir} ({done})")
-
-        progress = self._progress()
-        for state in self.runtimes:
-            state.ctx.events.on_retry = progress.on_retry
-        providers = {state.ctx.req.environment.id: state.ctx.capacity for state in self.runtimes}
-
-        def on_tick() -> None:
-            # "path/to/file.py:Class" ids are long: the class name is enough on one line.
-            permits = {
-                name.rsplit(":", 1)[-1] + (f" {p.in_use}/{p.limit}" if p.limit else f" {p.in_use}"): p.in_use
-                for name, p in providers.items()
-            }
-            progress.tick(self.runtimes, permits)
-
-        orchestrator = Orchestrator(
-            self.runtimes,
-            task_concurrency=self.config.getoption("agentcompass_concurrency") or orchestration.task_concurrency,
-            timeout_seconds=orchestration.timeout_seconds,
-            cleanup_grace_seconds=orchestration.cleanup_grace_seconds,
-            on_outcome=on_outcome,
-            on_event=on_event,
-            on_tick=on_tick if progress.enabled else None,
-            tick_seconds=min(progress.interval, 1.0),
-        )
-        handler = TaskLogHandler()
-        root = logging.getLogger()
-        level = self.config.getoption("log_level", None) or self.config.getini("log_level")
-        previous_level = root.level
-        if level:
-            root.setLevel(level.upper() if isinstance(level, str) else level)
-        root.addHandler(handler)
-        try:
-            with route_task_output(), fewer_collections():
-                self.result = drive(orchestrator)
-        finally:
-            root.removeHandler(handler)
-            root.setLevel(previous_level)
-            progress.clear()
-            for state in self.runtimes:
-                state.store.close()
-        if self.result.status == "interrupted":
-            raise KeyboardInterrupt
-
-    def _build_runtimes(self, items: list[TaskItem]) -> list[RequestRuntime]:
-        """One runtime per request that has selected items, in declaration order."""
-        wanted: dict[str, dict[str, int]] = {}
-        for position, item in enumerate(items):
-            wanted.setdefault(item.request_name, {})[item.task.task_id] = position
-        setups = sorted((s for s in self.setups.values() if s.req.name in wanted), key=lambda s: s.index)
-        return [
-            self.runtime(setup, set(wanted[setup.req.name]), resume=True, order=wanted[setup.req.name])
-            for setup in setups
-        ]
-
     def say(self, line: str) -> None:
         """A line on the terminal while tasks run, even under ``-q``."""
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         if terminal is not None:
             say_line(terminal, line)
 
-    def _progress(self) -> Progress:
-        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-        mode = self.config.getoption("agentcompass_progress")
-        if terminal is None or self.config.get_verbosity() < 0:
-            mode = "off"
-        return Progress(terminal, mode, self.config.getoption("agentcompass_progress_interval"))
+    def say_resuming(self, state: RequestRuntime) -> None:
+        if state.resumed and state.failed is None:
+            done = f"{state.resumed_done} of {len(state.wanted)} tasks done"
+            self.say(f"agentcompass: {state.name}: resuming {state.store.run_dir} ({done})")
 
     # -- reports ---------------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)
@@ -378,17 +291,16 @@ class AgentCompassRun:
 
     # -- summary -------------------------------------------------------------------------
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        by_name = {state.name: state for state in self.runtimes}
+        ci = self.ci
+
+        def extra(summary: RequestSummary) -> list[str]:
+            return ci.summary_lines(by_name[summary.name]) if ci is not None else []
+
         write_terminal_summary(
             terminalreporter,
-            self.runtimes,
+            [state.final_summary() for state in self.runtimes],
             self.result,
-            self.ci.summary_lines if self.ci else None,
+            extra,
             mask=self.redactor.text,
         )
-
-
-def _check_stop(session: pytest.Session) -> None:
-    if session.shouldfail:
-        raise session.Failed(session.shouldfail)
-    if session.shouldstop:
-        raise session.Interrupted(session.shouldstop)

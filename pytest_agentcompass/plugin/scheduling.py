@@ -14,7 +14,6 @@ is kept because each worker's batch is the next slice of the collection.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -24,11 +23,7 @@ __all__ = ["TaskScheduling"]
 
 
 class TaskScheduling(LoadScheduling):  # type: ignore[misc]
-    """``--dist load`` with a queue of ``depth`` items per worker.
-
-    :param on_collection: Called once with the collected node ids, before
-        the first item is sent (the controller prepares the run directories).
-    """
+    """``--dist load`` with a queue of ``depth`` items per worker."""
 
     # What this class uses of ``LoadScheduling``'s state.
     collection: list[str] | None
@@ -36,19 +31,11 @@ class TaskScheduling(LoadScheduling):  # type: ignore[misc]
     node2pending: dict[Any, list[int]]
     node2collection: dict[Any, list[str]]
 
-    def __init__(
-        self,
-        config: pytest.Config,
-        log: Any,
-        *,
-        depth: int,
-        on_collection: Callable[[Sequence[str]], None],
-    ) -> None:
+    def __init__(self, config: pytest.Config, log: Any, *, depth: int) -> None:
         super().__init__(config, log)
         self.depth = max(2, depth)
         # Top up once a quarter of the queue is done: fewer, larger messages.
         self.low = max(1, self.depth - max(1, self.depth // 4))
-        self.on_collection = on_collection
 
     def schedule(self) -> None:
         assert self.collection_is_completed
@@ -63,7 +50,6 @@ class TaskScheduling(LoadScheduling):  # type: ignore[misc]
         self.pending[:] = range(len(collection))
         if not collection:
             return
-        self.on_collection(collection)
         # Round-robin batches, so every worker starts at the front of the collection.
         batch = max(1, min(self.depth, len(self.pending) // max(1, len(self.nodes))))
         while self.pending and any(len(self.node2pending[n]) < self.depth for n in self.nodes):

@@ -20,13 +20,15 @@ speaks the same protocol to the controller:
 
 It relies on the worker plugin's ``channel``, ``sendevent`` and
 ``item_index`` (pytest-xdist 3.x, the pinned range; a pytester test covers it).
+The worker shares each request's run with the controller, which owns it
+(``runtime.ownership``); how this fits the other ways a task runs is in
+docs/how-it-works.md, "Three ways a task runs".
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import logging
 import queue
 import signal
 import threading
@@ -37,11 +39,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..limits import on_run_stop, task_slots
+from ..limits import on_run_stop
 from ..runtime.driver import TERMINATED_REASON, drive, sigterm_interrupts
-from ..runtime.logs import TaskLogHandler, route_task_output
-from ..runtime.orchestrator import OrchestrationResult, Orchestrator
+from ..runtime.orchestrator import OrchestrationResult
 from ..runtime.request import RequestRuntime
+from .keys import WORKER_NOTES
 from .nodes import TaskItem
 from .outcomes import emit_reports
 
@@ -52,10 +54,6 @@ if TYPE_CHECKING:
 __all__ = ["WorkerLoop", "WorkerPlugin", "xdist_worker_plugin"]
 
 _END = object()  # the channel's end marker: the controller is gone
-
-
-#: ``workeroutput`` key: ``{request: [note, ...]}`` from a worker's providers (xdist).
-WORKER_NOTES = "agentcompass_notes"
 
 
 def xdist_worker_plugin(config: pytest.Config) -> Any:
@@ -82,6 +80,10 @@ class WorkerPlugin:
             return None  # not an xdist worker after all: the standard loop runs
         return WorkerLoop(self.run, session, interactor, self.run_dirs).run_loop()
 
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        _ignore_the_teardown_sigint()
+
 
 class WorkerLoop:
     """One worker's session: receive items, run tasks concurrently, report each one."""
@@ -104,35 +106,17 @@ class WorkerLoop:
         # (which components may come from) stay up while tasks run.
         self.anchor: pytest.Item | None = items[0] if items else None
         self.states = self._runtimes(items, run_dirs)
-        orchestration = run.orchestration
-        concurrency = int(run.config.getoption("agentcompass_concurrency") or orchestration.task_concurrency)
-        self.orchestrator = Orchestrator(
-            list(self.states.values()),
-            task_concurrency=concurrency,
-            timeout_seconds=orchestration.timeout_seconds,
-            cleanup_grace_seconds=orchestration.cleanup_grace_seconds,
-            on_outcome=self._finished,
-            shared=True,
-            slots=task_slots(concurrency),
-        )
+        self.orchestrator = run.orchestrator(list(self.states.values()), on_outcome=self._finished, fed=True)
         on_run_stop(lambda reason, interrupt: self.events.put(("interrupt" if interrupt else "stop", reason)))
 
     def _runtimes(self, items: list[TaskItem], run_dirs: dict[str, str]) -> dict[str, RequestRuntime]:
-        wanted: dict[str, set[str]] = {}
-        setups = {}
-        for item in items:
-            wanted.setdefault(item.request_name, set()).add(item.task.task_id)
-            setups[item.request_name] = item.setup_info
-        ordered = sorted(setups.values(), key=lambda s: s.index)
+        """The runtime of each request with items, in declaration order, sharing the run the controller owns."""
+        setups = {item.request_name: item.setup_info for item in items}
         return {
-            setup.req.name: self.run.runtime(
-                setup,
-                wanted[setup.req.name],
-                resume=False,
-                shared=True,
-                run_dir=Path(run_dirs[setup.req.name]) if setup.req.name in run_dirs else None,
+            setup.req.name: self.run.shared_runtime(
+                setup, Path(run_dirs[setup.req.name]) if setup.req.name in run_dirs else None
             )
-            for setup in ordered
+            for setup in sorted(setups.values(), key=lambda s: s.index)
         }
 
     def _send_notes(self) -> None:
@@ -176,18 +160,12 @@ class WorkerLoop:
     # -- the main thread ------------------------------------------------------------------
     def run_loop(self) -> bool:
         self.interactor.channel.setcallback(self._command, endmarker=_END)
-        handler = TaskLogHandler()
-        root = logging.getLogger()
-        root.addHandler(handler)
         thread = threading.Thread(target=self._drive, name="agentcompass-loop", daemon=True)
         try:
-            with route_task_output(), self._signals_as_events():
+            with self.run.task_output(), self._signals_as_events():
                 thread.start()
                 result = self._serve()
         finally:
-            root.removeHandler(handler)
-            for state in self.states.values():
-                state.store.close()
             self._send_notes()
         if isinstance(result, BaseException):
             raise result
@@ -325,3 +303,22 @@ class WorkerLoop:
         session = self.session
         if session.shouldfail or session.shouldstop:
             self.orchestrator.stop_threadsafe(str(session.shouldfail or session.shouldstop))
+
+
+def _ignore_the_teardown_sigint() -> None:
+    """A worker whose session is over ignores SIGINT from here on, until its process ends.
+
+    Once every worker has said it finished, xdist's controller tells the
+    workers' gateways to end, and execnet sends a worker SIGINT if it is
+    still busy 5 s later (``WorkerGateway._terminate_execution``). A worker
+    has more to do after it said it finished: the other plugins' terminal
+    summaries (hypothesis' imports its whole package, 2.5 s on a slow
+    machine) and pytest's garbage collections at unconfigure. On a loaded
+    machine that outlasts the 5 s, and the ``KeyboardInterrupt`` surfaced
+    wherever the worker was ("Exception ignored in ... KeyboardInterrupt").
+    Nothing is left to interrupt: every task is reported, the store is
+    closed, and a Ctrl-C reaches the controller, which records the run. Not
+    restored at unconfigure: the collections run after it.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from .._compat import call_user
 from ..benchmark import BaseBenchmark
-from ..runtime.request import StoredResults, checked_metrics
 from ..runtime.store import RunStore
 from ..runtime.store.files import read_json
 from ..runtime.store.runs import iter_runs
+from ..runtime.summary import StoredResults, checked_metrics
 from ..runtime.task import TaskOutcome, outcome_from_detail
 from ..types import RunResult, RunStatus, TaskSpec
 from .gates import GateCheck, check_gates

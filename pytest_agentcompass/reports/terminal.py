@@ -6,11 +6,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..models.usage import format_usage
-from ..runtime.integrity import findings, flagged, summarize
+from ..runtime.integrity import summarize
+from ..types import OrchestrationStatus
 
 if TYPE_CHECKING:
     from ..runtime.orchestrator import OrchestrationResult
-    from ..runtime.request import RequestRuntime
+    from ..runtime.summary import RequestSummary
 
 __all__ = ["format_value", "write_terminal_summary"]
 
@@ -21,9 +22,9 @@ def format_value(value: Any) -> str:
 
 def write_terminal_summary(
     tr: Any,
-    runtimes: Sequence[RequestRuntime],
+    summaries: Sequence[RequestSummary],
     result: OrchestrationResult | None,
-    extra: Callable[[RequestRuntime], list[str]] | None = None,
+    extra: Callable[[RequestSummary], list[str]] | None = None,
     mask: Callable[[str], str] = str,
 ) -> None:
     """Write counts, metrics, notes and the run directory of each request to ``tr``.
@@ -31,12 +32,12 @@ def write_terminal_summary(
     :param extra: More lines per request (baseline changes, gates).
     :param mask: Applied to every line: a preflight reason or a note may hold a ``${VAR}`` value.
     """
-    if not runtimes:
+    if not summaries:
         return
     tr.section("agentcompass")
     tr = _Masked(tr, mask)
-    for state in runtimes:
-        counts = state.counts()
+    for state in summaries:
+        counts = state.counts
         line = (
             f"{state.name}: {counts['tasks']} tasks, {counts['passed']} passed, {counts['failed']} failed, "
             f"{counts['errors']} errors"
@@ -52,7 +53,7 @@ def write_terminal_summary(
         if counts.get("integrity_flagged"):
             line += f", {counts['integrity_flagged']} integrity-flagged"
         tr.write_line(line)
-        for task_id, found in _flagged(state):
+        for task_id, found in state.flagged:
             tr.write_line(f"  integrity: {task_id}: {summarize(found)}", yellow=True)
         if state.failed:
             tr.write_line(f"  {state.failed}")
@@ -66,19 +67,13 @@ def write_terminal_summary(
             tr.write_line(line, red=bad)
         for note in state.notes:
             tr.write_line(f"  note: {note}")
-        tr.write_line(f"  run directory: {state.store.run_dir}")
-    kept = [
-        (state.name, outcome.task.task_id, env)
-        for state in runtimes
-        for outcome in state.outcomes.values()
-        if not (outcome.reused or outcome.resumed)
-        for env in outcome.kept_environments
-    ]
+        tr.write_line(f"  run directory: {state.run_dir}")
+    kept = [(state.name, task_id, env) for state in summaries for task_id, env in state.kept_environments]
     if kept:
         tr.write_line("kept environments (keep_environment: true); remove them when done:")
         for name, task_id, env in kept:
             tr.write_line(f"  {name}::{task_id}: {env}")
-    if result and result.status in ("timeout", "cancelled", "interrupted"):
+    if result and result.status in (OrchestrationStatus.TIMEOUT, OrchestrationStatus.INTERRUPTED):
         tr.write_line(f"orchestration {result.status}: {result.reason}", red=True)
     if result and result.abandoned_calls:
         calls = result.abandoned_calls
@@ -87,16 +82,6 @@ def write_terminal_summary(
             f"(daemon threads, they end with the process): {', '.join(calls)}",
             yellow=True,
         )
-
-
-def _flagged(state: RequestRuntime) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Each flagged task of ``state`` (in task order) with its findings."""
-    out = []
-    for task in state.tasks:
-        outcome = state.outcomes.get(task.task_id)
-        if outcome is not None and flagged(outcome.result):
-            out.append((task.task_id, findings(outcome.result)))
-    return out
 
 
 class _Masked:

@@ -1,15 +1,43 @@
 """The runtime: plans, attempts, retries, the run store and the Orchestrator.
 
 It knows nothing about pytest and can be driven by a plain ``asyncio.run``.
+Names load on first use: a provider that needs one runtime module (the
+thread pools of ``threads``) must not load the Orchestrator and the rest.
 """
 
-from .orchestrator import OrchestrationResult, Orchestrator
-from .planner import Planner, Recipe, resolve_evaluation_mode
-from .request import RequestRuntime
-from .retry import RETRY_SCOPE, RetryBudget, RetryScope, Stage
-from .store import RunStore
-from .strategies import AttemptScheduler, AttemptStrategy, AverageStrategy, PassStrategy
-from .task import TaskOutcome
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import _load_export
+
+if TYPE_CHECKING:
+    from .orchestrator import OrchestrationResult, Orchestrator
+    from .planner import Planner, Recipe, resolve_evaluation_mode
+    from .request import RequestRuntime
+    from .retry import RETRY_SCOPE, RetryBudget, RetryScope, Stage
+    from .store import RunStore
+    from .strategies import AttemptScheduler, AttemptStrategy, AverageStrategy, PassStrategy
+    from .task import TaskOutcome
+
+_EXPORTS = {
+    "RETRY_SCOPE": ".retry",
+    "AttemptScheduler": ".strategies",
+    "AttemptStrategy": ".strategies",
+    "AverageStrategy": ".strategies",
+    "OrchestrationResult": ".orchestrator",
+    "Orchestrator": ".orchestrator",
+    "PassStrategy": ".strategies",
+    "Planner": ".planner",
+    "Recipe": ".planner",
+    "RequestRuntime": ".request",
+    "RetryBudget": ".retry",
+    "RetryScope": ".retry",
+    "RunStore": ".store",
+    "Stage": ".retry",
+    "TaskOutcome": ".task",
+    "resolve_evaluation_mode": ".planner",
+}
 
 __all__ = [
     "RETRY_SCOPE",
@@ -29,3 +57,11 @@ __all__ = [
     "TaskOutcome",
     "resolve_evaluation_mode",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    return _load_export(__name__, _EXPORTS, name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -19,16 +19,17 @@ from ..analysis import BaseAnalyzer
 from ..benchmark import BaseBenchmark, HarnessFreeBenchmark
 from ..config import SAFE_NAME, ComponentRef, LoadedConfig, RunRequest, format_loc
 from ..environments.base import BaseEnvironment
-from ..errors import AgentCompassError, ComponentError, TaskIdError
+from ..errors import ComponentError, TaskIdError
 from ..harnesses.base import BaseHarness
 from ..limits import capacity_for
 from ..redact import Redactor
 from ..registry import ComponentKind, Registry
 from ..types import TaskSpec
 from .context import RequestContext, request_fingerprint
+from .ownership import RunRole, claim, join
 from .planner import Planner, Recipe
 from .request import RequestRuntime
-from .store import RunStore, claim_run_dir, find_resumable_run, find_reusable_run
+from .store import RunStore
 from .strategies import AttemptStrategy
 
 if TYPE_CHECKING:
@@ -40,7 +41,8 @@ __all__ = [
     "RequestSetup",
     "RunOptions",
     "build_request",
-    "make_runtime",
+    "own_runtime",
+    "shared_runtime",
     "validate_task_ids",
 ]
 
@@ -309,41 +311,57 @@ class RunOptions:
     rerun_selected: bool = False  # --lf: selected tasks run even when a reusable detail exists
 
 
-def make_runtime(
+def own_runtime(
     setup: RequestSetup,
     output_root: Path,
     options: RunOptions,
     wanted: set[str],
     *,
-    resume: bool,
-    shared: bool = False,
+    resume: bool = True,
     order: dict[str, int] | None = None,
-    run_dir: Path | None = None,
 ) -> RequestRuntime:
-    """The runtime of one request: its run directory (new, resumed or shared), store and context.
+    """The runtime of a request whose run directory this process owns: resumed, reused into, or new.
 
-    :param shared: Several processes write this run (xdist workers): the
-        process that owns ``run_dir`` claimed, prepares and finalizes it.
-    :param run_dir: The run directory chosen by that owner (shared runtimes).
+    :param resume: Continue the newest unfinished run with the same settings, if there is one.
     :raises AgentCompassError: when ``reuse`` names nothing usable or the run is held by another process.
     """
     req = setup.req
     fingerprint = request_fingerprint(req)
-    request_dir = output_root / req.name
-    reuse_spec = options.reuse or req.reuse
-    resumable = None
-    if resume and not shared and not reuse_spec and not options.new_run:
-        resumable = find_resumable_run(request_dir, fingerprint)
-    run_dir = run_dir or resumable or request_dir / options.run_id
-    try:
-        claim_run_dir(run_dir, req.name, fingerprint, shared=shared)
-    except OSError as exc:  # output_dir is a file, read-only, or full
-        raise AgentCompassError(
-            f"cannot write the run directory {run_dir}: {exc.strerror or exc} (check output_dir in the config)"
-        ) from None
-    reuse_dir = None
-    if reuse_spec and not shared:
-        reuse_dir = find_reusable_run(request_dir, reuse_spec, current=run_dir)
+    role, run_dir = claim(
+        output_root / req.name,
+        options.run_id,
+        req.name,
+        fingerprint,
+        resume=resume,
+        new_run=options.new_run,
+        reuse=options.reuse or req.reuse,
+    )
+    return _runtime(setup, run_dir, fingerprint, options, wanted, role, order)
+
+
+def shared_runtime(
+    setup: RequestSetup, output_root: Path, options: RunOptions, run_dir: Path | None = None
+) -> RequestRuntime:
+    """The runtime of a request whose run another process owns (an xdist worker's): tasks are handed to it.
+
+    :param run_dir: The run directory that owner chose (default: the one named by the run id).
+    """
+    req = setup.req
+    fingerprint = request_fingerprint(req)
+    run_dir = run_dir or output_root / req.name / options.run_id
+    return _runtime(setup, run_dir, fingerprint, options, set(), join(run_dir, req.name, fingerprint), None)
+
+
+def _runtime(
+    setup: RequestSetup,
+    run_dir: Path,
+    fingerprint: str,
+    options: RunOptions,
+    wanted: set[str],
+    role: RunRole,
+    order: dict[str, int] | None,
+) -> RequestRuntime:
+    req = setup.req
     for component in (setup.benchmark, setup.harness, setup.provider):
         if component is not None:
             component.run_dir = run_dir  # files kept beside the details (artifacts, build logs)
@@ -368,9 +386,7 @@ def make_runtime(
         setup.tasks,
         wanted,
         config_dump=options.config_dump,
-        reuse_dir=reuse_dir,
-        resumed=resumable is not None,
-        rerun=set(wanted) if options.rerun_selected else set(),
+        role=role,
+        rerun_selected=options.rerun_selected,
         order=order,
-        shared=shared,
     )

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-__all__ = ["TaskCapture", "TaskLogHandler", "capture_task_logs", "route_task_output"]
+__all__ = ["TaskCapture", "TaskLogHandler", "capture_task_logs", "capture_task_output", "route_task_output"]
 
 
 @dataclass
@@ -107,3 +107,23 @@ def capture_task_logs() -> Iterator[TaskCapture]:
         yield capture
     finally:
         _current.reset(token)
+
+
+@contextmanager
+def capture_task_output(level: int | str | None = None) -> Iterator[None]:
+    """While tasks run: their log records and ``print()`` output go to their own captures.
+
+    :param level: The root logger's level meanwhile (pytest's ``--log-level``), if given.
+    """
+    handler = TaskLogHandler()
+    root = logging.getLogger()
+    previous = root.level
+    if level:
+        root.setLevel(level.upper() if isinstance(level, str) else level)
+    root.addHandler(handler)
+    try:
+        with route_task_output():
+            yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous)

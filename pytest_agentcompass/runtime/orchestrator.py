@@ -5,11 +5,12 @@ workers (``task_concurrency`` of them, pulling from the first prepared
 request with pending work), and a finalizer (each request as soon as it is
 eligible). The deadline and cancellation are handled here and only here.
 
-A *shared* orchestration runs one process's share of a run that several
-processes run together (pytest-xdist workers): tasks arrive through
-:meth:`Orchestrator.submit` until :meth:`Orchestrator.close_feed`, each
-running task holds one of the run-wide ``slots``, and preparing and
-finalizing the run directories is left to the process that owns them.
+A *fed* orchestration is handed its tasks one by one through
+:meth:`Orchestrator.submit` until :meth:`Orchestrator.close_feed` (an xdist
+worker's share of a run); otherwise each request queues its own tasks when it
+is prepared. What a request's preparation and finalization write depends on
+whether this process owns its run directory: the request's role decides that
+(``ownership``), not the Orchestrator.
 """
 
 from __future__ import annotations
@@ -22,12 +23,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import PreflightError
-from ..types import TaskSpec
-from .request import RequestRuntime
+from ..types import OrchestrationEvent, OrchestrationStatus, RequestState, TaskSpec
+from .request import INTERRUPTED_BY_USER, RequestRuntime
 from .task import TaskOutcome
 
-__all__ = ["OrchestrationResult", "Orchestrator", "Slots", "not_run"]
+__all__ = ["OrchestrationResult", "Orchestrator", "Slots"]
 
 #: How long removing left-over Environments may take after the cleanup was cut short.
 SWEEP_SECONDS = 20.0
@@ -39,7 +39,7 @@ log = logging.getLogger("pytest_agentcompass")
 class OrchestrationResult:
     """How the orchestration ended."""
 
-    status: str = "completed"  # completed | stopped | timeout | interrupted
+    status: OrchestrationStatus = OrchestrationStatus.COMPLETED
     reason: str | None = None
     unfinished: list[TaskOutcome] = field(default_factory=list)
     stuck_tasks: int = 0
@@ -64,8 +64,10 @@ class Orchestrator:
 
     :param on_outcome: Called in the loop thread for every terminal task
         (new, reused, cancelled), as soon as it is known.
-    :param shared: This process runs a share of the run (see the module doc).
-    :param slots: Permits every running task holds, shared with the other processes.
+    :param on_event: Called in the loop thread as each request is prepared and finalized.
+    :param on_retry: Called with ``(task id, stage)`` for every runtime retry.
+    :param fed: Tasks are handed over with :meth:`submit` until :meth:`close_feed` (see the module doc).
+    :param slots: Permits every running task holds, shared with other processes (run-wide ``task_concurrency``).
     """
 
     def __init__(
@@ -76,13 +78,17 @@ class Orchestrator:
         timeout_seconds: float | None = None,
         cleanup_grace_seconds: float = 30.0,
         on_outcome: Callable[[TaskOutcome], None] = lambda outcome: None,
-        on_event: Callable[[str, RequestRuntime], None] = lambda event, state: None,
+        on_event: Callable[[OrchestrationEvent, RequestRuntime], None] = lambda event, state: None,
         on_tick: Callable[[], None] | None = None,
         tick_seconds: float = 1.0,
-        shared: bool = False,
+        on_retry: Callable[[str, str], None] | None = None,
+        fed: bool = False,
         slots: Slots | None = None,
     ) -> None:
         self.requests = list(requests)
+        if on_retry is not None:
+            for state in self.requests:
+                state.watch_retries(on_retry)
         self.task_concurrency = task_concurrency
         self.timeout_seconds = timeout_seconds
         self.cleanup_grace_seconds = cleanup_grace_seconds
@@ -97,18 +103,16 @@ class Orchestrator:
         self._dispatchable = asyncio.Event()  # a request was prepared, or we stop
         self._changed = asyncio.Event()  # pending or active work changed
         self._forced = asyncio.Event()  # a second Ctrl-C: stop waiting for cleanups
-        self._failed_how: dict[str, str] = {}  # request -> what failed, for the tasks' message
         self.started_at = 0.0
-        self.shared = shared
         self.slots = slots
-        # Shared mode: tasks handed over by another thread, and whether more may come.
+        # Tasks handed over by another thread (fed), and whether more may come.
         self._inbox: deque[tuple[RequestRuntime, TaskSpec]] = deque()
-        self._feed_closed = not shared
+        self._feed_closed = not fed
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main: asyncio.Task[object] | None = None
         self._interrupted = False
         #: What interrupted the run, for its record and the cancelled tasks' errors (a SIGTERM says so).
-        self.interrupt_reason = "interrupted by the user"
+        self.interrupt_reason = INTERRUPTED_BY_USER
         #: Tasks recorded as cancelled when the run stopped: an end they reach later is not reported again.
         self._given_up: set[tuple[str, str]] = set()
 
@@ -117,7 +121,7 @@ class Orchestrator:
         """Dispatch nothing more; running tasks finish normally (``-x``, ``--maxfail``)."""
         if not self._stopping:
             self._stopping = True
-            self.result.status, self.result.reason = "stopped", reason
+            self.result.status, self.result.reason = OrchestrationStatus.STOPPED, reason
         self._dispatchable.set()
         self._changed.set()
 
@@ -126,7 +130,7 @@ class Orchestrator:
         self.result.forced = True
         self._forced.set()
 
-    # -- thread-safe entry points (shared mode: the pytest side runs in another thread) ----
+    # -- thread-safe entry points (fed: the pytest side runs in another thread) ----
     def submit(self, state: RequestRuntime, task: TaskSpec) -> None:
         """Hand over ``task`` of ``state`` to run; callable from any thread."""
         self._inbox.append((state, task))
@@ -188,37 +192,39 @@ class Orchestrator:
         """Move submitted tasks to their request's queue (in the loop thread)."""
         while self._inbox:
             state, task = self._inbox.popleft()
-            recorded = state.recorded(task)
-            if recorded is not None:  # resumed or reused: report, do not run
-                state.outcomes[task.task_id] = recorded
-                self._notify(recorded)
-            elif state.failed is not None:  # a shared run's task that came after its request failed
-                self._fail_task(state, task, self._failed_how.get(state.name, "failed its preflight"))
-            else:
-                state.pending.append(task)
+            outcome = state.accept(task)
+            if outcome is not None:  # recorded (resumed or reused), or its request failed: reported, not run
+                self._notify(outcome)
         self._dispatchable.set()
         self._changed.set()
 
     async def execute(self) -> OrchestrationResult:
-        """Preflight every request, then run everything under the deadline."""
+        """Preflight every request, then run everything under the deadline.
+
+        Once it returns (or raises), no request records anything more: a plan an
+        abandoned attempt makes later is dropped.
+        """
+        try:
+            return await self._execute()
+        finally:
+            for state in self.requests:
+                state.store.close()
+
+    async def _execute(self) -> OrchestrationResult:
         self._loop = asyncio.get_running_loop()
         self._main = asyncio.current_task()
         if self._interrupted:
             raise asyncio.CancelledError
         try:
             for state in self.requests:
-                try:
-                    await state.preflight()
-                except PreflightError as exc:
-                    state.failed = str(exc)
-                    state.prepared = True
+                await state.preflight()
         except asyncio.CancelledError:  # Ctrl-C while a preflight waits: every task is cancelled, and recorded
             for state in self.requests:
-                if state.failed is not None and not state.finalized and not self.shared:
+                if state.failed is not None and not state.finalized:
                     # Its own preflight failed before the Ctrl-C: reported and recorded as such.
-                    self._fail_request(state, "failed its preflight")
-                    self._close_failed(state)
-            await self._cancel_remaining([], "interrupted", self.interrupt_reason)
+                    self._notify_all(state.fail_unrun())
+                    state.close_failed()
+            await self._cancel_remaining([], OrchestrationStatus.INTERRUPTED, self.interrupt_reason)
             raise
         self.started_at = time.monotonic()
         tasks = [asyncio.ensure_future(self._prepare_in_order())]
@@ -226,22 +232,21 @@ class Orchestrator:
         # billion started a billion coroutines for three tasks, and hung).
         workers = min(self.task_concurrency, max(1, sum(len(state.tasks) for state in self.requests)))
         tasks += [asyncio.ensure_future(self._worker()) for _ in range(workers)]
-        if not self.shared:  # a shared run is finalized by the process that owns it
-            tasks.append(asyncio.ensure_future(self._finalize_ready()))
+        tasks.append(asyncio.ensure_future(self._finalize_ready()))
         self._drain()
         ticker = asyncio.ensure_future(self._tick()) if self.on_tick else None
         try:
             try:
                 done, _ = await asyncio.wait(tasks, timeout=self.timeout_seconds)
             except asyncio.CancelledError:
-                await self._cancel_remaining(tasks, "interrupted", self.interrupt_reason)
+                await self._cancel_remaining(tasks, OrchestrationStatus.INTERRUPTED, self.interrupt_reason)
                 raise
             finally:
                 if ticker is not None:
                     ticker.cancel()
             if len(done) < len(tasks):
                 reason = f"orchestration timeout of {self.timeout_seconds}s reached"
-                await self._cancel_remaining(tasks, "timeout", reason)
+                await self._cancel_remaining(tasks, OrchestrationStatus.TIMEOUT, reason)
             else:
                 for task in done:
                     task.result()  # surface a bug in the orchestrator itself
@@ -285,36 +290,16 @@ class Orchestrator:
                 await self._wait(self._changed)
             if self._stopping:
                 return
+            if state.failed is None:  # else its preflight failed
+                self.on_event(OrchestrationEvent.PREPARE, state)
+                taken = await state.prepare()
+                if state.failed is None:
+                    self.on_event(OrchestrationEvent.PREPARED, state)
+                self._notify_all(taken)
             if state.failed is not None:
-                self._fail_request(state, "failed its preflight")
-            else:
-                self.on_event("prepare", state)
-                try:
-                    taken = await state.prepare()
-                except Exception as exc:  # a broken request fails alone
-                    log.error("request %s: preparation failed: %s", state.name, exc)
-                    state.failed = f"request {state.name!r}: preparation failed: {type(exc).__name__}: {exc}"
-                    state.prepared = True
-                    self._fail_request(state, "could not be prepared")
-                    taken = []
-                if state.prepared and state.failed is None:
-                    self.on_event("prepared", state)
-                for outcome in taken:
-                    self._notify(outcome)
+                self._notify_all(state.fail_unrun())
             self._dispatchable.set()
             self._changed.set()
-
-    def _fail_request(self, state: RequestRuntime, what: str) -> None:
-        self._failed_how[state.name] = what
-        # A shared run fails only what was handed over here; other processes hold the rest.
-        handed = [t.task_id for t in state.pending] if self.shared else state.wanted
-        state.pending.clear()
-        for task in state.tasks:
-            if task.task_id in handed and task.task_id not in state.outcomes:
-                self._fail_task(state, task, what)
-
-    def _fail_task(self, state: RequestRuntime, task: TaskSpec, what: str) -> None:
-        self._notify(not_run(state, task, what))
 
     async def _worker(self) -> None:
         while True:
@@ -336,17 +321,11 @@ class Orchestrator:
                 if state is None:
                     self.slots.release()
                     continue
-            task = state.pending.popleft()
-            state.active[task.task_id] = task
+            task = state.next_task()
             self._changed.set()
             try:
                 outcome = await state.run(task)
-            except Exception as exc:  # a bug below must cost one task, not the worker
-                log.exception("task %s of request %s failed inside the runtime", task.task_id, state.name)
-                outcome = state.error_outcome(task, f"internal error: {type(exc).__name__}: {exc}")
-                state.outcomes[task.task_id] = outcome
             finally:
-                state.active.pop(task.task_id, None)
                 self._changed.set()
                 if self.slots is not None:
                     self.slots.release()
@@ -365,6 +344,10 @@ class Orchestrator:
             self.stop(f"reporting failed: {type(exc).__name__}: {exc}")
         outcome.slim()  # reported: keep only what counts and summaries need
 
+    def _notify_all(self, outcomes: Sequence[TaskOutcome]) -> None:
+        for outcome in outcomes:
+            self._notify(outcome)
+
     def _select_state(self) -> RequestRuntime | None:
         """The first prepared request, in declaration order, with pending tasks."""
         if self._stopping:
@@ -379,50 +362,46 @@ class Orchestrator:
             for index, state in enumerate(self.requests):
                 if state.finalized or not state.prepared or not state.drained:
                     continue
-                if any(s.pending or not s.prepared for s in self.requests[:index]) and not self._stopping:
-                    continue
-                if state.failed is not None:
-                    self._close_failed(state)
-                    continue
-                self.on_event("finalize", state)
-                await state.finalize("stopped" if self._stopping else "completed")
-                self.on_event("finalized", state)
+                if not self._stopping and (
+                    not self._feed_closed or any(s.pending or not s.prepared for s in self.requests[:index])
+                ):
+                    continue  # more of its tasks may come, or an earlier request is not done dispatching
+                await self._finalize(state)
             if all(s.finalized for s in self.requests):
                 return
             if self._stopping and all(not s.active for s in self.requests):
-                # Nothing more will run: close what never prepared.
+                # Nothing more will run: close what is left (a request with tasks never dispatched).
                 for state in self.requests:
-                    if not state.finalized:
-                        if state.prepared and state.failed is None:
-                            await state.finalize("stopped")
-                        elif state.failed is not None:
-                            state.stop("failed", state.failed)
-                        else:  # never prepared: its run directory still says so, and is resumable
-                            state.stop("stopped", self.result.reason or "stopped")
-                        state.finalized = True
+                    if state.finalized:
+                        continue
+                    if state.prepared:
+                        await self._finalize(state)
+                    else:  # never prepared: its run directory still says so, and is resumable
+                        state.close_unprepared(self.result.reason or "stopped")
                 return
             await self._wait(self._changed)
 
-    @staticmethod
-    def _close_failed(state: RequestRuntime) -> None:
-        """A request that failed before running: its run directory records why, and is given back."""
-        assert state.failed is not None
-        state.stop("failed", state.failed)
-        state.finalized = True
+    async def _finalize(self, state: RequestRuntime) -> None:
+        if state.failed is not None:
+            state.close_failed()
+            return
+        self.on_event(OrchestrationEvent.FINALIZE, state)
+        await state.finalize(RequestState.STOPPED if self._stopping else RequestState.COMPLETED)
+        self.on_event(OrchestrationEvent.FINALIZED, state)
 
     async def _wait(self, event: asyncio.Event) -> None:
         await event.wait()
         event.clear()
 
     # -- deadline and cancellation ---------------------------------------------------
-    async def _cancel_remaining(self, tasks: Sequence[asyncio.Future[None]], status: str, reason: str) -> None:
+    async def _cancel_remaining(
+        self, tasks: Sequence[asyncio.Future[None]], status: OrchestrationStatus, reason: str
+    ) -> None:
         """Freeze the status, cancel everything, wait within the grace, persist what is unfinished."""
         self.result.status, self.result.reason = status, reason
         self.result.cleanup_started = time.monotonic()
         self._stopping = True
-        active: list[tuple[RequestRuntime, TaskSpec]] = [
-            (state, task) for state in self.requests for task in state.active.values()
-        ]
+        running = {state.name: list(state.active.values()) for state in self.requests}
         for future in tasks:
             future.cancel()
         still = await self._wait_within_grace(tasks)
@@ -430,28 +409,14 @@ class Orchestrator:
         if still:
             why = "a second Ctrl-C cut the cleanup short" if self.result.forced else "the cleanup grace ran out"
             log.warning("%d orchestration task(s) did not stop: %s", len(still), why)
-        if self.shared:  # what was handed over and not yet queued is unfinished too
-            while self._inbox:
-                state, task = self._inbox.popleft()
-                state.pending.append(task)
+        self._drain()  # what was handed over and not yet queued is unfinished too
         for state in self.requests:
-            if state.prepared or self.shared:
-                unfinished = [*state.pending, *(t for s, t in active if s is state)]
-            else:
-                unfinished = [t for t in state.tasks if t.task_id in state.wanted]
-            for task in unfinished:
-                self._given_up.add((state.name, task.task_id))
-                outcome = state.cancelled_outcome(task, reason if status == "interrupted" else f"{status}: {reason}")
-                state.outcomes[task.task_id] = outcome  # counted: a cancelled task is an error, not nothing
-                self.result.unfinished.append(outcome)
-            # Prepared or not (a Ctrl-C during the preflights): the run directory says how it ended.
-            if not state.finalized and state.failed is None and not self.shared:
-                state.stop(status, reason)
-                state.finalized = True
+            cancelled = state.cancel_unfinished(status, reason, running[state.name])
+            self._given_up.update((state.name, outcome.task.task_id) for outcome in cancelled)
+            self.result.unfinished += cancelled
         if still:
             await self._sweep()
-        for outcome in self.result.unfinished:
-            self._notify(outcome)
+        self._notify_all(self.result.unfinished)
 
     async def _wait_within_grace(self, tasks: Sequence[asyncio.Future[None]]) -> set[asyncio.Future[Any]]:
         """Wait for ``tasks`` until they are done, the grace is over, or :meth:`force` is called."""
@@ -478,15 +443,3 @@ class Orchestrator:
                     await state.ctx.provider.sweep(state.ctx.run_id)
             except Exception as exc:  # a bounded best effort: the next run sweeps again
                 log.warning("request %s: removing this run's environments failed: %s", state.name, exc)
-
-
-def not_run(state: RequestRuntime, task: TaskSpec, what: str) -> TaskOutcome:
-    """Record ``task`` as not run because its request ``what`` (e.g. "failed its preflight").
-
-    The reason itself is printed once, in the summary (``state.failed``); each task points there.
-    """
-    message = f"not run: request {state.name!r} {what} (the reason is in the agentcompass summary)"
-    outcome = state.error_outcome(task, message, state.failed_status)
-    outcome.not_run_reason = state.failed
-    state.outcomes[task.task_id] = outcome
-    return outcome

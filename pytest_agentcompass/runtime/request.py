@@ -1,42 +1,52 @@
-"""One request's state in an orchestration: prepare, run tasks, finalize, stop."""
+"""One request's life in a run, and the one owner of its state.
+
+A request is checked (preflight), prepared, has its tasks run and recorded,
+and is finalized, or ended early (failed, stopped, timed out, interrupted).
+Every change of its state is a method here, whoever drives it: the
+Orchestrator, in process or on an xdist worker, and the xdist controller,
+which finalizes from the details the workers wrote. How this process takes
+part in the run (it owns the run directory, or shares it) is the request's
+role (:mod:`.ownership`), chosen once when the runtime is built.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import math
-import numbers
-import os
 from collections import deque
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any, Literal, overload
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from .._compat import call_user
-from ..benchmark import BaseBenchmark
 from ..errors import AgentCompassError, PreflightError
-from ..models.usage import sum_usage
-from ..types import RunResult, RunStatus, TaskSpec, to_jsonable
+from ..types import OrchestrationStatus, RequestState, RunResult, RunStatus, TaskSpec, to_jsonable
 from .context import RequestContext
-from .integrity import flagged
 from .logs import capture_task_logs
+from .ownership import OwnRun, RunRole
 from .planner import BenchmarkPlanError
-from .store import RunStore, copy_details, killed_runs, now, read_json, record_killed, release_run_dir
+from .store import RunStore, release_run_dir
+from .summary import RequestSummary, aggregate, count_outcomes, flagged_tasks, summary_record
 from .task import TaskOutcome, outcome_from_detail, run_task
 
-__all__ = ["RequestRuntime", "StoredResults"]
+__all__ = ["RequestRuntime"]
 
 log = logging.getLogger("pytest_agentcompass")
 
+#: Why a request ran nothing, as each of its tasks says it ("not run: request 'r' <how>").
+FAILED_PREFLIGHT = "failed its preflight"
+NOT_PREPARED = "could not be prepared"
+INTERRUPTED_BY_USER = "interrupted by the user"
+
 
 class RequestRuntime:
-    """Everything the Orchestrator tracks for one request.
+    """Everything one process tracks of one request, changed only through its methods.
 
     :param tasks: The tasks the benchmark selected, in order.
-    :param wanted: Ids of the tasks pytest will run (after ``-k``/``-m``/``--lf``).
-    :param rerun: Ids that must run even if a reusable detail exists (``--lf``).
+    :param wanted: Ids of the tasks pytest will run (after ``-k``/``-m``/``--lf``). A
+        runtime that shares its run starts with none: each task handed to it is added.
+    :param role: How this process takes part in the run (default: it owns it).
+    :param rerun_selected: The tasks pytest selected run even if a usable detail exists (``--lf``).
     :param order: Dispatch position of each wanted id (pytest's item order).
-    :param shared: Another process prepares and finalizes this run (an xdist
-        controller); this one only runs the tasks handed to it.
     """
 
     def __init__(
@@ -46,58 +56,79 @@ class RequestRuntime:
         wanted: set[str],
         *,
         config_dump: dict[str, Any],
-        reuse_dir: Path | None = None,
-        resumed: bool = False,
-        rerun: set[str] | None = None,
+        role: RunRole | None = None,
+        rerun_selected: bool = False,
         order: dict[str, int] | None = None,
-        shared: bool = False,
     ) -> None:
         self.ctx = ctx
-        self.shared = shared
+        self.role: RunRole = role if role is not None else OwnRun()
         self.name = ctx.req.name
         self.tasks = list(tasks)
         self.wanted = wanted
-        self.rerun = rerun or set()
+        self.rerun_selected = rerun_selected
         self.order = order or {}
         self.config_dump = config_dump
-        self.reuse_dir = reuse_dir
-        #: A shared run's ``reuse`` source, read once from ``run_info.json`` (False: none).
-        self._reuse_source: Path | Literal[False] | None = None
-        self.resumed = resumed
         self.pending: deque[TaskSpec] = deque()
         self.active: dict[str, TaskSpec] = {}
         self.outcomes: dict[str, TaskOutcome] = {}
         self.prepared = False
         self.finalized = False
-        self.failed: str | None = None  # preflight/preparation failure message
+        #: Why the request ran nothing (its preflight or preparation failed), printed once in the summary.
+        self.failed: str | None = None
+        #: How it failed, as each of its tasks says it (``FAILED_PREFLIGHT``, ``NOT_PREPARED``).
+        self.failed_how = FAILED_PREFLIGHT
         self.failed_status = RunStatus.INFERENCE_ERROR  # the status of the tasks of a failed request
         self.metrics: dict[str, Any] | None = None
         #: Token totals over the tasks' ``usage`` records (model-calling harnesses), set by :meth:`finalize`.
         self.usage: dict[str, Any] | None = None
-        #: ``summary.json`` as written by :meth:`finalize`.
+        #: ``summary.json`` as :meth:`finalize` wrote it (the run's owner only).
         self.summary: dict[str, Any] | None = None
         self.notes: list[str] = []
         #: What failed while the request's shared resources closed (see :meth:`aclose`).
         self.closing_notes: list[str] = []
-        #: Run-directory files that could not be written at the end (see :meth:`_unwritten`).
+        #: Run-directory files that could not be written at the end (see :meth:`unwritten_file`).
         self.unwritten: list[str] = []
         #: Wanted tasks the resumed run had already finished (set by :meth:`prepare`).
         self.resumed_done = 0
+        #: Resources of the request as a whole (a model gateway, say), entered on the loop
+        #: that runs its tasks: :meth:`aclose` closes them after the harness and the provider.
+        self.resources = contextlib.AsyncExitStack()
 
     @property
     def store(self) -> RunStore:
         return self.ctx.store
 
     @property
+    def resumed(self) -> bool:
+        """The run directory continues an interrupted run of this request."""
+        return self.role.resumed
+
+    @property
     def drained(self) -> bool:
         return not self.pending and not self.active
 
-    # -- preflight -----------------------------------------------------
-    async def preflight(self) -> None:
-        """Check components before the deadline starts.
+    def reruns(self, task_id: str) -> bool:
+        """``task_id`` runs even if a usable detail exists (``--lf`` selected it)."""
+        return self.rerun_selected and task_id in self.wanted
 
-        :raises PreflightError: with the request name in the message.
-        """
+    def watch_retries(self, callback: Callable[[str, str], None]) -> None:
+        """Call ``callback(task id, stage)`` for every runtime retry of the request's tasks (a progress display)."""
+        self.ctx.events.on_retry = callback
+
+    def want(self, task_ids: Iterable[str]) -> None:
+        """The tasks pytest will run, once they are known (the xdist controller learns them from the workers)."""
+        known = {t.task_id for t in self.tasks}
+        self.wanted = set(task_ids) & known
+
+    # -- before any task runs --------------------------------------------------
+    async def preflight(self) -> None:
+        """Check the components before the deadline starts; a failure fails the request (:attr:`failed`)."""
+        try:
+            await self._preflight()
+        except PreflightError as exc:
+            self._fail(str(exc), FAILED_PREFLIGHT)
+
+    async def _preflight(self) -> None:
         ctx = self.ctx
         try:
             await ctx.provider.preflight()
@@ -119,135 +150,83 @@ class RequestRuntime:
         except Exception as exc:
             raise PreflightError(f"request {self.name!r}: {_reason(exc)}") from None
 
-    # -- preparation -----------------------------------------------------
     async def prepare(self) -> list[TaskOutcome]:
-        """Write ``run_info.json``, take over reusable details, fill the queue.
+        """Prepare the run (the role's part) and queue what is left to run here.
 
-        Returns the outcomes taken from reused or resumed details of wanted tasks.
-        A shared runtime has nothing to prepare: its tasks are handed to it
-        one by one and each checked with :meth:`recorded`.
+        Returns the outcomes of wanted tasks taken from resumed or reused details.
+        A failure fails the request (:attr:`failed`) and returns nothing.
         """
-        if self.shared:
-            self.prepared = True
+        try:
+            recorded = await self.role.prepare(self)
+        except Exception as exc:  # a broken request fails alone
+            log.error("request %s: preparation failed: %s", self.name, exc)
+            self._fail(f"request {self.name!r}: preparation failed: {type(exc).__name__}: {exc}", NOT_PREPARED)
             return []
-        store = self.store
-        info = store.read_run_info() if self.resumed else {}
-        info.update(
-            run_id=self.ctx.run_id,
-            request=self.name,
-            status="running",
-            started_at=info.get("started_at", now()),
-            resumed_at=[*info.get("resumed_at", []), now()] if self.resumed else [],
-            pid=os.getpid(),
-            fingerprint=self.ctx.fingerprint,
-            config=self.config_dump,
-            tasks_selected=len(self.tasks),
-            tasks_wanted=len(self.wanted),
-            reused_from=str(self.reuse_dir) if self.reuse_dir else None,
-        )
-        store.write_run_info(info)
-        if self.resumed:
-            store.remove_stale_temp_files()
-        # Every killed run of the request, not only the one resumed: another
-        # run may have completed since, and the killed one is never resumed.
-        for run_id in killed_runs(store.run_dir, include_current=self.resumed):
-            swept = await self.ctx.provider.sweep(run_id)
-            if swept:
-                self.notes.append(f"removed {swept} environment(s) or process(es) left behind by run {run_id}")
-            if run_id != store.run_dir.name:  # swept once: later runs leave it alone
-                reason = f"its process was killed; run {self.ctx.run_id} removed what it left behind"
-                record_killed(store.run_dir.parent / run_id, reason)
-        # What the interrupted run already finished, told apart from what ``reuse`` copies in.
-        own = {p.stem for p in store.details_dir.glob("*.json")} if self.resumed else set()
-        if self.reuse_dir is not None:
-            self._materialize(self.reuse_dir)
-        recorded = self._load_recorded(own)
         taken: list[TaskOutcome] = []
-        for task in self.tasks:
-            outcome = recorded.get(task.task_id)
-            if outcome is not None:
-                self.outcomes[task.task_id] = outcome
-                if task.task_id in self.wanted:
-                    taken.append(outcome)
-            elif task.task_id in self.wanted:
-                self.pending.append(task)
-        self.resumed_done = sum(1 for o in taken if o.resumed)
-        if self.order:
-            # pytest's item order wins (``--ff``, ``-p randomly``, reordering plugins).
-            self.pending = deque(sorted(self.pending, key=lambda t: self.order.get(t.task_id, 0)))
+        if recorded is not None:  # else its tasks are handed over one by one (:meth:`accept`)
+            for task in self.tasks:
+                outcome = recorded.get(task.task_id)
+                if outcome is not None:
+                    self.outcomes[task.task_id] = outcome
+                    if task.task_id in self.wanted:
+                        taken.append(outcome)
+                elif task.task_id in self.wanted:
+                    self.pending.append(task)
+            self.resumed_done = sum(1 for o in taken if o.resumed)
+            if self.order:
+                # pytest's item order wins (``--ff``, ``-p randomly``, reordering plugins).
+                self.pending = deque(sorted(self.pending, key=lambda t: self.order.get(t.task_id, 0)))
         self.prepared = True
         return taken
 
-    def _materialize(self, source: Path) -> None:
-        """Copy compatible, non-error details of ``source`` into this run."""
-        by_id = {t.task_id: t for t in self.tasks}
+    async def prepare_for_others(self) -> None:
+        """Check and prepare a run whose tasks other processes run (the xdist controller), on one loop.
 
-        def wanted(task_id: str) -> bool:
-            return task_id in by_id and task_id not in self.rerun
-
-        def keep(task_id: str, detail: Any) -> bool:
-            return (
-                detail.get("fingerprint") == self.ctx.task_fingerprint(by_id[task_id])
-                and not RunStatus(detail.get("status", "completed")).is_error
-            )
-
-        copied, skipped = copy_details(source, self.store, wanted, keep)
-        self.notes.append(f"reused {copied} task(s) from {source}")
-        if skipped:
-            self.notes.append(f"{skipped} detail(s) in {source} not reused (errors or a changed config/task)")
-
-    def _load_recorded(self, own: set[str]) -> dict[str, TaskOutcome]:
-        out: dict[str, TaskOutcome] = {}
-        by_id = {t.task_id: t for t in self.tasks}
-        ignored = 0
-        for detail in self.store.iter_details():
-            task = by_id.get(str(detail.get("task_id")))
-            if task is None or task.task_id in self.rerun:
-                continue
-            if detail.get("fingerprint") != self.ctx.task_fingerprint(task):
-                ignored += 1
-                continue
-            path = self.store.detail_path(task.task_id)
-            out[task.task_id] = outcome_from_detail(self.name, task, detail, path, resumed=task.task_id in own)
-        if ignored:
-            self.notes.append(f"ignored {ignored} recorded detail(s) made with a different config")
-        return out
-
-    def recorded(self, task: TaskSpec) -> TaskOutcome | None:
-        """The recorded outcome of ``task`` in this run directory, if it is usable (shared runs).
-
-        The owner of the run resumed it or copied reused details into it
-        before handing out tasks; a detail made with other settings, or of a
-        task ``--lf`` reruns, does not count.
+        What the checks opened on that loop (a harness's model client, the provider's
+        clients, :attr:`resources`) is closed before the loop ends: no task runs here.
         """
-        if not self.shared or task.task_id in self.rerun:
-            return None
-        path = self.store.detail_path(task.task_id)
         try:
-            detail = read_json(path)
-        except (OSError, ValueError):
-            return None  # none yet (the common case), or cut short by a kill
-        if not isinstance(detail, dict) or detail.get("fingerprint") != self.ctx.task_fingerprint(task):
-            return None
-        return outcome_from_detail(self.name, task, detail, path, resumed=not self._copied_by_reuse(path))
+            await self.preflight()
+            if self.failed is None:
+                await self.prepare()  # a failure is recorded; the other processes run the tasks all the same
+        finally:
+            await self.aclose()
 
-    def _copied_by_reuse(self, path: Path) -> bool:
-        """Whether the owner copied the detail at ``path`` from a ``reuse`` source (else this run made it).
+    def _fail(self, message: str, how: str) -> None:
+        self.failed, self.failed_how, self.prepared = message, how, True
 
-        The owner names the source in ``run_info.json``; a copy is byte for byte.
-        """
-        if self._reuse_source is None:
-            info = self.store.read_run_info()
-            self._reuse_source = Path(info["reused_from"]) if info.get("reused_from") else False
-        if self._reuse_source is False:
-            return False
-        try:
-            return (self._reuse_source / "details" / path.name).read_bytes() == path.read_bytes()
-        except OSError:
-            return False
+    # -- tasks ---------------------------------------------------------------------
+    def accept(self, task: TaskSpec) -> TaskOutcome | None:
+        """Take ``task``, handed over to run here; its outcome if it is not to run (recorded, or the request failed)."""
+        self.wanted.add(task.task_id)
+        recorded = self.role.recorded(self, task)
+        if recorded is not None:  # resumed or reused: reported, not run
+            self.outcomes[task.task_id] = recorded
+            return recorded
+        if self.failed is not None:  # handed over after its request failed
+            return self.not_run(task)
+        self.pending.append(task)
+        return None
 
-    # -- tasks -----------------------------------------------------------
+    def next_task(self) -> TaskSpec:
+        """The next pending task, now active."""
+        task = self.pending.popleft()
+        self.active[task.task_id] = task
+        return task
+
     async def run(self, task: TaskSpec) -> TaskOutcome:
+        """Run ``task`` to its terminal outcome and record it; a bug below costs this task alone."""
+        try:
+            outcome = await self._run(task)
+        except Exception as exc:
+            log.exception("task %s of request %s failed inside the runtime", task.task_id, self.name)
+            outcome = self.error_outcome(task, f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            self.active.pop(task.task_id, None)
+        self.outcomes[task.task_id] = outcome
+        return outcome
+
+    async def _run(self, task: TaskSpec) -> TaskOutcome:
         with capture_task_logs() as capture:
             outcome = await run_task(self.ctx, task)
         redactor = self.store.redactor
@@ -257,10 +236,44 @@ class RequestRuntime:
         else:
             outcome.logs = capture.logs
             outcome.output = "".join(capture.output)
-        self.outcomes[task.task_id] = outcome
         # Notes about ignored state must be visible in the summary, not only in one detail.
         self.notes.extend(f"task {task.task_id}: {note}" for note in outcome.notes if note.startswith("ignored"))
         return outcome
+
+    def not_run(self, task: TaskSpec) -> TaskOutcome:
+        """Record ``task`` as not run because its request failed; the reason is printed once, in the summary."""
+        message = f"not run: request {self.name!r} {self.failed_how} (the reason is in the agentcompass summary)"
+        outcome = self.error_outcome(task, message, self.failed_status)
+        outcome.not_run_reason = self.failed
+        self.outcomes[task.task_id] = outcome
+        return outcome
+
+    def fail_unrun(self) -> list[TaskOutcome]:
+        """Record every wanted task still without an outcome as not run (the request failed)."""
+        self.pending.clear()
+        return [self.not_run(t) for t in self.tasks if t.task_id in self.wanted and t.task_id not in self.outcomes]
+
+    def cancel_unfinished(
+        self, status: OrchestrationStatus, reason: str, running: Sequence[TaskSpec]
+    ) -> list[TaskOutcome]:
+        """Record as cancelled what is pending and ``running`` (every wanted task, if not prepared yet).
+
+        A cancelled task counts as an error, not as nothing. The run records how it ended.
+        """
+        if self.prepared:
+            unfinished = [*self.pending, *running]
+        else:  # a Ctrl-C during the preflights
+            unfinished = [t for t in self.tasks if t.task_id in self.wanted and t.task_id not in self.outcomes]
+        self.pending.clear()
+        why = reason if status is OrchestrationStatus.INTERRUPTED else f"{status}: {reason}"
+        cancelled = []
+        for task in unfinished:
+            outcome = self.outcomes[task.task_id] = self.cancelled_outcome(task, why)
+            cancelled.append(outcome)
+        if not self.finalized and self.failed is None:
+            self.end(RequestState(status), reason)
+            self.finalized = True
+        return cancelled
 
     def cancelled_outcome(self, task: TaskSpec, reason: str) -> TaskOutcome:
         result = RunResult(task.task_id, status=RunStatus.CANCELLED, error=reason)
@@ -271,7 +284,7 @@ class RequestRuntime:
         return TaskOutcome(request=self.name, task=task, result=result, passed=False)
 
     async def aclose(self) -> None:
-        """Release what the harness and the provider share between tasks.
+        """Release what the harness, the provider and :attr:`resources` hold for the request's tasks.
 
         A failure belongs to no task: it is a warning and a note of the request's
         summary (:attr:`closing_notes`, which an xdist worker hands its controller).
@@ -287,6 +300,10 @@ class RequestRuntime:
             await self.ctx.provider.aclose()  # its clients (a pool of engines: the containers it still owes)
         except Exception as exc:
             self._closing_failed("the environment", exc)
+        try:
+            await self.resources.aclose()
+        except Exception as exc:
+            self._closing_failed("the request's resources", exc)
 
     async def _close_gateway(self) -> None:
         """Stop the request's model gateway (before the provider, which removes the networks it listens on)."""
@@ -302,178 +319,156 @@ class RequestRuntime:
         self.closing_notes.append(note)
         self.notes.append(note)
 
-    # -- finalization ------------------------------------------------------
-    async def finalize(self, status: str = "completed") -> dict[str, Any]:
-        """Aggregate in task order and write ``summary.json`` and the final ``run_info.json``."""
+    # -- the end ---------------------------------------------------------------------
+    async def finalize(self, status: RequestState = RequestState.COMPLETED) -> None:
+        """Aggregate in task order and write ``summary.json`` and the final ``run_info.json`` (the run's owner)."""
+        await self.role.finalize(self, status)
+        self.finalized = True
+
+    async def write_summary(self, status: RequestState) -> None:
+        """Aggregate the metrics and write ``summary.json`` (the owner's part of :meth:`finalize`)."""
         # What the provider learned during the run (an engine that stopped answering).
         self.notes.extend(n for n in getattr(self.ctx.provider, "notes", ()) if n not in self.notes)
         ordered = [self.outcomes[t.task_id] for t in self.tasks if t.task_id in self.outcomes]
-        benchmark = self.ctx.benchmark
-        if type(benchmark).aggregate_metrics is BaseBenchmark.aggregate_metrics:
-            # The default only reads scores and statuses, which slim outcomes keep.
-            results: Sequence[RunResult] = [o.result for o in ordered]
-        else:
-            results = StoredResults(ordered)
-        try:
-            metrics = await call_user(benchmark.aggregate_metrics, results, self.ctx.req)
-        except Exception as exc:
-            log.warning("request %s: aggregate_metrics failed: %s", self.name, exc)
-            metrics = {"error": f"aggregate_metrics failed: {type(exc).__name__}: {exc}"}
-        self.metrics = checked_metrics(metrics)
-        self.usage = sum_usage(o.result.metadata.get("usage") for o in ordered)
-        summary = {
+        self.metrics, self.usage = await aggregate(self.ctx, ordered)
+        self.summary = {
             "request": self.name,
             "run_id": self.ctx.run_id,
             "status": status,
             "metrics": to_jsonable(self.metrics),
             "counts": self.counts(),
             "usage": self.usage,
-            "tasks": [
-                {
-                    "task_id": o.task.task_id,
-                    "status": o.result.status.value,
-                    "score": o.result.score,
-                    "passed": o.passed,
-                    "reused": o.reused,
-                    "resumed": o.resumed,
-                }
-                for o in ordered
-            ],
+            "tasks": [summary_record(o) for o in ordered],
         }
-        self.summary = summary
         try:
-            self.store.write_summary(summary)
+            self.store.write_summary(self.summary)
             self.store.drop_empty_checkpoints()
         except OSError as exc:  # the run directory went read-only or full during the run
-            self._unwritten("summary.json", exc)
-        self._close_info(status)
-        self.finalized = True
-        return summary
+            self.unwritten_file("summary.json", exc)
 
-    def _unwritten(self, name: str, exc: Exception) -> None:
-        """``name`` could not be written: said in the summary, and the session fails (plugin/ci.py)."""
-        message = f"could not write {name} in {self.store.run_dir}: {type(exc).__name__}: {exc}"
-        log.warning("request %s: %s", self.name, message)
-        self.notes.append(message)
-        self.unwritten.append(name)
-
-    def counts(self) -> dict[str, int]:
-        outcomes = list(self.outcomes.values())
-        return {
-            "tasks": len(outcomes),
-            "passed": sum(1 for o in outcomes if o.passed),
-            "failed": sum(1 for o in outcomes if not o.passed and not o.result.is_error),
-            "errors": sum(1 for o in outcomes if o.result.is_error),
-            "environment_errors": sum(1 for o in outcomes if o.result.status is RunStatus.ENVIRONMENT_ERROR),
-            "integrity_flagged": sum(1 for o in outcomes if flagged(o.result)),
-            "reused": sum(1 for o in outcomes if o.reused),
-            "resumed": sum(1 for o in outcomes if o.resumed),
-            "retries": sum(o.retries for o in outcomes),
-        }
-
-    def stop(self, status: str, reason: str) -> None:
-        """Persist the terminal state of a request that did not finish."""
+    def end(self, status: RequestState, reason: str) -> None:
+        """Record how a request that did not complete ended (its unfinished tasks named) and give the run back."""
         unfinished = [
             t.task_id
             for t in self.tasks
             if t.task_id in self.wanted
             and (t.task_id not in self.outcomes or self.outcomes[t.task_id].result.status is RunStatus.CANCELLED)
         ]
-        self._close_info(status, stop_reason=reason, unfinished_tasks=unfinished)
+        self.role.end(self, status, stop_reason=reason, unfinished_tasks=unfinished)
 
-    def _close_info(self, status: str, **extra: Any) -> None:
-        kept = [e for o in self.outcomes.values() if not (o.reused or o.resumed) for e in o.kept_environments]
+    def close_failed(self) -> None:
+        """A request that failed before running: its run records why, and is given back."""
+        assert self.failed is not None
+        self.end(RequestState.FAILED, self.failed)
+        self.finalized = True
+
+    def close_unprepared(self, reason: str) -> None:
+        """A request the run stopped before preparing it: its run says so (and is resumable)."""
+        self.end(RequestState.STOPPED, reason)
+        self.finalized = True
+
+    def release(self) -> None:
+        """Give the run directory back without recording anything (nothing was done in it)."""
         self.store.close()
-        try:
-            self.store.update_run_info(
-                status=status,
-                finished_at=now(),
-                counts=self.counts(),
-                notes=self.notes,
-                kept_environments=kept,
-                with_plans=True,
-                **extra,
-            )
-        except (OSError, ValueError) as exc:  # a full disk must not also keep the lock
-            self._unwritten("run_info.json", exc)
-        finally:
-            release_run_dir(self.store.run_dir)
+        release_run_dir(self.store.run_dir)
+
+    async def finalize_from_disk(
+        self, ending: OrchestrationStatus, reason: str | None, notes: Iterable[str] = ()
+    ) -> list[dict[str, Any]] | None:
+        """Finalize a run other processes ran (the xdist controller), from the details they wrote, once.
+
+        Returns every detail read (the run's page is rendered from them), or
+        ``None`` when there is nothing to report: the request was never prepared
+        and no task of it was left to record. The request is :attr:`finalized`
+        only when its summary was written (completed, or stopped by ``-x``).
+
+        :param notes: What the other processes noted mid-run (an engine that stopped answering).
+        """
+        if not self.prepared and (
+            ending is OrchestrationStatus.COMPLETED or not self.wanted or self.failed is not None
+        ):
+            if ending is OrchestrationStatus.INTERRUPTED and self.failed is None:
+                # A Ctrl-C before any task was handed out: recorded, not left "created".
+                self.end(RequestState.INTERRUPTED, reason or INTERRUPTED_BY_USER)
+            else:
+                self.release()
+            return None
+        # (Unprepared but with tasks chosen: a Ctrl-C during the preflights. Its
+        # tasks are recorded as cancelled below, as in process.)
+        self.notes.extend(n for n in notes if n not in self.notes)
+        by_id = {t.task_id: t for t in self.tasks}
+        # Kept for the run's page, which would otherwise read them all again
+        # (it holds them all at once either way).
+        details = list(self.store.iter_details())
+        for detail in details:
+            task = by_id.get(str(detail.get("task_id")))
+            if task is None or detail.get("fingerprint") != self.ctx.task_fingerprint(task):
+                continue
+            outcome = outcome_from_detail(self.name, task, detail, self.store.detail_path(task.task_id))
+            # Recorded before this session (taken when the run was prepared): resumed, or copied by reuse.
+            before = self.outcomes.get(task.task_id)
+            outcome.resumed = before is not None and before.resumed
+            outcome.reused = before is not None and before.reused
+            outcome.slim()
+            self.outcomes[task.task_id] = outcome
+        missing = {t for t in self.wanted if t not in self.outcomes}
+        if self.failed is not None:
+            # As in process: every task counts as not run, and the run records why.
+            for outcome in self.fail_unrun():
+                outcome.slim()
+            self.end(RequestState.FAILED, self.failed)
+        elif ending is OrchestrationStatus.STOPPED:
+            await self.finalize(RequestState.STOPPED)
+        elif ending is not OrchestrationStatus.COMPLETED or missing:
+            status = RequestState(ending) if ending is not OrchestrationStatus.COMPLETED else RequestState.INTERRUPTED
+            reason = reason or f"{len(missing)} task(s) ended without a result (a worker was lost)"
+            for task in self.tasks:  # counted as errors in the summary, as in process
+                if task.task_id in missing:
+                    self.outcomes[task.task_id] = self.cancelled_outcome(task, f"{status}: {reason}")
+            self.end(status, reason)
+            self.notes.append(f"{status}: {reason}; the next run resumes it")
+        else:
+            await self.finalize()
+        return details
+
+    def note(self, text: str) -> None:
+        """A line for the request's summary (said at the end, with its counts)."""
+        self.notes.append(text)
+
+    def unwritten_file(self, name: str, exc: Exception) -> None:
+        """``name`` could not be written: said in the summary, and the session fails (plugin/ci.py)."""
+        message = f"could not write {name} in {self.store.run_dir}: {type(exc).__name__}: {exc}"
+        log.warning("request %s: %s", self.name, message)
+        self.notes.append(message)
+        self.unwritten.append(name)
+
+    # -- what the end of the session reads -----------------------------------------------
+    def counts(self) -> dict[str, int]:
+        return count_outcomes(self.outcomes.values())
+
+    def final_summary(self) -> RequestSummary:
+        """This request as the terminal summary shows it (values, read once the run ended)."""
+        return RequestSummary(
+            name=self.name,
+            run_dir=self.store.run_dir,
+            counts=self.counts(),
+            failed=self.failed,
+            metrics=self.metrics,
+            usage=self.usage,
+            notes=tuple(self.notes),
+            kept_environments=tuple(
+                (outcome.task.task_id, env)
+                for outcome in self.outcomes.values()
+                if not (outcome.reused or outcome.resumed)
+                for env in outcome.kept_environments
+            ),
+            flagged=tuple(flagged_tasks(self.tasks, self.outcomes)),
+        )
+
+    def forget_outcomes(self) -> None:
+        """Drop every outcome once the session is reported (pytest's last collections walk the heap)."""
+        self.outcomes.clear()
 
 
 def _reason(exc: BaseException) -> str:
     return str(exc) if isinstance(exc, AgentCompassError) else f"{type(exc).__name__}: {exc}"
-
-
-class StoredResults(Sequence[RunResult]):
-    """Terminal results in task order, read back from their detail files one at a time.
-
-    Finalization hands this to ``aggregate_metrics`` so that memory does not
-    grow with outputs, artifacts and evidence of every task in the request.
-    """
-
-    def __init__(self, outcomes: Sequence[TaskOutcome]) -> None:
-        self._outcomes = list(outcomes)
-
-    def __len__(self) -> int:
-        return len(self._outcomes)
-
-    @overload
-    def __getitem__(self, index: int) -> RunResult: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[RunResult]: ...
-
-    def __getitem__(self, index: int | slice) -> RunResult | list[RunResult]:
-        if isinstance(index, slice):
-            return [self._load(o) for o in self._outcomes[index]]
-        return self._load(self._outcomes[index])
-
-    @staticmethod
-    def _load(outcome: TaskOutcome) -> RunResult:
-        if outcome.detail_path is not None:
-            try:
-                return RunResult.from_dict(read_json(outcome.detail_path))
-            except (OSError, ValueError):
-                pass  # fall back to what is in memory
-        return outcome.result
-
-
-def checked_metrics(metrics: Any) -> dict[str, Any]:
-    """``aggregate_metrics``' answer as JSON-safe metrics; what cannot be kept is named in ``error``.
-
-    ``summary.json`` must stay JSON (no ``NaN``) and a metric must mean what
-    it says (no ``repr`` of an object), so such a value becomes ``None``.
-    """
-    if not isinstance(metrics, Mapping):
-        kind = type(metrics).__name__
-        return {"error": f"aggregate_metrics returned {kind}, not a mapping of metric names to values"}
-    kept: dict[str, Any] = {}
-    problems: list[str] = []
-    for key, value in metrics.items():
-        name = str(key)
-        if isinstance(value, numbers.Integral) and not isinstance(value, bool | int):
-            value = int(value)  # numpy's integers, say
-        elif isinstance(value, numbers.Real) and not isinstance(value, bool | int | float):
-            value = float(value)
-        if isinstance(value, float) and not math.isfinite(value):
-            problems.append(f"{name!r} is {value}")
-            value = None
-        elif not _json_safe(value):
-            problems.append(f"{name!r} is a {type(value).__name__}, not a number, string or list")
-            value = None
-        kept[name] = value
-    if problems:
-        kept["error"] = "aggregate_metrics: " + "; ".join(problems)
-    return kept
-
-
-def _json_safe(value: Any) -> bool:
-    if value is None or isinstance(value, str | bool | int):
-        return True
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, list | tuple):
-        return all(_json_safe(v) for v in value)
-    if isinstance(value, Mapping):
-        return all(isinstance(k, str) and _json_safe(v) for k, v in value.items())
-    return False

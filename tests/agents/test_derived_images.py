@@ -18,10 +18,10 @@ from pytest_agentcompass.environments.base import SessionConfig
 from pytest_agentcompass.environments.docker_derived import AgentImages, with_agent
 from pytest_agentcompass.errors import SessionError
 
-from conftest import docker_has_image
+from conftest import docker_has
 
 BUSYBOX = "agentcompass-busybox:test"
-pytestmark = pytest.mark.skipif(not docker_has_image(BUSYBOX), reason=f"no Docker engine with {BUSYBOX}")
+pytestmark = pytest.mark.skipif(not docker_has(BUSYBOX), reason=f"no Docker engine with {BUSYBOX}")
 docker_sdk = pytest.importorskip("docker")
 
 SCRIPT = 'mkdir -p "$PREFIX/bin" && tar -xzf "$PKGS/agent.tgz" -C "$PREFIX/bin" && echo installed "$(cat "$PKGS/note")"'

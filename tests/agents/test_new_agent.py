@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from agent_scripts import COMMAND, IMAGE, NO_AGENT_DOCKER, agent_task, offline
-from conftest import docker_has_image, write_config
+from conftest import docker_has, write_config
 from containers import docker
 from model_upstream import ScriptedServer, Seen, Turn, scripted_server, text, tool
 from registries import LocalRegistry, local_registry, npm_tarball
 
 pytest.importorskip("aiohttp")
-pytestmark = pytest.mark.skipif(not docker_has_image(IMAGE), reason=NO_AGENT_DOCKER)
+pytestmark = pytest.mark.skipif(not docker_has(IMAGE), reason=NO_AGENT_DOCKER)
 
 KEY = "sk-sixth-agent-upstream-key-27d4"
 RUN = ("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,6 @@ SOLUTIONS = {
     "/app/project": "tar -czf project.tar.gz project",
     "words.txt": "sort -u words.txt > sorted.txt",
 }
-IMAGE = "agentcompass-busybox:test"
 
 
 def solver(body: dict[str, Any]) -> Reply:
@@ -71,15 +69,7 @@ def test_local_example(pytester: pytest.Pytester, server: ScriptedServer, exampl
     assert summary["counts"]["passed"] == 3 and summary["usage"]["calls"] == 6
 
 
-def docker_ready() -> bool:
-    try:
-        probe = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, check=False)
-    except FileNotFoundError:
-        return False
-    return probe.returncode == 0
-
-
-@pytest.mark.skipif(not docker_ready(), reason="no Docker engine with the test image (run scripts/start-docker.sh)")
+@pytest.mark.usefixtures("docker_engine")
 def test_terminal_tasks_example(pytester: pytest.Pytester, server: ScriptedServer, example: Path) -> None:
     result = pytester.runpytest(f"--agentcompass={example}/agentcompass.yaml", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=5)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SUITES, docker_has_image, start_pytest, write_config
+from conftest import SUITES, docker_has, start_pytest, write_config
 from containers import changed_files, docker
 from model_upstream import ScriptedServer, scripted_server, stall, text
 
@@ -224,7 +224,7 @@ def decoy() -> Iterator[ScriptedServer]:
         docker("network", "rm", name)
 
 
-@pytest.mark.skipif(not docker_has_image(IMAGE), reason=NO_DOCKER)
+@pytest.mark.skipif(not docker_has(IMAGE), reason=NO_DOCKER)
 @pytest.mark.skipif(os.geteuid() != 0, reason="the gateway network's firewall needs root (iptables)")
 def test_with_run_disabled_a_container_reaches_the_gateway_and_nothing_else(
     pytester: pytest.Pytester, server: ScriptedServer, decoy: ScriptedServer
@@ -269,7 +269,7 @@ def test_with_run_disabled_a_container_reaches_the_gateway_and_nothing_else(
     assert KEY.encode() not in written_anywhere(pytester.path)
 
 
-@pytest.mark.skipif(not docker_has_image(IMAGE), reason=NO_DOCKER)
+@pytest.mark.skipif(not docker_has(IMAGE), reason=NO_DOCKER)
 def test_the_next_run_sweeps_the_gateway_network_a_killed_run_left(
     pytester: pytest.Pytester, server: ScriptedServer
 ) -> None:

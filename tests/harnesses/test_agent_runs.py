@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agent_helpers import DEADLINES, KEY, agent_request, detail, run_dir, write_agent_config
-from conftest import start_pytest, write_config
+from conftest import DOCKER_TEST_IMAGE, docker_has, start_pytest, write_config
 from openai_server import Reply, ScriptedServer, answer, error, scripted_server, slow, tool_call
 
 pytest.importorskip("openai")
@@ -136,6 +136,9 @@ def test_ctrl_c_aborts_the_call_in_flight_and_closes_the_client(
 
 def test_deadline_aborts_calls_in_flight(pytester: pytest.Pytester, server: ScriptedServer) -> None:
     server.default = lambda body: slow(300)
+    # The deadline starts once the run's preflight is done: openai, the slowest part of a task's
+    # first call, is imported before that (by collection), so the calls are in flight well within it.
+    pytester.makeconftest("import openai")
     for deadline in DEADLINES:
         write_agent_config(pytester, server, n=2, timeout_seconds=deadline)
         result = pytester.runpytest_subprocess(*RUN, "--agentcompass-new-run")
@@ -217,15 +220,7 @@ def test_quickstart_with_the_openai_harness(pytester: pytest.Pytester, server: S
 
 
 # -- Docker ---------------------------------------------------------------------------
-IMAGE = "agentcompass-busybox:test"
-
-
-def docker_ready() -> bool:
-    try:
-        probe = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, check=False)
-    except FileNotFoundError:
-        return False
-    return probe.returncode == 0
+IMAGE = DOCKER_TEST_IMAGE
 
 
 @pytest.mark.parametrize(
@@ -233,7 +228,7 @@ def docker_ready() -> bool:
     [
         "local",
         pytest.param(
-            "docker", marks=pytest.mark.skipif(not docker_ready(), reason="no Docker engine with the test image")
+            "docker", marks=pytest.mark.skipif(not docker_has(IMAGE), reason="no Docker engine with the test image")
         ),
     ],
 )
@@ -269,16 +264,17 @@ def test_agent_commands_get_a_clean_environment(
     assert "ci-token" not in trajectory and "OPENAI_API_KEY" not in trajectory
 
 
-@pytest.mark.skipif(not docker_ready(), reason="no Docker engine with the test image (run scripts/start-docker.sh)")
 @pytest.mark.parametrize("run_network", ["full", "disabled"])
-def test_shell_agent_in_docker(pytester: pytest.Pytester, server: ScriptedServer, run_network: str) -> None:
+def test_shell_agent_in_docker(
+    docker_engine: str, pytester: pytest.Pytester, server: ScriptedServer, run_network: str
+) -> None:
     # The model is called from the pytest process: a container without network still has an agent.
     server.push(
         tool_call("pwd && ls && ls /sys/class/net", content="looking around"),
         tool_call("printf hi > hello.txt"),
         answer("done"),
     )
-    environment = {"id": "docker", "params": {"image": IMAGE}, "network": {"run": run_network}}
+    environment = {"id": "docker", "params": {"image": docker_engine}, "network": {"run": run_network}}
     write_agent_config(pytester, server, environment=environment)
     pytester.runpytest(*RUN).assert_outcomes(passed=1)
     tools = [m["content"] for m in server.bodies()[-1]["messages"] if m["role"] == "tool"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from typing import Any
 
 import pytest
@@ -14,7 +13,6 @@ from conftest import write_config
 RUN = ("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
 SECRET = "tok-5d1e0c2b9a8f"
 MODEL_KEY = "sk-cli-key-77aa11bb"
-IMAGE = "agentcompass-busybox:test"
 
 AGENT = (
     "printf hi > hello.txt; "
@@ -114,17 +112,8 @@ def test_bad_params_are_config_errors(pytester: pytest.Pytester, params: dict[st
     assert "Traceback" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()
 
 
-def docker_ready() -> bool:
-    try:
-        probe = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, check=False)
-    except FileNotFoundError:
-        return False
-    return probe.returncode == 0
-
-
-@pytest.mark.skipif(not docker_ready(), reason="no Docker engine with the test image (run scripts/start-docker.sh)")
-def test_agent_cli_in_docker(pytester: pytest.Pytester) -> None:
-    write_config(pytester, [command_request(full_params(), {"id": "docker", "params": {"image": IMAGE}})])
+def test_agent_cli_in_docker(docker_engine: str, pytester: pytest.Pytester) -> None:
+    write_config(pytester, [command_request(full_params(), {"id": "docker", "params": {"image": docker_engine}})])
     result = pytester.runpytest(*RUN)
     result.assert_outcomes(passed=1)
     assert SECRET not in result.stdout.str() and MODEL_KEY not in result.stdout.str()

@@ -116,3 +116,19 @@ def test_categories_are_listed_by_markers(pytester: pytest.Pytester, suite: Path
     result.stdout.fnmatch_lines(["@pytest.mark.odd_one: agentcompass task category 'odd one'"])
     result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "--strict-markers", "-m", "odd_one")
     result.assert_outcomes(failed=1, deselected=2)
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["in-process", "xdist"])
+def test_a_request_stopped_by_exitfirst_is_finalized_with_its_hook_and_page(
+    pytester: pytest.Pytester, suite: Path, xdist: tuple[str, ...]
+) -> None:
+    # One task at a time: e1 fails, -x stops the run, e2 never starts (under xdist it may have).
+    args = ("--agentcompass=agentcompass.yaml", "-x", "--agentcompass-concurrency=1", *xdist)
+    result = pytester.runpytest_subprocess(*args)
+    result.stdout.fnmatch_lines(["*stopping after * failures*"])
+    (request,) = [c for c in calls(suite) if c["hook"] == "request"]
+    summary = request["summary"]
+    assert isinstance(summary, dict) and summary["status"] == "stopped"
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "stopped"
+    assert (run_dir / "report.html").is_file()

@@ -314,6 +314,17 @@ def test_a_request_that_cannot_be_built_is_one_masked_message_under_xdist(
     result.stdout.fnmatch_lines(["*ConnectionError: cannot download the dataset from https://h/d?token=***"])
 
 
+def test_another_distribution_mode_still_prepares_and_finalizes_the_run(pytester: pytest.Pytester, trace: Path) -> None:
+    # Only --dist load uses the plugin's scheduler; the run's owner must not depend on it.
+    write_config(pytester, [tracing_request("a", trace, n=4, wrong=["t1"])])
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", "--dist", "loadscope")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["*a: 4 tasks, 3 passed, 1 failed, 0 errors*"])
+    run = only_run(pytester, "a")
+    assert run_info(run)["status"] == "completed"
+    assert [t["task_id"] for t in json.loads((run / "summary.json").read_text())["tasks"]] == ["t0", "t1", "t2", "t3"]
+
+
 def test_dist_each_is_refused(pytester: pytest.Pytester, trace: Path) -> None:
     write_config(pytester, [tracing_request("a", trace, n=2)])
     result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", "--dist", "each")

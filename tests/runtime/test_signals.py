@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -59,13 +59,18 @@ def _kill_what_is_left() -> Iterator[None]:
             proc.communicate()
 
 
-def wait_for(path: Path, count: int, proc: subprocess.Popen[str]) -> None:
-    """Until ``path`` holds ``count`` marks (the stubborn closes write one each as they start)."""
+def wait_until(condition: Callable[[], bool], proc: subprocess.Popen[str], never: str) -> None:
+    """Until ``condition`` holds, while ``proc`` runs (60 s at most: a guard against a hang, not a measurement)."""
     deadline = time.monotonic() + 60
-    while not (path.exists() and len(path.read_text()) >= count):
-        assert time.monotonic() < deadline, f"{path.name}: {count} never reached"
+    while not condition():
+        assert time.monotonic() < deadline, never
         assert proc.poll() is None, proc.communicate()[0]
         time.sleep(0.05)
+
+
+def wait_for(path: Path, count: int, proc: subprocess.Popen[str]) -> None:
+    """Until ``path`` holds ``count`` marks (the stubborn closes write one each as they start)."""
+    wait_until(lambda: path.exists() and len(path.read_text()) >= count, proc, f"{path.name}: {count} never reached")
 
 
 def ended_soon(proc: subprocess.Popen[str], signalled: float) -> str:
@@ -111,11 +116,7 @@ def start(
     proc = start_pytest(pytester, *args, own_group=own_group)
     STARTED.append(proc)
     pids = pytester.path / "pids"
-    deadline = time.monotonic() + 60
-    while not (pids.exists() and len(pids.read_text().split()) >= running):
-        assert time.monotonic() < deadline, "tasks never started"
-        assert proc.poll() is None, proc.communicate()[0]
-        time.sleep(0.05)
+    wait_until(lambda: pids.exists() and len(pids.read_text().split()) >= running, proc, "tasks never started")
     return proc
 
 
@@ -152,7 +153,7 @@ def test_first_interrupt_cleans_up_everything(pytester: pytest.Pytester) -> None
 def test_second_interrupt_exits_at_once(pytester: pytest.Pytester) -> None:
     proc = start(pytester, {"id": "bench.py:Stubborn"}, grace=120)
     proc.send_signal(signal.SIGINT)
-    time.sleep(1.0)
+    wait_for(pytester.path / "closing", 3, proc)  # the first cleanup waits on the stubborn closes
     assert proc.poll() is None  # still waiting on the stubborn cleanup, within its grace
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=15)
@@ -171,13 +172,18 @@ def test_second_interrupt_exits_at_once(pytester: pytest.Pytester) -> None:
     assert list((pytester.path / "ws").iterdir()) == [], "the stuck sessions' workspaces were swept"
 
 
-@pytest.mark.parametrize("gap", [0.3, 1.0])
+@pytest.mark.parametrize("second", ["once the agents are stopped", "once the cleanup waits"])
 def test_a_second_interrupt_under_xdist_exits_at_once_and_keeps_the_bookkeeping(
-    pytester: pytest.Pytester, gap: float
+    pytester: pytest.Pytester, second: str
 ) -> None:
     proc = start(pytester, {"id": "bench.py:Stubborn"}, 120, "--junitxml=junit.xml", "-n", "2", own_group=True)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it: to xdist's workers too
-    time.sleep(gap)
+    # Not before every worker running a task has taken the first (two signals not yet handled are one).
+    if second == "once the agents are stopped":
+        pids = [int(p) for p in (pytester.path / "pids").read_text().split()]
+        wait_until(lambda: not any(alive(pid) for pid in pids), proc, "the agents never stopped")
+    else:
+        wait_for(pytester.path / "closing", 3, proc)  # every stubborn close has started
     os.killpg(proc.pid, signal.SIGINT)
     out, _ = proc.communicate(timeout=60)  # the grace is 120 s: only the second Ctrl-C ends it this soon
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out

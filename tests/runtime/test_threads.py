@@ -35,12 +35,16 @@ def test_idle_workers_stay_for_the_next_burst(monkeypatch: pytest.MonkeyPatch) -
     assert pool.abandoned == []
 
 
-def test_a_shared_pool_is_drained_without_closing_it() -> None:
+def test_a_shared_pool_is_drained_without_closing_it(monkeypatch: pytest.MonkeyPatch) -> None:
     pool = shared_pool(4, "test-shared")
     release = threading.Event()
     held = pool.submit(release.wait)
     assert drain_shared_pools(0.0) == ["threading.Event.wait"]  # still running: named, not waited for
-    releaser = threading.Thread(target=lambda: (time.sleep(0.05), release.set()))
+    # The call ends only once the drain below waits for it.
+    draining = threading.Event()
+    wait = pool._drained.wait
+    monkeypatch.setattr(pool._drained, "wait", lambda timeout=None: (draining.set(), wait(timeout))[1])
+    releaser = threading.Thread(target=lambda: (draining.wait(30), release.set()))
     releaser.start()
     assert drain_shared_pools(30.0) == []  # returns once the call is done
     releaser.join()
@@ -53,9 +57,8 @@ def test_errors_reach_the_caller_and_idle_threads_exit() -> None:
     with pytest.raises(ValueError, match="invalid literal"):
         pool.submit(int, "x").result()
     pool.shutdown()
-    deadline = time.monotonic() + 10
-    while any(t.name.startswith("agentcompass-io") for t in threading.enumerate()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    for thread in [t for t in threading.enumerate() if t.name.startswith("agentcompass-io")]:
+        thread.join(10)  # a guard against a hang: idle threads exit once the pool is shut down
     assert not [t for t in threading.enumerate() if t.name.startswith("agentcompass-io")]
 
 
@@ -74,17 +77,27 @@ def test_shutdown_waits_within_the_grace_then_abandons_and_names_the_call() -> N
         pool.submit(time.sleep, 0)
 
 
+def blocking_call(loop: asyncio.AbstractEventLoop, running: asyncio.Future[None], release: threading.Event) -> None:
+    """Says it runs, then blocks until released."""
+    loop.call_soon_threadsafe(running.set_result, None)
+    release.wait()
+
+
 def test_to_thread_uses_the_pool_and_is_named_by_its_function() -> None:
     async def main() -> list[str]:
-        task = asyncio.ensure_future(asyncio.to_thread(time.sleep, 0.5))
-        await asyncio.sleep(0.1)
-        pool = asyncio.get_running_loop()._default_executor
+        loop = asyncio.get_running_loop()
+        running: asyncio.Future[None] = loop.create_future()
+        release = threading.Event()
+        task = asyncio.ensure_future(asyncio.to_thread(blocking_call, loop, running, release))
+        await running
+        pool = loop._default_executor
         assert isinstance(pool, BlockingCallPool)
         seen = pool.in_flight()
+        release.set()
         await task
         return seen
 
-    assert run_with_pool(main(), max_workers=4, grace=1) == ["time.sleep"]
+    assert run_with_pool(main(), max_workers=4, grace=1) == [f"{__name__}.blocking_call"]
 
 
 BLOCKING = """

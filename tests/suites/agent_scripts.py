@@ -22,7 +22,7 @@ import pytest
 from pytest_agentcompass.agents_cache import default_cache_dir
 from pytest_agentcompass.registry import AGENT_IDS, Registry
 
-from conftest import docker_has_image
+from conftest import docker_has
 from model_upstream import Seen, Turn, text, tool
 
 #: Built offline by scripts/build-base-images.sh (glibc and python3: every agent runs on it).
@@ -92,7 +92,7 @@ def fill_agent_cache() -> Path:
         if os.environ.get("CI"):
             pytest.fail("npm is not installed: .ci/run installs it (the agent CLIs are fetched with it)")
         pytest.skip("npm is not installed")
-    if not docker_has_image(IMAGE):
+    if not docker_has(IMAGE):
         if os.environ.get("CI"):
             pytest.fail(NO_AGENT_DOCKER)
         pytest.skip(NO_AGENT_DOCKER)

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..._flock import try_lock
 from ...errors import AgentCompassError
+from ...types import RequestState
 from .files import RUN_INFO, RunStore, read_json, read_run_info_head
 
 __all__ = [
@@ -38,6 +39,8 @@ __all__ = [
 ]
 
 LOCK_FILE = "run.lock"
+#: A run that began and never ended: its process runs it, or was killed.
+UNFINISHED = frozenset(state for state in RequestState if state.unfinished)
 
 
 def now() -> str:
@@ -81,7 +84,7 @@ def killed_runs(run_dir: Path, *, include_current: bool) -> list[str]:
     """
     found = [run_dir.name] if include_current else []
     for path, info in iter_runs(run_dir.parent, newest_first=False):
-        if path == run_dir or info.get("status") not in ("created", "running"):
+        if path == run_dir or info.get("status") not in UNFINISHED:
             continue
         try:
             holder = int((path / LOCK_FILE).read_text().strip() or 0)
@@ -104,9 +107,9 @@ def record_killed(run_dir: Path, reason: str) -> bool:
     try:
         store = RunStore(run_dir)
         info = store.read_run_info()
-        if info.get("status") not in ("created", "running"):
+        if info.get("status") not in UNFINISHED:
             return False
-        info.update(status="interrupted", stop_reason=reason, finished_at=info.get("finished_at") or now())
+        info.update(status=RequestState.INTERRUPTED, stop_reason=reason, finished_at=info.get("finished_at") or now())
         store.write_run_info(info)
         return True
     finally:
@@ -135,7 +138,7 @@ def find_resumable_run(request_dir: Path, fingerprint: str) -> Path | None:
     The newest finished run ends the search: what came before it is history.
     """
     for path, info in iter_runs(request_dir):
-        if info.get("status") == "completed":
+        if info.get("status") == RequestState.COMPLETED:
             return None
         if info.get("fingerprint") == fingerprint and _take_lock(path):
             return path
@@ -185,7 +188,7 @@ def claim_run_dir(run_dir: Path, request: str, fingerprint: str, *, shared: bool
             {
                 "run_id": run_dir.name,
                 "request": request,
-                "status": "created",
+                "status": RequestState.CREATED,
                 "fingerprint": fingerprint,
                 "started_at": now(),
             }

@@ -263,17 +263,22 @@ class EnginePool:
         self._has.add(key)
 
     # -- cleanup ---------------------------------------------------------
-    async def sweep(self, run_id: str) -> int:
-        """Remove run ``run_id``'s containers from every engine that answers; the others are noted."""
-        counts = await asyncio.gather(*(asyncio.to_thread(self._sweep_one, e, run_id) for e in self.engines))
+    async def sweep(self, run_id: str, also: Callable[[Any, str], int] | None = None) -> int:
+        """Remove run ``run_id``'s containers from every engine that answers; the others are noted.
+
+        ``also(client, run_id)`` removes more of the run's leftovers on each engine (its images).
+        """
+        counts = await asyncio.gather(*(asyncio.to_thread(self._sweep_one, e, run_id, also) for e in self.engines))
         return sum(counts)
 
-    def _sweep_one(self, engine: Engine, run_id: str) -> int:
+    def _sweep_one(self, engine: Engine, run_id: str, also: Callable[[Any, str], int] | None) -> int:
         try:
             client = engine.client()
             leftovers = client.containers.list(all=True, filters={"label": f"agentcompass.run={run_id}"})
             for container in leftovers:
                 remove_container(client, container.id)
+            if also is not None:
+                return len(leftovers) + also(client, run_id)
         except Exception as exc:
             if not self.pooled:
                 raise

@@ -63,7 +63,11 @@ class AttemptRunner:
     async def run(self) -> AttemptRecord:
         # A whole-attempt retry leaves the permit block, so it gives the
         # provider permit back and queues for a new one.
-        result = await self._retrying(RetryScope.ATTEMPT, self._attempt_with_permit)
+        try:
+            result = await self._retrying(RetryScope.ATTEMPT, self._attempt_with_permit)
+        finally:  # what the provider kept across this attempt's sessions (a snapshot) goes now
+            provider, task_id, index = self.ctx.provider, self.task.task_id, self.plan.attempt_index
+            await _uncancellable(self._cleanup("ending the attempt", lambda: provider.end_attempt(task_id, index)))
         if self.record.placement:
             result = dataclasses.replace(result, metadata={**result.metadata, "placement": self.record.placement})
             try:  # the plan, recorded before anything opened, learns its engines

@@ -25,6 +25,8 @@ from pathlib import PurePosixPath
 from typing import IO, Any
 
 __all__ = [
+    "Save",
+    "Skip",
     "TreeCopy",
     "copy_out",
     "get_tree",
@@ -147,9 +149,13 @@ class TreeCopy:
 
 #: ``save(name, handle, size)``: store ``size`` bytes of a member read from ``handle``; returns bytes stored.
 Save = Callable[[str, IO[bytes], int], int]
+#: ``skip(name)``: whether to pass the file ``name`` over (an excluded pattern).
+Skip = Callable[[str], bool]
 
 
-def copy_out(container: Any, source: str, save: Save, limit: int, time_limit: float | None = None) -> TreeCopy:
+def copy_out(
+    container: Any, source: str, save: Save, limit: int, time_limit: float | None = None, skip: Skip | None = None
+) -> TreeCopy:
     """Stream the regular files under ``source`` to ``save``, at most ``limit`` bytes of them.
 
     A file larger than what is left of ``limit`` is listed as cut and skipped;
@@ -157,14 +163,15 @@ def copy_out(container: Any, source: str, save: Save, limit: int, time_limit: fl
     ``limit`` too (a sparse or huge file), the archive is abandoned and the
     files after it are not seen. ``time_limit`` seconds bound the whole copy
     (a stalled engine included): the connection is shut when they run out.
-    Links, devices and FIFOs are never followed or read.
+    Links, devices and FIFOs are never followed or read; names ``skip`` says
+    yes to are passed over. ``source`` may be one file: it is copied under its name.
     """
     report = TreeCopy(limit_bytes=limit)
     deadline = None if time_limit is None else time.monotonic() + time_limit
     try:
         with _archive(container, source, deadline) as body:
             try:
-                _copy_members(body, save, limit, report)
+                _copy_members(body, save, limit, report, skip)
             except (tarfile.TarError, OSError) as exc:
                 if not body.timer.expired:
                     report.stopped = f"the engine's archive ended early: {type(exc).__name__}: {exc}"
@@ -176,12 +183,14 @@ def copy_out(container: Any, source: str, save: Save, limit: int, time_limit: fl
     return report
 
 
-def _copy_members(body: _Body, save: Save, limit: int, report: TreeCopy) -> None:
+def _copy_members(body: _Body, save: Save, limit: int, report: TreeCopy, skip: Skip | None) -> None:
     skip_room = limit
     with tarfile.open(fileobj=body, mode="r|") as archive:
         for member in archive:
-            name = member.name.partition("/")[2]  # drop the folder's own name
-            if not member.isfile() or not name:
+            # Names relative to the folder (its own name dropped); a file copied alone keeps its name.
+            folder, _, name = member.name.partition("/")
+            name = name or (folder if member.isfile() else "")
+            if not member.isfile() or not name or (skip is not None and skip(name)):
                 continue
             if report.bytes + member.size > limit:
                 report.cut.append({"name": name, "size": member.size, "why": "over the copy limit"})

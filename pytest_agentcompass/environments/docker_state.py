@@ -20,7 +20,17 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SNAPSHOT_REPOSITORY", "Change", "Process", "Snapshots", "changes", "freeze", "processes", "sweep_snapshots"]
+__all__ = [
+    "SNAPSHOT_REPOSITORY",
+    "Change",
+    "Process",
+    "Snapshots",
+    "changes",
+    "environ",
+    "freeze",
+    "processes",
+    "sweep_snapshots",
+]
 
 log = logging.getLogger("pytest_agentcompass")
 
@@ -84,6 +94,12 @@ def processes(container: Any) -> list[Process]:
             )
         )
     return rows
+
+
+def environ(container: Any) -> list[str]:
+    """The container's configured environment (``KEY=value``): ``PATH`` among it."""
+    config = container.client.api.inspect_container(container.id).get("Config") or {}
+    return [str(e) for e in config.get("Env") or []]
 
 
 def freeze(container: Any) -> None:

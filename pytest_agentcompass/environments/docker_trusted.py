@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import SessionError
-from .docker_files import Save, TreeCopy, copy_out, make_dirs, read_head, replace_tree, stat
-from .docker_state import Change, Process, Snapshots, changes, freeze, processes
+from .docker_files import Save, Skip, TreeCopy, copy_out, make_dirs, read_head, replace_tree, stat
+from .docker_state import Change, Process, Snapshots, changes, environ, freeze, processes
 
 __all__ = ["TrustedAccess"]
 
@@ -55,10 +55,16 @@ class TrustedAccess:
             raise SessionError(f"{path!r} is not a file in container {self.container.short_id}")
         return found
 
-    async def copy_out(self, source: str, save: Save, limit: int, time_limit: float | None = None) -> TreeCopy:
+    async def copy_out(
+        self, source: str, save: Save, limit: int, time_limit: float | None = None, skip: Skip | None = None
+    ) -> TreeCopy:
         """Stream the files under ``source`` to ``save`` (called in a worker thread), within ``limit``
         bytes and ``time_limit`` seconds; see :func:`.docker_files.copy_out`."""
-        return await asyncio.to_thread(copy_out, self.container, self._path(source), save, limit, time_limit)
+        return await asyncio.to_thread(copy_out, self.container, self._path(source), save, limit, time_limit, skip)
+
+    async def environ(self) -> list[str]:
+        """The container's environment (``KEY=value``), as its commands start with it."""
+        return await asyncio.to_thread(environ, self.container)
 
     async def changes(self) -> list[Change]:
         """The paths changed relative to the image (``docker diff``)."""

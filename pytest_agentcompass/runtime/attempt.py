@@ -15,7 +15,7 @@ import math
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from .._compat import call_user, maybe_await
 from ..artifacts import artifact_sink
@@ -341,6 +341,12 @@ class _AttemptArtifacts:
         # The try in progress now: an evaluation retried within this try counts as a retry too.
         retry = runner.record.retries
         return runner.ctx.store.save_artifact(runner.task.task_id, runner.plan.attempt_index, retry, name, data)
+
+    def save_stream(self, name: str, handle: IO[bytes], limit: int) -> tuple[str, int]:
+        runner = self.runner
+        return runner.ctx.store.save_artifact_stream(
+            runner.task.task_id, runner.plan.attempt_index, runner.record.retries, name, handle, limit
+        )
 
 
 async def _uncancellable(awaitable: Awaitable[None]) -> None:

@@ -64,6 +64,7 @@ class RequestContext:
             task.ground_truth,
             task.evaluation_environment_mode,
             task.metadata,
+            *([task.broken] if task.broken is not None else []),
         ]
         digest = self._task_fingerprints[task.task_id] = _digest(fields)
         return digest

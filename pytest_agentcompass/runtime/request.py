@@ -353,6 +353,7 @@ class RequestRuntime:
             "failed": sum(1 for o in outcomes if not o.passed and not o.result.is_error),
             "errors": sum(1 for o in outcomes if o.result.is_error),
             "environment_errors": sum(1 for o in outcomes if o.result.status is RunStatus.ENVIRONMENT_ERROR),
+            "task_errors": sum(1 for o in outcomes if o.result.status is RunStatus.TASK_ERROR),
             "reused": sum(1 for o in outcomes if o.reused),
             "resumed": sum(1 for o in outcomes if o.resumed),
             "retries": sum(o.retries for o in outcomes),

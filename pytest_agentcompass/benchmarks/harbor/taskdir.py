@@ -6,8 +6,8 @@ A task directory holds ``instruction.md``, ``task.toml``, ``environment/``
 load time: nothing is built or hashed until an attempt needs it.
 
 A task whose files are broken still loads, as a :class:`HarborTask` with
-``error`` set: its attempts fail with that message (naming the file and
-line) while the other tasks run.
+``error`` set: it is reported as a ``task_error`` with that message (naming
+the file and line) while the other tasks run.
 """
 
 from __future__ import annotations
@@ -18,12 +18,23 @@ import os
 import re
 import stat
 import tomllib
+import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HarborTask", "expand_env", "files_digest", "find_task_dirs", "parse_memory_mb", "read_task"]
+__all__ = [
+    "ArtifactSpec",
+    "HarborTask",
+    "VerifierEnvironment",
+    "expand_env",
+    "files_digest",
+    "find_task_dirs",
+    "parse_memory_mb",
+    "read_task",
+    "task_id_for",
+]
 
 TASK_FILE = "task.toml"
 INSTRUCTION_FILE = "instruction.md"
@@ -41,6 +52,28 @@ DEFAULT_TIMEOUT_SEC = 600.0
 
 class TaskFileError(ValueError):
     """A value of ``task.toml`` that cannot be used; the message names file, line and key."""
+
+
+@dataclass(frozen=True)
+class ArtifactSpec:
+    """One entry of ``artifacts = [...]``: a path of the agent's environment handed to a separate
+    verifier (a file, or a folder without the ``exclude`` patterns)."""
+
+    source: str
+    exclude: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VerifierEnvironment:
+    """``[verifier.environment]``: the separate verifier's own sandbox (unset values: none)."""
+
+    docker_image: str | None = None
+    cpus: float | None = None
+    memory_mb: int | None = None
+    storage_mb: int | None = None
+    allow_internet: bool | None = None
+    build_timeout: float | None = None
+    workdir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,9 +96,13 @@ class HarborTask:
     storage_mb: int | None = None
     gpus: int = 0
     allow_internet: bool = True
-    #: ``[verifier] environment_mode``: ``separate`` asks for a verifier container of its own
-    #: (built from ``tests/``), which this benchmark does not build: it is reported, not silent.
+    #: ``[verifier] environment_mode`` (``shared`` or ``separate``; a ``[verifier.environment]``
+    #: table alone means ``separate``); ``None``: not said, the request decides (shared by default).
     verifier_mode: str | None = None
+    #: ``[verifier.environment]``, when the task has one.
+    verifier_environment: VerifierEnvironment | None = None
+    #: ``artifacts = [...]``: what a separate verifier gets of the agent's environment.
+    artifacts: tuple[ArtifactSpec, ...] = ()
     category: str | None = None
     tags: tuple[str, ...] = ()
     #: Everything else ``task.toml`` holds (``[metadata]``, unknown tables), kept as written.
@@ -177,9 +214,47 @@ def read_task(path: Path) -> HarborTask:
         return HarborTask(name=path.name, path=path, config=data, error=str(exc))
     instruction = path / INSTRUCTION_FILE
     try:
-        return replace(task, instruction=instruction.read_text(encoding="utf-8"))
+        task = replace(task, instruction=instruction.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         return HarborTask(name=path.name, path=path, config=data, error=f"{instruction}: cannot read: {exc}")
+    problem = _files_problem(task)
+    return replace(task, error=problem) if problem else task
+
+
+def _files_problem(task: HarborTask) -> str | None:
+    """What makes the task's folders unusable: an empty Dockerfile, no verifier script."""
+    for dockerfile in (task.environment_dir / "Dockerfile", task.path / "tests" / "Dockerfile"):
+        if dockerfile.is_file() and not _instructions(dockerfile):
+            return f"{dockerfile} is empty: it has no instruction to build an image from"
+    tests = task.path / "tests"
+    baked = task.verifier_mode == "separate" and (tests / "Dockerfile").is_file()
+    if not baked and not (tests / "test.sh").is_file():  # a separate verifier's image may bring its own
+        return f"{tests / 'test.sh'} does not exist: the task has no verifier"
+    return None
+
+
+def _instructions(dockerfile: Path) -> bool:
+    try:
+        text = dockerfile.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True  # unreadable: the build says why
+    return any(line.strip() and not line.strip().startswith("#") for line in text.splitlines())
+
+
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+def task_id_for(name: str) -> str:
+    """The task id of a directory named ``name``: the name itself when it is a safe id (letters,
+    digits, ``.``, ``_``, ``-``); else its letters without accents, other characters as ``-``, and a
+    short digest of the real name, so the id is stable and two names never share one
+    (``my task`` -> ``my-task-5d41402a``, ``café`` -> ``cafe-...``)."""
+    if _SAFE_ID.match(name):
+        return name
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    slug = _ID_UNSAFE.sub("-", ascii_name).strip("-._")[:150] or "task"
+    return f"{slug}-{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
 
 
 class _Where:
@@ -224,15 +299,14 @@ def _env(table: Mapping[str, Any], name: str, where: _Where) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
-def _size_mb(environment: Mapping[str, Any], name: str, where: _Where) -> int | None:
-    """``[environment] <name>_mb``, else the deprecated ``<name> = "4G"`` form, in megabytes."""
-    value = _number(environment, "environment", f"{name}_mb", where, integer=True)
+def _size_mb(environment: Mapping[str, Any], name: str, where: _Where, table: str = "environment") -> int | None:
+    """``[<table>] <name>_mb``, else the deprecated ``<name> = "4G"`` form, in megabytes."""
+    value = _number(environment, table, f"{name}_mb", where, integer=True)
     if value is None and environment.get(name) is not None:
         value = parse_memory_mb(environment[name])
         if value is None:
             raise TaskFileError(
-                f'{where("environment", name)}: [environment] {name} must be a size like "4G", '
-                f"not {environment[name]!r}"
+                f'{where(table, name)}: [{table}] {name} must be a size like "4G", not {environment[name]!r}'
             )
     return value  # type: ignore[no-any-return]
 
@@ -269,6 +343,20 @@ def _from_config(path: Path, data: Mapping[str, Any], where: _Where) -> HarborTa
         raise TaskFileError(f"{where('environment', 'workdir')}: [environment] workdir must be an absolute path")
     category = metadata.get("category")
     tags = [*_strings(metadata.get("tags")), *_strings(task_table.get("keywords"))]
+    verifier_environment = _verifier_environment(verifier, where)
+    mode = verifier.get("environment_mode")
+    if mode is not None and mode not in ("shared", "separate"):
+        raise TaskFileError(
+            f"{where('verifier', 'environment_mode')}: [verifier] environment_mode must be "
+            f'"shared" or "separate", not {mode!r}'
+        )
+    if mode == "shared" and verifier_environment is not None:
+        raise TaskFileError(
+            f'{where("verifier", "environment_mode")}: [verifier] environment_mode is "shared" but the task '
+            "has a [verifier.environment] table, which only a separate verifier uses"
+        )
+    if mode is None and verifier_environment is not None:
+        mode = "separate"  # as Harbor reads it
     return HarborTask(
         name=path.name,
         path=path,
@@ -284,11 +372,62 @@ def _from_config(path: Path, data: Mapping[str, Any], where: _Where) -> HarborTa
         storage_mb=_size_mb(environment, "storage", where),
         gpus=_number(environment, "environment", "gpus", where, integer=True) or 0,
         allow_internet=True if allow_internet is None else allow_internet,
-        verifier_mode=str(verifier["environment_mode"]) if verifier.get("environment_mode") else None,
+        verifier_mode=mode,
+        verifier_environment=verifier_environment,
+        artifacts=_artifacts(data.get("artifacts"), where),
         category=str(category) if category else None,
         tags=tuple(dict.fromkeys(tags)),
         config=data,
     )
+
+
+def _verifier_environment(verifier: Mapping[str, Any], where: _Where) -> VerifierEnvironment | None:
+    table = verifier.get("environment")
+    if table is None:
+        return None
+    if not isinstance(table, Mapping):
+        raise TaskFileError(f"{where('verifier', 'environment')}: [verifier] environment must be a table")
+    name = "verifier.environment"
+    image = table.get("docker_image")
+    if image is not None and not isinstance(image, str):
+        raise TaskFileError(f"{where(name, 'docker_image')}: [{name}] docker_image must be a string")
+    allow = table.get("allow_internet")
+    if allow is None and "network_mode" in table:
+        allow = table["network_mode"] not in ("none", "no-network")
+    if allow is not None and not isinstance(allow, bool):
+        raise TaskFileError(f"{where(name, 'allow_internet')}: [{name}] allow_internet must be true or false")
+    workdir = table.get("workdir")
+    if workdir is not None and not (isinstance(workdir, str) and workdir.startswith("/")):
+        raise TaskFileError(f"{where(name, 'workdir')}: [{name}] workdir must be an absolute path")
+    return VerifierEnvironment(
+        docker_image=image or None,
+        cpus=_number(table, name, "cpus", where),
+        memory_mb=_size_mb(table, "memory", where, name),
+        storage_mb=_size_mb(table, "storage", where, name),
+        allow_internet=allow,
+        build_timeout=_number(table, name, "build_timeout_sec", where),
+        workdir=workdir,
+    )
+
+
+def _artifacts(value: Any, where: _Where) -> tuple[ArtifactSpec, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise TaskFileError(f"{where('', 'artifacts')}: artifacts must be a list of paths")
+    found = []
+    for entry in value:
+        source: Any = entry if isinstance(entry, str) else None
+        exclude: Any = []
+        if isinstance(entry, Mapping):
+            source, exclude = entry.get("source"), entry.get("exclude") or []
+        if not (isinstance(source, str) and source.startswith("/")) or not isinstance(exclude, list):
+            raise TaskFileError(
+                f"{where('', 'artifacts')}: each artifact is an absolute path or "
+                f'{{ source = "/abs/path", exclude = [...] }}, not {entry!r}'
+            )
+        found.append(ArtifactSpec(source, tuple(str(x) for x in exclude)))
+    return tuple(found)
 
 
 def _strings(value: Any) -> list[str]:

@@ -382,13 +382,14 @@ class DockerEnvironment(BaseEnvironment):
         except Exception as exc:
             if "storage_opt" not in host or not storage_refused(exc):
                 raise
-            self._no_storage[engine.name] = str(exc).strip()
+            self._no_storage[engine.name] = str(getattr(exc, "explanation", None) or exc).strip()
             self._without_storage(host, params, engine)
             container = await _start(client, image, options, host)
         policy: NetworkPolicy = "disabled" if isolated else "full"
         output_limit = int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
         session = DockerSession(client, container, workdir, policy, output_limit, local=engine.local)
         session.snapshots, session.snapshot_key = self.snapshots, key
+        session.snapshot_limit = int(params.get("snapshot_limit_mb") or 4096) * 1024 * 1024
         return session
 
     def _without_storage(self, host: dict[str, Any], params: Mapping[str, Any], engine: Engine) -> None:

@@ -41,6 +41,9 @@ class DockerParams(ParamsModel):
     #: can (overlay2 on xfs with project quotas, btrfs, zfs, devicemapper) and says once where it
     #: cannot; ``require`` makes such a task an environment error; ``off`` never applies it.
     storage_limits: Literal["auto", "require", "off"] = "auto"
+    #: The most a snapshot (verifier mode ``snapshot``) may copy of a container's changes, in MB: a commit
+    #: copies every changed file in full, sparse ones too, and a larger container is not verified.
+    snapshot_limit_mb: int = Field(default=4096, gt=0)
     #: Captured output kept per stream, in bytes.
     output_limit: int = Field(default=DEFAULT_OUTPUT_LIMIT, gt=0)
     #: Pull the image when the engine does not have it.

@@ -24,6 +24,7 @@ __all__ = [
     "SNAPSHOT_REPOSITORY",
     "Change",
     "Process",
+    "SnapshotTooLarge",
     "Snapshots",
     "changes",
     "environ",
@@ -113,6 +114,14 @@ def freeze(container: Any) -> None:
     api.wait(container.id, timeout=60)
 
 
+class SnapshotTooLarge(Exception):
+    """The container changed more than a snapshot may hold (the agent's doing, not the engine's)."""
+
+
+#: Seconds a commit may take (the client's own 60 s would give up on a large one while it goes on).
+COMMIT_TIMEOUT = 900.0
+
+
 class Snapshots:
     """The snapshot images of one provider, by ``(task id, attempt)``: one at a time per attempt."""
 
@@ -121,14 +130,29 @@ class Snapshots:
         #: key -> (client, image id)
         self._images: dict[tuple[str, int], tuple[Any, str]] = {}
 
-    def take(self, container: Any, key: tuple[str, int]) -> str:
-        """Commit the (frozen) ``container`` as the snapshot of ``key``; an older one of ``key`` goes."""
+    def take(self, container: Any, key: tuple[str, int], limit_bytes: int) -> str:
+        """Commit the (frozen) ``container`` as the snapshot of ``key``; an older one of ``key`` goes.
+
+        A commit copies every changed file in full, a sparse one too: a container
+        whose changes add up to more than ``limit_bytes`` is not committed.
+
+        :raises SnapshotTooLarge: naming the size and the limit.
+        """
         self.release(key)
-        tag = secrets.token_hex(8)
-        image = container.commit(repository=SNAPSHOT_REPOSITORY, tag=tag)
+        api = container.client.api
+        inspected = api._result(api._get(api._url("/containers/{0}/json", container.id), params={"size": 1}), True)
+        size = int(inspected.get("SizeRw") or 0)
+        if size > limit_bytes:
+            raise SnapshotTooLarge(
+                f"the task's container holds {_gb(size)} of changes (a sparse file counts whole), more than a "
+                f"snapshot may hold ({_gb(limit_bytes)}, environment.params.snapshot_limit_mb): it cannot be verified"
+            )
+        params = {"container": container.id, "repo": SNAPSHOT_REPOSITORY, "tag": secrets.token_hex(8)}
+        made = api._result(api._post_json(api._url("/commit"), data={}, params=params, timeout=COMMIT_TIMEOUT), True)
+        image = str(made["Id"])
         with self._lock:
-            self._images[key] = (container.client, str(image.id))
-        return str(image.id)
+            self._images[key] = (container.client, image)
+        return image
 
     def image(self, key: tuple[str, int]) -> str | None:
         with self._lock:
@@ -147,6 +171,10 @@ class Snapshots:
             keys = list(self._images)
         for key in keys:
             self.release(key)
+
+
+def _gb(size: int) -> str:
+    return f"{size / 1024**3:.1f} GB" if size >= 1024**3 else f"{size / 1024**2:.0f} MB"
 
 
 def _remove_image(client: Any, image: str) -> None:

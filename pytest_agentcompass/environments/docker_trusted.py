@@ -29,6 +29,8 @@ class TrustedAccess:
     #: The provider's snapshots, and this session's key in them (``(task id, attempt)``).
     snapshots: Snapshots | None = None
     snapshot_key: tuple[str, int] | None = None
+    #: Bytes of changes a snapshot may hold (``snapshot_limit_mb``).
+    snapshot_limit: int = 4096 * 1024 * 1024
 
     def _path(self, path: str) -> str:
         raise NotImplementedError
@@ -84,4 +86,4 @@ class TrustedAccess:
         if self.snapshots is None or self.snapshot_key is None:
             raise SessionError(f"container {self.container.short_id} cannot be snapshotted (no provider to keep it)")
         await self.freeze()
-        return await asyncio.to_thread(self.snapshots.take, self.container, self.snapshot_key)
+        return await asyncio.to_thread(self.snapshots.take, self.container, self.snapshot_key, self.snapshot_limit)

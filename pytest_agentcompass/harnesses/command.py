@@ -191,9 +191,8 @@ class CommandHarness(BaseHarness):
         for name in sorted(line[2:] for line in listing.stdout.splitlines() if line.startswith("./")):
             if len(saved) >= self.options.max_log_files:
                 break
-            data = await env.read_bytes(f"{LOGS_DIR}/{name}")
-            if len(data) > self.options.max_log_bytes:
-                data = data[: self.options.max_log_bytes]
+            # Only the part kept is read: a huge (or sparse) log costs max_log_bytes, not its size.
+            data, _ = await env.read_head(f"{LOGS_DIR}/{name}", self.options.max_log_bytes)
             if redactor:
                 try:
                     data = redactor.text(data.decode("utf-8")).encode("utf-8")

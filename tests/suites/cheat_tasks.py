@@ -98,8 +98,9 @@ CHEATS: dict[str, str] = {
     ),
     # Stops the verifier as soon as it runs.
     "sigstop-verifier": _daemon(
-        'while :; do for p in /proc/[0-9]*; do case "$(tr "\\0" " " < $p/cmdline 2>/dev/null)" in '
-        '*tests/test.sh*) kill -STOP "${p#/proc/}";; esac; done; sleep 0.05; done'
+        # (the pattern is built at run time: written out, it would be in the loop's own command line)
+        't=tests/test; while :; do for p in /proc/[0-9]*; do case "$(tr "\\0" " " < $p/cmdline 2>/dev/null)" in '
+        '*"$t.sh"*) kill -STOP "${p#/proc/}";; esac; done; sleep 0.05; done'
     ),
     # On a task without internet: something still running when the verifier has a network.
     "net-during-verify": _daemon("while :; do ls /sys/class/net > /tmp/interfaces.txt; sleep 0.1; done"),
@@ -140,7 +141,7 @@ CHEATS: dict[str, str] = {
     ),
     # Files meant for the host: pytest files in the copied folders, and a link out of them.
     "host-files": (
-        "printf 'def test_pwn():\\n    open(\"/tmp/pwned\", \"w\")\\n' > /logs/artifacts/test_pwn.py && "
+        'printf \'def test_pwn():\\n    open("/tmp/pwned", "w")\\n\' > /logs/artifacts/test_pwn.py && '
         "cp /logs/artifacts/test_pwn.py /logs/agent/conftest.py && ln -s /etc /logs/agent/etc-link && "
         "ln -s ../../../../../../etc/passwd /logs/artifacts/passwd"
     ),
@@ -149,11 +150,12 @@ CHEATS: dict[str, str] = {
 #: An agent that does the task and leaves a service and a heartbeat job running.
 HONEST = textwrap.dedent(
     """\
+    cat /sys/fs/cgroup/pids/pids.max > /logs/agent/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max > /logs/agent/pids.max
     echo 42 > /app/answer.txt
     mkdir -p /srv/www && echo ok > /srv/www/index.html
     ( setsid python3 -m http.server 8000 --directory /srv/www </dev/null >/var/log/http.log 2>&1 & )
     ( setsid sh -c 'while :; do date +%s >> /app/heartbeat.log; sleep 0.2; done' </dev/null >/dev/null 2>&1 & )
-    while [ "$(wc -l < /app/heartbeat.log 2>/dev/null || echo 0)" -lt 2 ]; do sleep 0.1; done
+    while [ "$(wc -l 2>/dev/null < /app/heartbeat.log || echo 0)" -lt 2 ]; do sleep 0.1; done
     """
 )
 
@@ -169,7 +171,7 @@ FORK_BOMB = textwrap.dedent(
 )
 
 #: Verifier timeouts shorter than the default, where the verifier is meant to time out.
-SHORT_VERIFIER = {"sigstop-verifier": 20.0}
+SHORT_VERIFIER = {"sigstop-verifier": 45.0}
 #: Tasks with a task.toml of their own (the rest use the plain one).
 ENVIRONMENT = {"net-during-verify": "allow_internet = false"}
 

@@ -264,8 +264,7 @@ class HarborBenchmark(BaseBenchmark):
         await reset_verifier_logs(env)
         if mode == "separate":
             await make_log_dirs(env, ("/logs/agent", "/logs/artifacts"))
-            transfer = result.metadata.get("transfer") or {}
-            findings += await restore_artifacts(env, transfer, self.run_dir, workdir)
+            findings += await restore_artifacts(env, result.metadata, self.run_dir, workdir)
         if not tests_baked_in(mode, parsed):
             await stage_tests(env, tests)
         run = await run_verifier(env, parsed.verifier_timeout, environ, watch=mode == "shared")

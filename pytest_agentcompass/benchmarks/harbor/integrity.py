@@ -124,8 +124,8 @@ def _check_of(path: str, workdir: str, path_dirs: Sequence[str], kind: str) -> s
     inside_site = _SITE.search(path)
     if inside_site:
         package = path[inside_site.end() :].split("/", 1)[0]
-        if package in _PYTEST_PACKAGES and not (kind == "added" and name.endswith(".pyc")):
-            return "changed-package"  # (a .pyc compiled afresh is not a change of the package)
+        if package in _PYTEST_PACKAGES and not name.endswith(".pyc"):
+            return "changed-package"  # (Python compiles .pyc files afresh whenever it imports as root)
         return None
     if _STDLIB.match(path) and kind != "added" and not name.endswith(".pyc"):
         return "changed-package"
@@ -148,7 +148,12 @@ def path_findings(changes: Iterable[tuple[str, str]], workdir: str, path_dirs: S
     changed inside them is), nor is a program added where no other of its name is on ``PATH``
     after it (an installed tool): the caller checks :attr:`Suspects.added_tools`."""
     suspects = Suspects([], [], [])
-    for kind, path in changes:
+    listed = list(changes)
+    # A folder is "changed" when something inside it is: only the things inside count.
+    folders = {str(PurePosixPath(path).parent) for _, path in listed}
+    for kind, path in listed:
+        if path in folders:
+            continue
         check = classify(kind, path, workdir, path_dirs)
         if check is None:
             continue

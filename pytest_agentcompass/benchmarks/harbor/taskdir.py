@@ -227,7 +227,8 @@ def _files_problem(task: HarborTask) -> str | None:
         if dockerfile.is_file() and not _instructions(dockerfile):
             return f"{dockerfile} is empty: it has no instruction to build an image from"
     tests = task.path / "tests"
-    baked = task.verifier_mode == "separate" and (tests / "Dockerfile").is_file()
+    own_image = task.verifier_environment is not None and task.verifier_environment.docker_image
+    baked = task.verifier_mode == "separate" and ((tests / "Dockerfile").is_file() or bool(own_image))
     if not baked and not (tests / "test.sh").is_file():  # a separate verifier's image may bring its own
         return f"{tests / 'test.sh'} does not exist: the task has no verifier"
     return None

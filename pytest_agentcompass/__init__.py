@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .analysis import BaseAnalyzer
-    from .artifacts import save_artifact
+    from .artifacts import artifact_name, save_artifact, save_artifact_stream
     from .benchmark import BaseBenchmark, HarnessFreeBenchmark
     from .config import (
         AttemptsSpec,
@@ -77,6 +77,8 @@ _EXPORTS = {
     "ShellAgentHarness": ".harnesses.shell_agent",
     "Trajectory": ".models",
     "save_artifact": ".artifacts",
+    "save_artifact_stream": ".artifacts",
+    "artifact_name": ".artifacts",
     "ComponentError": ".errors",
     "ComponentRef": ".config",
     "ConfigPath": ".config",
@@ -163,9 +165,11 @@ __all__ = [
     "Trajectory",
     "WorkspacePathError",
     "apply_verifier_result",
+    "artifact_name",
     "load_config",
     "read_artifact",
     "save_artifact",
+    "save_artifact_stream",
     "verifier_evidence",
 ]
 

@@ -10,14 +10,9 @@ import pytest
 from harbor_tasks import harbor_request, write_task
 
 from pytest_agentcompass import ComponentRef, ExecutionPlan, RunRequest
+from pytest_agentcompass.benchmarks.harbor.discovery import files_digest, find_task_dirs, task_id_for
 from pytest_agentcompass.benchmarks.harbor.rewards import RewardError, parse_rewards
-from pytest_agentcompass.benchmarks.harbor.taskdir import (
-    files_digest,
-    find_task_dirs,
-    parse_memory_mb,
-    read_task,
-    task_id_for,
-)
+from pytest_agentcompass.benchmarks.harbor.taskdir import parse_memory_mb, read_task
 
 from conftest import write_config
 

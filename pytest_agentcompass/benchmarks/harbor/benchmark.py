@@ -25,6 +25,7 @@ from ...benchmark import BaseBenchmark
 from ...config import ConfigPath, ParamsModel
 from ...errors import ComponentError
 from ...types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
+from .discovery import files_digest, find_task_dirs, task_id_for
 from .handoff import restore_artifacts, take_artifacts
 from .modes import (
     RUNTIME_MODE,
@@ -45,7 +46,7 @@ from .session_io import (
     save_text,
     stage_tests,
 )
-from .taskdir import HarborTask, expand_env, files_digest, find_task_dirs, read_task, task_id_for
+from .taskdir import HarborTask, expand_env, read_task
 from .verifier import agent_processes, changed_path_findings, run_verifier, tail, tests_findings
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Reading one Harbor / Terminal-Bench 2 task directory.
+"""Reading one Harbor / Terminal-Bench 2 task directory (finding them under a folder: discovery.py).
 
 A task directory holds ``instruction.md``, ``task.toml``, ``environment/``
 (a Dockerfile and what it copies), ``tests/test.sh`` and optionally
@@ -12,29 +12,16 @@ the file and line) while the other tasks run.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import re
-import stat
 import tomllib
-import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "ArtifactSpec",
-    "HarborTask",
-    "VerifierEnvironment",
-    "expand_env",
-    "files_digest",
-    "find_task_dirs",
-    "parse_memory_mb",
-    "read_task",
-    "task_id_for",
-]
+__all__ = ["ArtifactSpec", "HarborTask", "VerifierEnvironment", "expand_env", "parse_memory_mb", "read_task"]
 
 TASK_FILE = "task.toml"
 INSTRUCTION_FILE = "instruction.md"
@@ -118,46 +105,6 @@ class HarborTask:
         return next((self.environment_dir / n for n in COMPOSE_FILES if (self.environment_dir / n).is_file()), None)
 
 
-def files_digest(path: Path) -> str:
-    """A digest of every file of the task: part of its fingerprint, so a reused or resumed
-    result never outlives an edit of the task, however deep in its folders.
-
-    ``task.toml``, ``instruction.md``, ``tests/`` and ``solution/`` are small
-    and decide the verdict: their content counts. ``environment/`` can hold a
-    whole repository, so its files count by name, size, mode and modification
-    time (``stat`` only, at every depth; the image tag hashes the content when
-    the image is built), which keeps loading 1,000 tasks well under a second.
-    """
-    digest = hashlib.sha256()
-    for name in (TASK_FILE, INSTRUCTION_FILE):
-        _add_file(digest, path, path / name, content=True)
-    for folder, content in (("tests", True), ("solution", True), ("environment", False)):
-        for root, dirs, files in os.walk(path / folder):
-            dirs.sort()
-            for name in sorted(files):
-                _add_file(digest, path, Path(root, name), content=content)
-    return digest.hexdigest()[:16]
-
-
-def _add_file(digest: Any, task: Path, file: Path, *, content: bool) -> None:
-    try:
-        info = file.lstat()
-    except OSError:
-        return
-    rel = file.relative_to(task).as_posix()
-    digest.update(f"{rel}\0{info.st_size}\0{info.st_mode:o}\0".encode())
-    if stat.S_ISLNK(info.st_mode):
-        digest.update(os.readlink(file).encode(errors="surrogateescape"))
-    elif content:
-        try:
-            digest.update(file.read_bytes())
-        except OSError:
-            digest.update(b"<unreadable>")
-    else:
-        digest.update(str(info.st_mtime_ns).encode())
-    digest.update(b"\n")
-
-
 _HOST_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -183,15 +130,6 @@ def expand_env(env: Mapping[str, str], table: str, task: HarborTask) -> dict[str
         return value
 
     return {key: _HOST_VAR.sub(substitute, value) for key, value in env.items()}
-
-
-def find_task_dirs(root: Path) -> Iterator[Path]:
-    """Task directories under ``root`` (``root`` itself if it is one), sorted, nested folders allowed."""
-    if (root / TASK_FILE).is_file():
-        yield root
-        return
-    for child in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        yield from find_task_dirs(child)
 
 
 def read_task(path: Path) -> HarborTask:
@@ -240,22 +178,6 @@ def _instructions(dockerfile: Path) -> bool:
     except OSError:
         return True  # unreadable: the build says why
     return any(line.strip() and not line.strip().startswith("#") for line in text.splitlines())
-
-
-_ID_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-
-
-def task_id_for(name: str) -> str:
-    """The task id of a directory named ``name``: the name itself when it is a safe id (letters,
-    digits, ``.``, ``_``, ``-``); else its letters without accents, other characters as ``-``, and a
-    short digest of the real name, so the id is stable and two names never share one
-    (``my task`` -> ``my-task-5d41402a``, ``café`` -> ``cafe-...``)."""
-    if _SAFE_ID.match(name):
-        return name
-    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
-    slug = _ID_UNSAFE.sub("-", ascii_name).strip("-._")[:150] or "task"
-    return f"{slug}-{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
 
 
 class _Where:

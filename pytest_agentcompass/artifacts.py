@@ -23,6 +23,7 @@ __all__ = [
     "artifact_name",
     "artifact_sink",
     "check_artifact_name",
+    "safe_slug",
     "save_artifact",
     "save_artifact_stream",
 ]
@@ -52,20 +53,20 @@ def check_artifact_name(name: str) -> str:
     return name
 
 
+def safe_slug(name: str, fill: str = "_") -> str:
+    """``name`` made safe as a file name and a node id: accents dropped, every run of other
+    characters than letters, digits, ``.``, ``_`` and ``-`` replaced by ``fill``, ends trimmed, and a
+    short digest of ``name`` appended, so two names never share a slug and a name keeps its own."""
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    slug = _UNSAFE.sub(fill, ascii_name).strip("._-")[:150] or "x"
+    return f"{slug}-{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
+
+
 def artifact_name(path: str) -> str:
-    """A safe artifact name for an arbitrary relative ``path`` (a file an agent named): each part keeps
-    its letters, digits, ``.``, ``_`` and ``-`` (accents dropped, anything else ``_``); a part that had
-    to change gets a short digest of the original, so two names never meet. ``name == path`` when
-    ``path`` was safe already."""
-    parts = []
-    for part in path.strip("/").split("/"):
-        if _PART.match(part) and part not in (".", ".."):
-            parts.append(part)
-            continue
-        ascii_part = unicodedata.normalize("NFKD", part).encode("ascii", "ignore").decode()
-        cleaned = _UNSAFE.sub("_", ascii_part).lstrip(".-")[:180] or "_"
-        parts.append(f"{cleaned}-{hashlib.sha256(part.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}")
-    return "/".join(parts)
+    """A safe artifact name for an arbitrary relative ``path`` (a file an agent named): each part that
+    is not a safe name already becomes :func:`safe_slug` of it. ``name == path`` when ``path`` was safe."""
+    parts = path.strip("/").split("/")
+    return "/".join(p if _PART.match(p) and p not in (".", "..") else safe_slug(p) for p in parts)
 
 
 def save_artifact(name: str, data: bytes | str | Any) -> str | None:

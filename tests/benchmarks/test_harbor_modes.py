@@ -116,8 +116,10 @@ def test_a_separate_verifier_from_a_prebuilt_image(pytester: pytest.Pytester) ->
             "scored",
             "",
         ),
+        # Not the engine's fault: an evaluation error of the task, never an environment error.
+        ("ln -s /etc/hostname /logs/verifier/reward.txt", "evaluation_error", "*reward.txt is not a regular file*"),
     ],
-    ids=["too-large", "out-of-range", "odd-keys"],
+    ids=["too-large", "out-of-range", "odd-keys", "link"],
 )
 def test_reward_files_on_the_edge(pytester: pytest.Pytester, test: str, status: str, message: str) -> None:
     write_task(pytester.path / "tasks", "t", test=f"#!/bin/bash\n{test}\n")
@@ -131,3 +133,34 @@ def test_reward_files_on_the_edge(pytester: pytest.Pytester, test: str, status: 
         ignored = detail["metadata"]["rewards_ignored"]
         assert [entry.split(":")[0] for entry in ignored] == ["''", "'bad key/with slash'", "'Reward'"], ignored
         assert detail["score"] == 0.5 and detail["metadata"]["rewards"] == {"reward": 0.5}
+
+
+HEARTBEAT_SOLVE = """#!/bin/bash
+# The job outlives this script: the oracle returns when solve.sh does, the job keeps beating.
+( while :; do date +%s >> /app/heartbeat.log; sleep 1; done ) &
+while [ "$(wc -l 2>/dev/null < /app/heartbeat.log || echo 0)" -lt 2 ]; do sleep 0.2; done
+echo "heartbeat started"
+"""
+HEARTBEAT_TEST = """#!/bin/bash
+beats=$(grep -c '^[0-9][0-9]*$' /app/heartbeat.log 2>/dev/null || echo 0)
+if [ "$beats" -ge 2 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
+"""
+
+
+def test_a_reference_solution_that_leaves_a_service_running(pytester: pytest.Pytester) -> None:
+    # The agent's time is short: an oracle that waited for the job's output (a tee did) would time out.
+    toml = 'version = "1.0"\n[verifier]\ntimeout_sec = 60\n[agent]\ntimeout_sec = 20\n'
+    write_task(pytester.path / "tasks", "heartbeat", toml=toml, solve=HEARTBEAT_SOLVE, test=HEARTBEAT_TEST)
+    write_config(
+        pytester,
+        [harbor_request(mode, "tasks", params={"verifier_mode": mode}) for mode in ("shared", "snapshot")],
+    )
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    for mode in ("shared", "snapshot"):
+        run = next((pytester.path / "runs" / mode).iterdir())
+        transcript = run / "artifacts" / "heartbeat" / "attempt-0" / "logs" / "agent" / "oracle.txt"
+        assert transcript.read_text().strip() == "heartbeat started"
+        checks = {f["check"] for f in details(pytester.path, mode)["heartbeat"]["metadata"].get("integrity") or []}
+        # Shared mode names the job that was still running; snapshot mode stopped it first.
+        assert checks == ({"agent-processes"} if mode == "shared" else set()), checks

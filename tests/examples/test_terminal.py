@@ -28,8 +28,8 @@ def run_of(base: Path, request: str) -> tuple[Path, dict[str, dict[str, Any]]]:
 def test_oracle_passes_every_task(pytester: pytest.Pytester) -> None:
     shutil.copytree(ROOT / "example_suites", pytester.path / "example_suites")
     result = pytester.runpytest_subprocess("--agentcompass=example_suites/terminal/oracle.yaml")
-    result.assert_outcomes(passed=6)
-    result.stdout.fnmatch_lines(["terminal-oracle: 6 tasks, 6 passed, 0 failed, 0 errors"])
+    result.assert_outcomes(passed=5)
+    result.stdout.fnmatch_lines(["terminal-oracle: 5 tasks, 5 passed, 0 failed, 0 errors"])
     run_dir, details = run_of(pytester.path, "terminal-oracle")
     # reward.json: every number recorded, "reward" is the score; without it, the mean.
     assert details["fix-config"]["metadata"]["rewards"] == {
@@ -44,11 +44,9 @@ def test_oracle_passes_every_task(pytester: pytest.Pytester) -> None:
     assert (attempt / "logs" / "agent" / "interfaces.txt").read_text().split() == ["lo"]
     assert (attempt / "verifier" / "logs" / "reward.txt").read_text().strip() == "1"
     assert (attempt / "verifier" / "test-stdout.txt").exists()
-    # The solution that leaves a job running returned (a tee kept it waiting to the agent's timeout),
-    # and its transcript is where Harbor keeps it.
-    heartbeat = run_dir / "artifacts" / "heartbeat" / "attempt-0" / "logs" / "agent" / "oracle.txt"
-    assert heartbeat.read_text().strip() == "heartbeat started"
-    assert details["heartbeat"]["duration"] < 120  # the agent timeout it used to wait for
+    # The solution's transcript is where Harbor keeps it.
+    transcript = run_dir / "artifacts" / "offline-archive" / "attempt-0" / "logs" / "agent" / "oracle.txt"
+    assert transcript.exists()
     # hello-file asks for a verifier of its own: built from its tests/, run apart from the agent.
     plans = json.loads((run_dir / "run_info.json").read_text())["resolved_execution_plans"]
     assert plans["hello-file"]["0"]["environment"]["verifier_mode"] == "separate"
@@ -59,9 +57,9 @@ def test_oracle_passes_every_task(pytester: pytest.Pytester) -> None:
 def test_oracle_passes_in_every_verifier_mode(pytester: pytest.Pytester) -> None:
     shutil.copytree(ROOT / "example_suites", pytester.path / "example_suites")
     result = pytester.runpytest_subprocess("--agentcompass=example_suites/terminal/modes.yaml", "-n", "2")
-    result.assert_outcomes(passed=18)
+    result.assert_outcomes(passed=15)
     for mode in ("shared", "snapshot", "separate"):
-        result.stdout.fnmatch_lines([f"terminal-{mode}: 6 tasks, 6 passed, 0 failed, 0 errors"])
+        result.stdout.fnmatch_lines([f"terminal-{mode}: 5 tasks, 5 passed, 0 failed, 0 errors"])
         run_dir, _ = run_of(pytester.path, f"terminal-{mode}")
         assert containers_of(run_dir.name) == []
         images = subprocess.run(
@@ -89,7 +87,7 @@ def test_fresh_evaluation_verifies_the_agents_work(pytester: pytest.Pytester) ->
     }
     (pytester.path / "agentcompass.yaml").write_text(json.dumps(config))
     result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=6)
+    result.assert_outcomes(passed=5)
     (run_dir,) = (pytester.path / "runs" / "fresh").iterdir()
     plans = json.loads((run_dir / "run_info.json").read_text())["resolved_execution_plans"]
     assert {p["0"]["environment"]["verifier_mode"] for p in plans.values()} == {"snapshot", "separate"}
@@ -99,8 +97,8 @@ def test_fresh_evaluation_verifies_the_agents_work(pytester: pytest.Pytester) ->
 def test_nop_fails_every_task(pytester: pytest.Pytester) -> None:
     shutil.copytree(ROOT / "example_suites", pytester.path / "example_suites")
     result = pytester.runpytest_subprocess("--agentcompass=example_suites/terminal/nop.yaml")
-    result.assert_outcomes(failed=6)
-    result.stdout.fnmatch_lines(["terminal-nop: 6 tasks, 0 passed, 6 failed, 0 errors"])
+    result.assert_outcomes(failed=5)
+    result.stdout.fnmatch_lines(["terminal-nop: 5 tasks, 0 passed, 5 failed, 0 errors"])
     run_dir, details = run_of(pytester.path, "terminal-nop")
     assert {d["score"] for d in details.values()} == {0.0}
     assert details["fix-config"]["metadata"]["rewards"]["kept_lines"] == 1.0  # a part nop cannot break

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -330,12 +330,14 @@ class HarborBenchmark(BaseBenchmark):
         return metrics
 
 
-def _rewards(found: dict[str, bytes | int], key: str | None, bounds: Any) -> Any:
+def _rewards(found: Mapping[str, bytes | int | str], key: str | None, bounds: Any) -> Any:
     for name, value in found.items():
         if isinstance(value, int):
             raise RewardError(
                 f"{VERIFIER_LOGS}/{name} is {value} bytes, too large to be a reward (at most {REWARD_MAX_BYTES})"
             )
+        if isinstance(value, str):
+            raise RewardError(f"{VERIFIER_LOGS}/{name} is {value}")
     txt, js = found.get("reward.txt"), found.get("reward.json")
     verdict = parse_rewards(txt if isinstance(txt, bytes) else None, js if isinstance(js, bytes) else None, key)
     check_range(verdict, bounds)

@@ -6,11 +6,11 @@ import hashlib
 import os
 import re
 import stat
-import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ...artifacts import safe_slug
 from .taskdir import INSTRUCTION_FILE, TASK_FILE
 
 __all__ = ["files_digest", "find_task_dirs", "task_id_for"]
@@ -25,7 +25,6 @@ def find_task_dirs(root: Path) -> Iterator[Path]:
         yield from find_task_dirs(child)
 
 
-_ID_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
@@ -33,12 +32,8 @@ def task_id_for(name: str) -> str:
     """The task id of a directory named ``name``: the name itself when it is a safe id (letters,
     digits, ``.``, ``_``, ``-``); else its letters without accents, other characters as ``-``, and a
     short digest of the real name, so the id is stable and two names never share one
-    (``my task`` -> ``my-task-5d41402a``, ``café`` -> ``cafe-...``)."""
-    if _SAFE_ID.match(name):
-        return name
-    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
-    slug = _ID_UNSAFE.sub("-", ascii_name).strip("-._")[:150] or "task"
-    return f"{slug}-{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
+    (``my task`` -> ``my-task-<8 hex>``, ``café`` -> ``cafe-<8 hex>``)."""
+    return name if _SAFE_ID.match(name) else safe_slug(name, "-")
 
 
 def files_digest(path: Path) -> str:

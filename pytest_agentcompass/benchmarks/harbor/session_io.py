@@ -20,6 +20,7 @@ from typing import IO, Any
 from ...artifacts import artifact_name, save_artifact, save_artifact_stream
 from ...environments.base import EnvironmentSession
 from ...environments.transfer import run_as_root, trusted, upload_tree
+from ...errors import SessionError
 from .rewards import REWARD_FILES, REWARD_MAX_BYTES
 
 __all__ = [
@@ -117,17 +118,25 @@ async def copy_folder(
     return copied
 
 
-async def read_reward_files(env: EnvironmentSession) -> dict[str, bytes | int]:
-    """``reward.txt`` and ``reward.json`` of ``/logs/verifier`` that exist: their bytes, or their
-    size when it is over :data:`REWARD_MAX_BYTES` (such a file is not read)."""
-    found: dict[str, bytes | int] = {}
+async def read_reward_files(env: EnvironmentSession) -> dict[str, bytes | int | str]:
+    """``reward.txt`` and ``reward.json`` of ``/logs/verifier`` that exist: their bytes; their size
+    when it is over :data:`REWARD_MAX_BYTES` (such a file is not read); or what they are instead of
+    a regular file (a folder, a link: whoever made them, it is no reward)."""
+    found: dict[str, bytes | int | str] = {}
     access = trusted(env)
     for name in REWARD_FILES:
         path = f"{VERIFIER_LOGS}/{name}"
         if access is not None:
-            if await access.stat(path) is None:
+            info = await access.stat(path)
+            if info is None:
                 continue
-            data, size = await access.read_head(path, REWARD_MAX_BYTES)
+            try:
+                data, size = await access.read_head(path, REWARD_MAX_BYTES)
+            except SessionError:
+                found[name] = "not a regular file" + (
+                    f" (a link to {info['linkTarget']})" if info.get("linkTarget") else ""
+                )
+                continue
             found[name] = size if size > REWARD_MAX_BYTES else data
             continue
         try:

@@ -11,14 +11,20 @@ import time
 import uuid
 
 import pytest
-from harbor_tasks import BUSYBOX, BUSYBOX_DOCKERFILE, containers_of, details, docker_lines, harbor_request, write_task
+from harbor_tasks import (
+    BUSYBOX,
+    BUSYBOX_DOCKERFILE,
+    containers_of,
+    details,
+    docker_lines,
+    harbor_request,
+    require_images,
+    write_task,
+)
 
 from conftest import start_pytest, write_config
 
-if subprocess.run(["docker", "image", "inspect", BUSYBOX], capture_output=True, check=False).returncode != 0:
-    if os.environ.get("CI"):
-        raise RuntimeError("CI must start the Docker engine first: bash scripts/start-docker.sh")
-    pytest.skip("no Docker engine with the test image (run scripts/start-docker.sh)", allow_module_level=True)
+require_images(BUSYBOX)
 
 SLOW_VERIFIER = "#!/bin/bash\nsleep 120\necho 1 > /logs/verifier/reward.txt\n"
 

@@ -9,13 +9,11 @@ runs the installed pytest."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from harbor_tasks import containers_of, details, harbor_request, run_dir
+from harbor_tasks import containers_of, details, harbor_request, require_images, run_dir
 
 from conftest import write_config
 
@@ -24,15 +22,7 @@ BASES = ("python:3.12-slim", "python:3.13-slim-bookworm", "ubuntu:24.04")
 OFFLINE = {"network": {"evaluation": "disabled"}}
 
 
-def bases_ready() -> bool:
-    probe = subprocess.run(["docker", "image", "inspect", *BASES], capture_output=True, check=False)
-    return probe.returncode == 0
-
-
-if not bases_ready():
-    if os.environ.get("CI"):
-        raise RuntimeError("CI must build the base images first: bash scripts/build-base-images.sh")
-    pytest.skip("no local base images (run scripts/build-base-images.sh)", allow_module_level=True)
+require_images(*BASES, hint="run scripts/build-base-images.sh")
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["in-process-loop", "xdist"])

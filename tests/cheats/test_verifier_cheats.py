@@ -19,23 +19,13 @@ from typing import Any
 import pytest
 import yaml
 from cheat_tasks import AGENT, CHEATS, FORK_BOMB, HONEST, write_cheat_task
-from harbor_tasks import containers_of, docker_lines
+from harbor_tasks import containers_of, docker_lines, require_images
 
 MODES = ("shared", "snapshot", "separate")
 BASE = "python:3.12-slim"
 
 
-def _engine_ready() -> bool:
-    probe = subprocess.run(["docker", "image", "inspect", BASE], capture_output=True, check=False)
-    return probe.returncode == 0
-
-
-if not _engine_ready():
-    if os.environ.get("CI"):
-        raise RuntimeError("CI must start the Docker engine and build the base images first (scripts/)")
-    pytest.skip(
-        f"no Docker engine with {BASE} (run scripts/start-docker.sh and build-base-images.sh)", allow_module_level=True
-    )
+require_images(BASE, hint="run scripts/start-docker.sh and scripts/build-base-images.sh")
 
 
 def _request(name: str, mode: str, **extra: Any) -> dict[str, Any]:

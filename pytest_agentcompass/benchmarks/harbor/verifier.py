@@ -71,23 +71,16 @@ async def run_verifier(
 
 
 async def _watch(access: Any, stopped: dict[int, str]) -> None:
-    """Note the verifier's processes found stopped, until cancelled."""
+    """Note the verifier's own processes (its init and its shell, the ones running ``/tests/test.sh``)
+    found stopped, until cancelled. Its children are left alone: a test may stop one on purpose."""
     while True:
         await asyncio.sleep(WATCH_INTERVAL)
         try:
             procs = await access.processes()
         except Exception:
             continue  # the container may be going; the verifier's own result says what happened
-        tree = {p.pid for p in procs if "/tests/test.sh" in p.args}
-        grown = True
-        while grown:
-            grown = False
-            for proc in procs:
-                if proc.ppid in tree and proc.pid not in tree:
-                    tree.add(proc.pid)
-                    grown = True
         for proc in procs:
-            if proc.pid in tree and proc.stopped:
+            if proc.stopped and "/tests/test.sh" in proc.args:
                 stopped.setdefault(proc.pid, proc.args)
 
 

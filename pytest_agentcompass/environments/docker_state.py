@@ -29,7 +29,9 @@ __all__ = [
     "changes",
     "environ",
     "freeze",
+    "pause",
     "processes",
+    "resume",
     "sweep_snapshots",
 ]
 
@@ -101,6 +103,15 @@ def environ(container: Any) -> list[str]:
     """The container's configured environment (``KEY=value``): ``PATH`` among it."""
     config = container.client.api.inspect_container(container.id).get("Config") or {}
     return [str(e) for e in config.get("Env") or []]
+
+
+def pause(container: Any) -> None:
+    """Suspend every process of the container (the cgroup freezer): none runs until :func:`resume`."""
+    container.client.api.pause(container.id)
+
+
+def resume(container: Any) -> None:
+    container.client.api.unpause(container.id)
 
 
 def freeze(container: Any) -> None:

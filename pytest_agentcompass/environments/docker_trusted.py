@@ -11,15 +11,19 @@ SDK call in a worker thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from ..errors import SessionError
 from .docker_files import Save, Skip, TreeCopy, copy_out, make_dirs, read_head, replace_tree, stat
-from .docker_state import Change, Process, Snapshots, changes, environ, freeze, processes
+from .docker_state import Change, Process, Snapshots, changes, environ, freeze, pause, processes, resume
 
 __all__ = ["TrustedAccess"]
+
+log = logging.getLogger("pytest_agentcompass")
 
 
 class TrustedAccess:
@@ -75,6 +79,21 @@ class TrustedAccess:
     async def processes(self) -> list[Process]:
         """The container's processes as the host lists them (none once it is frozen)."""
         return await asyncio.to_thread(processes, self.container)
+
+    @contextlib.asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """Every process of the container suspended for the block (archive I/O still works): what the
+        runner stages meanwhile cannot be raced. They resume after it, whatever happened."""
+        try:
+            await asyncio.to_thread(pause, self.container)
+        except Exception as exc:  # an engine without the freezer (rootless on cgroup v1): unsuspended
+            log.warning("container %s could not be paused (%s): staging goes on unpaused", self.container.short_id, exc)
+            yield
+            return
+        try:
+            yield
+        finally:
+            await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(resume, self.container)))
 
     async def freeze(self) -> None:
         """End every process of the container (it stops; its files stay readable and committable)."""

@@ -214,3 +214,21 @@ def _images(run_id: str) -> list[str]:
         check=True,
     ).stdout
     return [line.split(":")[-1][:12] for line in out.split()]
+
+
+def test_staging_under_a_racing_writer_is_done_with_its_processes_suspended() -> None:
+    async def body(provider: DockerEnvironment, session: Any, run_id: str) -> None:
+        # A writer that keeps recreating what the runner empties (removing a folder under it fails).
+        await _sh(
+            session,
+            "( setsid sh -c 'while :; do mkdir -p /logs/verifier/d; echo 1 > /logs/verifier/d/r; done' "
+            "</dev/null >/dev/null 2>&1 & )",
+        )
+        for _ in range(10):
+            async with session.paused():
+                await session.replace_tree("/logs/verifier", None, 0o777)
+                assert await session.stat("/logs/verifier/d") is None  # empty, and stays so while paused
+        # Resumed afterwards: shared mode keeps what the agent left running.
+        assert any(not p.stopped and "while :" in p.args for p in await session.processes())
+
+    _scenario({}, body)

@@ -41,10 +41,9 @@ from .session_io import (
     VERIFIER_LOGS,
     copy_folder,
     make_log_dirs,
+    prepare_verifier,
     read_reward_files,
-    reset_verifier_logs,
     save_text,
-    stage_tests,
 )
 from .taskdir import HarborTask, expand_env, read_task
 from .verifier import agent_processes, changed_path_findings, run_verifier, tail, tests_findings
@@ -260,14 +259,12 @@ class HarborBenchmark(BaseBenchmark):
         if mode == "shared":  # before the runner stages anything: what the agent changed and left running
             findings += await changed_path_findings(env, workdir)
             findings += await agent_processes(env)
-        # A reward the agent wrote itself must not count, nor a /tests it made: the
-        # verifier starts from an empty log folder and the task's own tests.
-        await reset_verifier_logs(env)
         if mode == "separate":
             await make_log_dirs(env, ("/logs/agent", "/logs/artifacts"))
             findings += await restore_artifacts(env, result.metadata, self.run_dir, workdir)
-        if not tests_baked_in(mode, parsed):
-            await stage_tests(env, tests)
+        # A reward the agent wrote itself must not count, nor a /tests it made: the
+        # verifier starts from an empty log folder and the task's own tests.
+        await prepare_verifier(env, None if tests_baked_in(mode, parsed) else tests)
         run = await run_verifier(env, parsed.verifier_timeout, environ, watch=mode == "shared")
         findings += run.findings
         if mode == "shared":

@@ -28,10 +28,9 @@ __all__ = [
     "VERIFIER_LOGS",
     "copy_folder",
     "make_log_dirs",
+    "prepare_verifier",
     "read_reward_files",
-    "reset_verifier_logs",
     "save_text",
-    "stage_tests",
 ]
 
 VERIFIER_LOGS = "/logs/verifier"
@@ -49,27 +48,34 @@ async def make_log_dirs(env: EnvironmentSession, dirs: Sequence[str] = LOG_DIRS)
         raise RuntimeError(f"cannot create {', '.join(dirs)} in the task environment: {made.stderr[-500:]}")
 
 
-async def reset_verifier_logs(env: EnvironmentSession) -> None:
-    """``/logs/verifier`` empty again (what the agent left there is gone): a reward it wrote never counts."""
+async def prepare_verifier(env: EnvironmentSession, tests: Path | None) -> None:
+    """``/logs/verifier`` emptied (a reward the agent wrote never counts) and ``/tests`` made exactly
+    the task's ``tests/`` (a ``/tests`` the agent made goes; ``tests`` ``None``: the verifier's image
+    brings its own). In a container, with every process suspended meanwhile: what the agent left
+    running cannot race the runner (it resumes afterwards, as shared mode keeps it)."""
     access = trusted(env)
-    if access is not None:
-        await access.replace_tree(VERIFIER_LOGS, None, 0o777)
+    if access is None:
+        await _prepare_with_tools(env, tests)
         return
-    done = await run_as_root(env, ["sh", "-c", f"rm -rf {VERIFIER_LOGS} && mkdir -p -m 777 {VERIFIER_LOGS}"])
+    async with access.paused():
+        try:
+            await access.replace_tree(VERIFIER_LOGS, None, 0o777)
+            if tests is not None:
+                await access.replace_tree("/tests", tests, 0o755)
+        except Exception as exc:
+            if "Error processing tar file" not in str(exc):
+                raise  # the engine itself failed
+            # What the container holds refused the change: the task's (or its agent's) doing.
+            raise RuntimeError(f"cannot empty {VERIFIER_LOGS} and stage /tests for the verifier: {exc}") from None
+
+
+async def _prepare_with_tools(env: EnvironmentSession, tests: Path | None) -> None:
+    """For sessions without archive access: the same through the session's own tools."""
+    done = await run_as_root(env, ["sh", "-c", f"rm -rf {VERIFIER_LOGS} /tests && mkdir -p -m 777 {VERIFIER_LOGS}"])
     if not done.ok:
         raise RuntimeError(f"cannot empty {VERIFIER_LOGS} for the verifier: {done.stderr[-500:]}")
-
-
-async def stage_tests(env: EnvironmentSession, tests: Path) -> None:
-    """``/tests`` becomes exactly the task's ``tests/`` (modes kept): a ``/tests`` the agent made goes."""
-    access = trusted(env)
-    if access is not None:
-        await access.replace_tree("/tests", tests, 0o755)
-        return
-    done = await run_as_root(env, ["sh", "-c", "rm -rf /tests"])
-    if not done.ok:
-        raise RuntimeError(f"cannot replace /tests for the verifier: {done.stderr[-500:]}")
-    await upload_tree(env, tests, "/tests")
+    if tests is not None:
+        await upload_tree(env, tests, "/tests")
 
 
 async def copy_folder(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .agents_cache import NpmPackage, PipWheels, tarball_name
     from .analysis import BaseAnalyzer
-    from .artifacts import save_artifact
+    from .artifacts import artifact_name, save_artifact, save_artifact_stream
     from .benchmark import BaseBenchmark, HarnessFreeBenchmark
     from .config import (
         AttemptsSpec,
@@ -97,6 +97,8 @@ _EXPORTS = {
     "ShellAgentHarness": ".harnesses.shell_agent",
     "Trajectory": ".models",
     "save_artifact": ".artifacts",
+    "save_artifact_stream": ".artifacts",
+    "artifact_name": ".artifacts",
     "ComponentError": ".errors",
     "ComponentRef": ".config",
     "ConfigPath": ".config",
@@ -196,9 +198,11 @@ __all__ = [
     "Trajectory",
     "WorkspacePathError",
     "apply_verifier_result",
+    "artifact_name",
     "load_config",
     "read_artifact",
     "save_artifact",
+    "save_artifact_stream",
     "tarball_name",
     "untar",
     "verifier_evidence",

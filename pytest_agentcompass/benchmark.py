@@ -100,7 +100,7 @@ class BaseBenchmark:
         threshold = req.execution.pass_threshold
         k = req.execution.attempts.k
         # One pass: ``results`` may be read from disk lazily, one task at a time.
-        tasks = scored = errors = environment_errors = passed = any_pass = 0
+        tasks = scored = errors = environment_errors = task_errors = passed = any_pass = 0
         total = MeanOf()
         pass_at_1 = 0.0
         for r in results:
@@ -108,6 +108,7 @@ class BaseBenchmark:
             if r.is_error or r.score is None:
                 errors += r.is_error
                 environment_errors += r.status is RunStatus.ENVIRONMENT_ERROR
+                task_errors += r.status is RunStatus.TASK_ERROR
                 total.add(0.0)
                 continue
             scored += 1
@@ -127,6 +128,8 @@ class BaseBenchmark:
         }
         if environment_errors:  # an infrastructure problem, not the agent's: shown apart
             metrics["environment_errors"] = environment_errors
+        if task_errors:  # tasks broken by their own files: neither the agent's nor the infrastructure's
+            metrics["task_errors"] = task_errors
         if tasks:
             metrics["pass@1"] = pass_at_1 / tasks
             metrics[f"pass@{k}"] = any_pass / tasks

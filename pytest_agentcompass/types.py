@@ -43,7 +43,9 @@ class RunStatus(enum.StrEnum):
     """Where a result stands.
 
     ``completed`` is the raw state an inference path returns; the runtime turns
-    it into ``scored`` once ``evaluate`` attached a score.
+    it into ``scored`` once ``evaluate`` attached a score. ``task_error`` is a
+    task that cannot run at all, by its own fault (see :attr:`TaskSpec.broken`):
+    never retried, never counted as infrastructure.
     """
 
     COMPLETED = "completed"
@@ -51,6 +53,7 @@ class RunStatus(enum.StrEnum):
     INFERENCE_ERROR = "inference_error"
     ENVIRONMENT_ERROR = "environment_error"
     EVALUATION_ERROR = "evaluation_error"
+    TASK_ERROR = "task_error"
     CANCELLED = "cancelled"
 
     @property
@@ -59,7 +62,13 @@ class RunStatus(enum.StrEnum):
 
 
 _ERROR_STATUSES = frozenset(
-    {RunStatus.INFERENCE_ERROR, RunStatus.ENVIRONMENT_ERROR, RunStatus.EVALUATION_ERROR, RunStatus.CANCELLED}
+    {
+        RunStatus.INFERENCE_ERROR,
+        RunStatus.ENVIRONMENT_ERROR,
+        RunStatus.EVALUATION_ERROR,
+        RunStatus.TASK_ERROR,
+        RunStatus.CANCELLED,
+    }
 )
 
 
@@ -124,6 +133,10 @@ class TaskSpec:
     :param tags: Extra selection labels; each becomes a keyword and a marker.
     :param evaluation_environment_mode: Per-task override of the benchmark's
         default evaluation mode; the request's own setting still wins.
+    :param broken: Why the task itself cannot run (its files are malformed, it
+        asks for what no runner here offers), as the benchmark found when it
+        loaded it. The runtime reports it as a ``task_error`` without opening
+        an Environment or retrying: the fault is the task's, deterministic.
     """
 
     task_id: str
@@ -134,6 +147,7 @@ class TaskSpec:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     #: Labels that, like ``category``, become pytest keywords and markers (``-k``/``-m``).
     tags: tuple[str, ...] = ()
+    broken: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,6 +103,12 @@ class EnvironmentSession(abc.ABC):
     async def write_bytes(self, path: str, data: bytes) -> None:
         """Write a file of the session, creating parent directories."""
 
+    async def read_head(self, path: str, limit: int) -> tuple[bytes, int]:
+        """The first ``limit`` bytes of a file and its whole size. Providers that can read part
+        of a file override this, so a huge (or sparse) file costs ``limit`` bytes, not its size."""
+        data = await self.read_bytes(path)
+        return data[:limit], len(data)
+
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
         return (await self.read_bytes(path)).decode(encoding)
 
@@ -254,6 +260,11 @@ class BaseEnvironment(abc.ABC):
     def routes_to_host(cls) -> bool:
         """Whether :meth:`host_route` is implemented (checked at preflight)."""
         return cls.host_route is not BaseEnvironment.host_route
+
+    async def end_attempt(self, task_id: str, attempt_index: int) -> None:
+        """Attempt ``attempt_index`` of ``task_id`` is over and its sessions are closed: release what
+        the provider kept for it across sessions (the snapshot its evaluation session started from).
+        Called once per attempt, also after a failure or a cancel."""
 
     async def sweep(self, run_id: str) -> int:
         """Remove what sessions of run ``run_id`` left behind when their process died.

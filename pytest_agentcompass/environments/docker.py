@@ -35,33 +35,33 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, field_validator
-
-from ..config import ParamsModel
 from ..errors import SessionError
 from ..types import ExecResult, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, HostRoute, SessionConfig, argv_list
 from .capture import StreamCapture
 from .docker_derived import with_agent
-from .docker_engine import Engine, EngineParams, check_engines, docker_sdk, engine_list, engine_urls_as_mappings
+from .docker_engine import Engine, docker_sdk, engine_list
 from .docker_exec import DRAIN_GRACE, INIT, ExecStream, exec_output, kill_exec
-from .docker_files import get_tree, put_tree
+from .docker_files import get_tree, put_tree, read_head
 from .docker_images import choose_image
-from .docker_network import FirewallMode, GatewayNetworks, sweep_gateway
+from .docker_network import GatewayNetworks, sweep_gateway
+from .docker_params import DockerParams, limits, session_params, storage_refused
 from .docker_pool import EnginePool
+from .docker_state import Snapshots, sweep_snapshots
+from .docker_trusted import TrustedAccess
 from .process import DEFAULT_OUTPUT_LIMIT, EXEC_MARKER
 
 if TYPE_CHECKING:
     from ..config import EnvironmentSpec
 
-__all__ = ["DockerEnvironment", "DockerSession"]
+__all__ = ["DockerEnvironment", "DockerParams", "DockerSession"]
 
 BRIDGE = "bridge"
 _KEEPALIVE = ["sleep", "2147483647"]
 log = logging.getLogger("pytest_agentcompass")
 
 
-class DockerSession(EnvironmentSession):
+class DockerSession(TrustedAccess, EnvironmentSession):
     """A running container. Relative paths are relative to the workdir."""
 
     def __init__(
@@ -205,15 +205,12 @@ class DockerSession(EnvironmentSession):
 
         def fetch() -> bytes:
             try:
-                chunks, _ = self.container.get_archive(target)
+                found = read_head(self.container, target, 1 << 62)  # streamed: one copy of the file, no more
             except Exception as exc:
                 raise SessionError(f"cannot read {path!r} in container {self.container.short_id}: {exc}") from None
-            with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as archive:
-                member = archive.next()
-                handle = archive.extractfile(member) if member else None
-                if handle is None:
-                    raise SessionError(f"{path!r} in container {self.container.short_id} is not a file")
-                return handle.read()
+            if found is None:
+                raise SessionError(f"{path!r} in container {self.container.short_id} is not a file")
+            return found[0]
 
         return await asyncio.to_thread(fetch)
 
@@ -297,6 +294,17 @@ def _create(client: Any, image: str, options: dict[str, Any], host: dict[str, An
     return container
 
 
+async def _start(client: Any, image: str, options: dict[str, Any], host: dict[str, Any]) -> Any:
+    """Create and start a container in one worker-thread call; shielded, so a cancel meanwhile
+    still learns of the container and removes it."""
+    starting = asyncio.ensure_future(asyncio.to_thread(_create, client, image, options, host))
+    try:
+        return await asyncio.shield(starting)
+    except BaseException:
+        await asyncio.shield(asyncio.ensure_future(_discard(starting)))
+        raise
+
+
 async def _discard(starting: asyncio.Future[Any]) -> None:
     """Remove the container ``starting`` gives, once it gives one (its open was cancelled or failed)."""
     try:
@@ -314,42 +322,6 @@ def _remove(container: Any) -> None:
         pass
 
 
-class DockerParams(ParamsModel):
-    """``environment.params`` of the ``docker`` provider."""
-
-    #: The image every session starts from.
-    image: str | None = None
-    #: The working directory inside the container (created by Docker); ``null``: the image's WORKDIR.
-    workdir: str | None = "/work"
-    #: Container memory limit (``"512m"`` or bytes).
-    mem_limit: int | str | None = None
-    #: CPU quota in billionths of a CPU.
-    nano_cpus: int | None = Field(default=None, gt=0)
-    #: Captured output kept per stream, in bytes.
-    output_limit: int = Field(default=DEFAULT_OUTPUT_LIMIT, gt=0)
-    #: Pull the image when the engine does not have it.
-    pull: bool = False
-    #: Task images (a benchmark's per-task build contexts) built at once, per process.
-    max_parallel_builds: int = Field(default=2, ge=1)
-    #: A pool of engines (URLs or ``{url, capacity, tls}``); ``null``: the environment's engine (``DOCKER_HOST``).
-    engines: list[EngineParams] | None = None
-    #: Seconds between probes of an engine that stopped answering.
-    probe_interval: float = Field(default=5.0, gt=0)
-    #: Close the host to the model gateway's network but for the gateway's port (iptables, as root):
-    #: ``auto`` where possible (else a note), ``required`` (else the attempt fails), ``off``.
-    gateway_firewall: FirewallMode = "auto"
-
-    @field_validator("engines", mode="before")
-    @classmethod
-    def _urls(cls, value: Any) -> Any:
-        return engine_urls_as_mappings(value)
-
-    @field_validator("engines")
-    @classmethod
-    def _engines(cls, value: list[EngineParams] | None) -> list[EngineParams] | None:
-        return check_engines(value)
-
-
 class DockerEnvironment(BaseEnvironment):
     """Opens one container per session from ``params.image``."""
 
@@ -365,6 +337,10 @@ class DockerEnvironment(BaseEnvironment):
         #: The run and request labels of this provider's sessions (for the networks it makes).
         self._labels: dict[str, str] = {}
         self._gateway_networks = GatewayNetworks(self.spec.params.get("gateway_firewall") or "auto", self.notes)
+        #: Snapshots of task containers that this attempt's evaluation session starts from.
+        self.snapshots = Snapshots()
+        #: Engines whose storage driver refused a disk quota, and what they said.
+        self._no_storage: dict[str, str] = {}
 
     @property
     def pool(self) -> EnginePool:
@@ -384,13 +360,24 @@ class DockerEnvironment(BaseEnvironment):
 
     async def _open_on(self, engine: Engine, config: SessionConfig) -> EnvironmentSession:
         """Open one container on ``engine`` (placement picked it)."""
-        params = config.params
+        params = session_params(config.params, config.purpose)
         client = await asyncio.to_thread(engine.client)
-        log_dir = self.run_dir / "images" if self.run_dir else None
-        image = await choose_image(client, params, log_dir, engine=engine.name if self.pool.pooled else "")
-        # An agent CLI's harness asked for its install: the image with it (made once).
-        pooled = engine.name if self.pool.pooled else ""
-        image, installed = await with_agent(client, image, config, pooled, engine.local, str(self.run_dir))
+        key = (config.task_id, config.attempt_index)
+        installed: Any = None
+        if params.get("from_snapshot"):  # the task's container, frozen at the end of its run (see snapshot())
+            image = self.snapshots.image(key)
+            if image is None:
+                raise SessionError(
+                    f"task {config.task_id!r} attempt {config.attempt_index}: the evaluation starts from a snapshot "
+                    "of the task's container, but none was taken (the benchmark calls env.snapshot() before the "
+                    "task environment closes)"
+                )
+        else:
+            log_dir = self.run_dir / "images" if self.run_dir else None
+            pooled = engine.name if self.pool.pooled else ""
+            image = await choose_image(client, params, log_dir, engine=pooled)
+            # An agent CLI's harness asked for its install: the image with it (made once).
+            image, installed = await with_agent(client, image, config, pooled, engine.local, str(self.run_dir))
         workdir = params.get("workdir", "/work")
         from_image = workdir is None
         if from_image:  # the image's own WORKDIR (published task verifiers rely on it): it exists
@@ -408,13 +395,9 @@ class DockerEnvironment(BaseEnvironment):
         host: dict[str, Any] = {"init": True, "network_mode": "none" if isolated else BRIDGE}  # init reaps orphans
         if isolated:  # the engine writes no /etc/hosts line for the hostname without a network
             host["extra_hosts"] = {name: "127.0.0.1"}
-        for key in ("mem_limit", "nano_cpus"):
-            if params.get(key) is not None:
-                host[key] = params[key]
-        if params.get("nano_cpus") is None and params.get("cpus"):
-            host["nano_cpus"] = int(float(params["cpus"]) * 1e9)
-        if params.get("mem_limit") is None and params.get("memory_mb"):
-            host["mem_limit"] = f"{int(params['memory_mb'])}m"
+        host.update(limits(params))
+        if "storage_opt" in host and engine.name in self._no_storage:
+            self._without_storage(host, params, engine)
         options: dict[str, Any] = {
             "command": _KEEPALIVE,
             "entrypoint": [],  # an image's ENTRYPOINT would wrap the keepalive
@@ -424,19 +407,44 @@ class DockerEnvironment(BaseEnvironment):
             "name": name,
             "detach": True,
         }
-        # One worker-thread call creates and starts; shielded, so a cancel meanwhile still
-        # learns of the container and removes it.
-        starting = asyncio.ensure_future(asyncio.to_thread(_create, client, image, options, host))
         try:
-            container = await asyncio.shield(starting)
-        except BaseException:
-            await asyncio.shield(asyncio.ensure_future(_discard(starting)))
-            raise
+            container = await _start(client, image, options, host)
+        except Exception as exc:
+            if "storage_opt" not in host or not storage_refused(exc):
+                raise
+            self._no_storage[engine.name] = str(getattr(exc, "explanation", None) or exc).strip()
+            self._without_storage(host, params, engine)
+            container = await _start(client, image, options, host)
         policy: NetworkPolicy = "disabled" if isolated else "full"
         output_limit = int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
         session = DockerSession(client, container, workdir, policy, output_limit, local=engine.local)
         session.agent_install = installed
+        session.snapshots, session.snapshot_key = self.snapshots, key
+        session.snapshot_limit = int(params.get("snapshot_limit_mb") or 4096) * 1024 * 1024
         return session
+
+    def _without_storage(self, host: dict[str, Any], params: Mapping[str, Any], engine: Engine) -> None:
+        """The engine cannot cap a container's disk: refuse (``storage_limits: require``) or say so once."""
+        reason = self._no_storage[engine.name]
+        where = engine.url if self.pool.pooled else "this Docker engine"
+        if params.get("storage_limits") == "require":
+            raise SessionError(
+                f"the task asks for a disk quota (storage_mb={params.get('storage_mb')}), which {where} cannot "
+                f"apply (storage_limits: require): {reason}"
+            )
+        host.pop("storage_opt", None)
+        note = (
+            f"storage_mb (a task's disk quota) is not applied on {where}: its storage driver cannot cap a "
+            f"container's disk ({reason}); tasks run without it. Docker applies it on overlay2 over xfs with "
+            "project quotas, btrfs, zfs or devicemapper; storage_limits: require makes such tasks errors instead"
+        )
+        if note not in self.notes:
+            self.notes.append(note)
+            log.warning("%s", note)
+
+    async def end_attempt(self, task_id: str, attempt_index: int) -> None:
+        """The attempt is over: its snapshot (if its evaluation started from one) is removed."""
+        await asyncio.to_thread(self.snapshots.release, (task_id, attempt_index))
 
     async def host_route(self, session: EnvironmentSession) -> HostRoute:
         """The container joins the request's internal gateway network (made on first use) for the run phase."""
@@ -444,11 +452,12 @@ class DockerEnvironment(BaseEnvironment):
         return await self._gateway_networks.route(getattr(session, "inner", session), engine, self._labels)
 
     async def sweep(self, run_id: str) -> int:
-        removed = await self.pool.sweep(run_id)  # containers first: a network in use cannot go
+        removed = await self.pool.sweep(run_id, also=sweep_snapshots)  # containers first: a network in use cannot go
         return removed + await sweep_gateway(self.pool.engines, run_id)
 
     async def aclose(self) -> None:
         await self._gateway_networks.close()  # after the request's gateway stopped listening on them
+        await asyncio.to_thread(self.snapshots.release_all)
         pool = getattr(self, "_pool", None)
         if pool is not None:
             await pool.aclose()

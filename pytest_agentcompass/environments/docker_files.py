@@ -1,14 +1,44 @@
-"""Whole folders in and out of a container, one tar archive each way (blocking; run in a thread)."""
+"""Files in and out of a container through the engine's archive API only (blocking; run in a thread).
+
+Nothing here runs a program inside the container: an agent may have
+replaced its ``sh``, ``mv``, ``cat`` or ``rm``, but the engine's own
+archive code (in the daemon, chrooted into the container's file system)
+is out of its reach. Reading is streamed and bounded: a file larger than
+what is left of the budget is never read, and a folder's archive is
+abandoned once it would cost more than its cap or its time.
+"""
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import io
+import json
 import os
+import socket
 import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any
+from typing import IO, Any
 
-__all__ = ["get_tree", "put_tree"]
+__all__ = [
+    "Save",
+    "Skip",
+    "TreeCopy",
+    "copy_out",
+    "get_tree",
+    "make_dirs",
+    "put_tree",
+    "read_head",
+    "replace_tree",
+    "stat",
+]
+
+#: Bytes per read from the engine's archive stream.
+_CHUNK = 1024 * 1024
 
 
 def put_tree(container: Any, source: str | os.PathLike[str], target: str) -> None:
@@ -22,49 +52,196 @@ def put_tree(container: Any, source: str | os.PathLike[str], target: str) -> Non
     container.put_archive("/", payload.getvalue())
 
 
+def replace_tree(container: Any, target: str, source: str | os.PathLike[str] | None = None, mode: int = 0o755) -> None:
+    """Make ``target`` exactly the local folder ``source`` (or an empty folder of ``mode``).
+
+    One archive: ``target`` first as an empty *file*, which makes the engine
+    remove whatever is there (a folder with planted files, a symlink), then as
+    a folder, then the folder's files. The engine does the removal itself:
+    no ``rm`` of the container runs.
+    """
+    name = target.strip("/")
+    payload = io.BytesIO()
+    with tarfile.open(fileobj=payload, mode="w") as archive:
+        placeholder = tarfile.TarInfo(name)
+        placeholder.mtime = int(time.time())
+        archive.addfile(placeholder, io.BytesIO(b""))
+        archive.addfile(_dir_entry(name, mode))
+        if source is not None:
+            for entry in sorted(os.listdir(source)):
+                archive.add(os.path.join(source, entry), arcname=f"{name}/{entry}", filter=_as_root)
+    container.put_archive("/", payload.getvalue())
+
+
+def make_dirs(container: Any, paths: Iterable[str], mode: int = 0o777) -> None:
+    """Create the absolute folders ``paths`` (``mode``; parents the engine makes are 0755), in one archive."""
+    payload = io.BytesIO()
+    with tarfile.open(fileobj=payload, mode="w") as archive:
+        for path in paths:
+            archive.addfile(_dir_entry(path.strip("/"), mode))
+    container.put_archive("/", payload.getvalue())
+
+
+def stat(container: Any, path: str) -> dict[str, Any] | None:
+    """What the engine says of ``path`` (``name``, ``size``, ``mode``, ``mtime``, ``linkTarget``), or ``None``."""
+    api = container.client.api
+    response = api.head(api._url("/containers/{0}/archive", container.id), params={"path": path})
+    if response.status_code == 404:
+        return None
+    response.raise_for_status()
+    header = response.headers.get("X-Docker-Container-Path-Stat")
+    return json.loads(base64.b64decode(header)) if header else None
+
+
+def read_head(container: Any, path: str, limit: int) -> tuple[bytes, int] | None:
+    """The first ``limit`` bytes of the file at ``path`` and its whole size; ``None`` when there is no
+    such regular file. Nothing past ``limit`` is read: a sparse or endless file costs ``limit`` at most."""
+    info = stat(container, path)
+    if info is None:
+        return None
+    with _archive(container, path) as body, tarfile.open(fileobj=body, mode="r|") as archive:
+        for member in archive:
+            handle = archive.extractfile(member) if member.isfile() else None
+            if handle is None:
+                return None  # a folder, a link, a device: not a file to read
+            return handle.read(min(limit, member.size)), member.size
+    return None
+
+
 def get_tree(container: Any, source: str, limit: int) -> tuple[dict[str, bytes], bool]:
     """The regular files under ``source`` by relative name, at most ``limit`` bytes in all, and
     whether some were left out for the limit. A missing ``source`` gives no files."""
-    import docker
-
-    try:
-        stream, _ = container.get_archive(source)
-    except docker.errors.NotFound:
-        return {}, False
     files: dict[str, bytes] = {}
-    total, cut = 0, False
-    with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as archive:  # streamed, never joined
+
+    def keep(name: str, handle: IO[bytes], size: int) -> int:
+        files[name] = handle.read(size)
+        return size
+
+    report = copy_out(container, source, keep, limit)
+    return files, bool(report.cut or report.stopped)
+
+
+@dataclass
+class TreeCopy:
+    """What :func:`copy_out` copied of a folder and what it left, for the task's record."""
+
+    files: int = 0
+    bytes: int = 0
+    #: Bytes that came through the engine's stream (copied or skipped over).
+    read_bytes: int = 0
+    limit_bytes: int = 0
+    #: Files left out: ``{"name", "size", "why"}``.
+    cut: list[dict[str, Any]] = field(default_factory=list)
+    #: Why the copy ended before the folder's end ("" when it did not).
+    stopped: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "bytes": self.bytes,
+            "read_bytes": self.read_bytes,
+            "limit_bytes": self.limit_bytes,
+            "truncated": bool(self.cut or self.stopped),
+            "cut": self.cut,
+            **({"stopped": self.stopped} if self.stopped else {}),
+        }
+
+
+#: ``save(name, handle, size)``: store ``size`` bytes of a member read from ``handle``; returns bytes stored.
+Save = Callable[[str, IO[bytes], int], int]
+#: ``skip(name)``: whether to pass the file ``name`` over (an excluded pattern).
+Skip = Callable[[str], bool]
+
+
+def copy_out(
+    container: Any, source: str, save: Save, limit: int, time_limit: float | None = None, skip: Skip | None = None
+) -> TreeCopy:
+    """Stream the regular files under ``source`` to ``save``, at most ``limit`` bytes of them.
+
+    A file larger than what is left of ``limit`` is listed as cut and skipped;
+    skipping costs reading through it, so once the skipped bytes would pass
+    ``limit`` too (a sparse or huge file), the archive is abandoned and the
+    files after it are not seen. ``time_limit`` seconds bound the whole copy
+    (a stalled engine included): the connection is shut when they run out.
+    Links, devices and FIFOs are never followed or read; names ``skip`` says
+    yes to are passed over. ``source`` may be one file: it is copied under its name.
+    """
+    report = TreeCopy(limit_bytes=limit)
+    deadline = None if time_limit is None else time.monotonic() + time_limit
+    try:
+        with _archive(container, source, deadline) as body:
+            try:
+                _copy_members(body, save, limit, report, skip)
+            except (tarfile.TarError, OSError) as exc:
+                if not body.timer.expired:
+                    report.stopped = f"the engine's archive ended early: {type(exc).__name__}: {exc}"
+            report.read_bytes = body.count
+            if body.timer.expired:
+                report.stopped = f"stopped after {time_limit:g}s: the rest was not read"
+    except _Absent:
+        pass
+    return report
+
+
+def _copy_members(body: _Body, save: Save, limit: int, report: TreeCopy, skip: Skip | None) -> None:
+    skip_room = limit
+    with tarfile.open(fileobj=body, mode="r|") as archive:
         for member in archive:
-            name = member.name.partition("/")[2]  # drop the folder's own name
-            if not member.isfile() or not name:
+            # Names relative to the folder (its own name dropped); a file copied alone keeps its name.
+            folder, _, name = member.name.partition("/")
+            name = name or (folder if member.isfile() else "")
+            if not member.isfile() or not name or (skip is not None and skip(name)):
                 continue
-            if total + member.size > limit:
-                cut = True
-                continue  # a smaller file further on may still fit (the reward, say)
+            if report.bytes + member.size > limit:
+                report.cut.append({"name": name, "size": member.size, "why": "over the copy limit"})
+                if member.size > skip_room:  # reading through it would cost more than the cap itself
+                    report.stopped = f"stopped at {name} ({member.size} bytes): the rest was not read"
+                    return
+                skip_room -= member.size
+                continue
             handle = archive.extractfile(member)
-            files[name] = handle.read() if handle else b""
-            total += member.size
-    return files, cut
+            if handle is not None:
+                report.bytes += save(name, handle, member.size)
+                report.files += 1
+            if body.timer.expired:
+                return
 
 
-def _dir_entry(name: str) -> tarfile.TarInfo:
-    entry = tarfile.TarInfo(name)
-    entry.type, entry.mode = tarfile.DIRTYPE, 0o755
-    return entry
+class _Absent(Exception):
+    """The path does not exist in the container."""
 
 
-def _as_root(entry: tarfile.TarInfo) -> tarfile.TarInfo:
-    entry.uid = entry.gid = 0
-    entry.uname = entry.gname = "root"
-    return entry
+class _Timer:
+    """Shuts the archive's connection at ``deadline``, so a read blocked on it returns."""
+
+    def __init__(self, shut: Callable[[], None], deadline: float | None) -> None:
+        self.expired = False
+        self._shut = shut
+        self._timer: threading.Timer | None = None
+        if deadline is not None:
+            self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _expire(self) -> None:
+        self.expired = True
+        self._shut()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
 
 
-class _ChunkReader(io.RawIOBase):
-    """A file over the SDK's chunk iterator."""
+class _Body(io.RawIOBase):
+    """The body of an archive response, read in chunks, counting what came through."""
 
-    def __init__(self, chunks: Any) -> None:
-        self._chunks = iter(chunks)
+    def __init__(self, response: Any, timer: _Timer) -> None:
+        self._chunks = response.iter_content(_CHUNK, False)
         self._rest = b""
+        self.count = 0
+        self.timer = timer
+        #: The whole body was read (the connection can go back to the pool).
+        self.done = False
 
     def readable(self) -> bool:
         return True
@@ -74,8 +251,51 @@ class _ChunkReader(io.RawIOBase):
             try:
                 self._rest = next(self._chunks)
             except StopIteration:
+                self.done = True
                 return 0
+            self.count += len(self._rest)
         size = min(len(buffer), len(self._rest))
         buffer[:size] = self._rest[:size]
         self._rest = self._rest[size:]
         return size
+
+
+@contextlib.contextmanager
+def _archive(container: Any, path: str, deadline: float | None = None) -> Iterator[_Body]:
+    """The engine's tar stream of ``path`` (the SDK's ``get_archive`` would lift every socket timeout)."""
+    api = container.client.api
+    response = api._get(api._url("/containers/{0}/archive", container.id), params={"path": path}, stream=True)
+
+    def shut() -> None:
+        with contextlib.suppress(Exception):
+            sock = api._get_raw_response_socket(response)
+            getattr(sock, "_sock", sock).shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(Exception):
+            response.close()
+
+    timer = _Timer(shut, deadline)
+    body = _Body(response, timer)
+    try:
+        if response.status_code == 404:
+            raise _Absent(path)
+        response.raise_for_status()
+        yield body
+    finally:
+        timer.cancel()
+        if body.done:
+            response.close()
+        else:
+            shut()  # the unread rest of a huge archive is not drained
+
+
+def _dir_entry(name: str, mode: int = 0o755) -> tarfile.TarInfo:
+    entry = tarfile.TarInfo(name)
+    entry.type, entry.mode = tarfile.DIRTYPE, mode
+    entry.mtime = int(time.time())
+    return entry
+
+
+def _as_root(entry: tarfile.TarInfo) -> tarfile.TarInfo:
+    entry.uid = entry.gid = 0
+    entry.uname = entry.gname = "root"
+    return entry

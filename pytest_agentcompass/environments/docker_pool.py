@@ -37,6 +37,7 @@ from .base import EnvironmentSession, SessionConfig
 from .docker_bases import from_lines, local_base
 from .docker_build import BuildSpec
 from .docker_engine import Engine, EngineParams, copy_image, has_image, reason, remove_container
+from .docker_params import session_params
 
 __all__ = ["EnginePool", "Opener", "PooledSession"]
 
@@ -132,12 +133,13 @@ class EnginePool:
             return await opener(self.engines[0], config)
         self.run_id = self.run_id or config.labels.get("agentcompass.run")
         engine = await self._place(config.placement)
+        params = session_params(config.params, config.purpose)  # an evaluation session's own image or build
         try:
-            image = config.params.get("image") or config.params.get("task_image")
+            image = None if params.get("from_snapshot") else params.get("image") or params.get("task_image")
             if image:
                 await asyncio.to_thread(self._ensure_image, engine, str(image))
-            build = config.params.get("build")
-            if build and not config.params.get("image"):
+            build = params.get("build")
+            if build and not params.get("image") and not params.get("from_snapshot"):
                 await asyncio.to_thread(self._ensure_bases, engine, BuildSpec.from_params(build))
             session = await opener(engine, config)
         except Exception as exc:
@@ -263,17 +265,22 @@ class EnginePool:
         self._has.add(key)
 
     # -- cleanup ---------------------------------------------------------
-    async def sweep(self, run_id: str) -> int:
-        """Remove run ``run_id``'s containers from every engine that answers; the others are noted."""
-        counts = await asyncio.gather(*(asyncio.to_thread(self._sweep_one, e, run_id) for e in self.engines))
+    async def sweep(self, run_id: str, also: Callable[[Any, str], int] | None = None) -> int:
+        """Remove run ``run_id``'s containers from every engine that answers; the others are noted.
+
+        ``also(client, run_id)`` removes more of the run's leftovers on each engine (its images).
+        """
+        counts = await asyncio.gather(*(asyncio.to_thread(self._sweep_one, e, run_id, also) for e in self.engines))
         return sum(counts)
 
-    def _sweep_one(self, engine: Engine, run_id: str) -> int:
+    def _sweep_one(self, engine: Engine, run_id: str, also: Callable[[Any, str], int] | None) -> int:
         try:
             client = engine.client()
             leftovers = client.containers.list(all=True, filters={"label": f"agentcompass.run={run_id}"})
             for container in leftovers:
                 remove_container(client, container.id)
+            if also is not None:
+                return len(leftovers) + also(client, run_id)
         except Exception as exc:
             if not self.pooled:
                 raise

@@ -220,9 +220,8 @@ async def collect_logs(
     for name in sorted(line[2:] for line in listing.stdout.splitlines() if line.startswith("./")):
         if len(saved) >= max_files:
             break
-        data = await env.read_bytes(f"/{folder}/{name}")
-        if len(data) > max_bytes:
-            data = data[:max_bytes]
+        # Only the part kept is read: a huge (or sparse) log costs max_bytes, not its size.
+        data, _ = await env.read_head(f"/{folder}/{name}", max_bytes)
         if redactor:
             try:
                 data = redactor.text(data.decode("utf-8")).encode("utf-8")

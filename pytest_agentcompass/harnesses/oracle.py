@@ -1,18 +1,29 @@
-"""The ``oracle`` harness: runs a Harbor task's reference solution.
+"""The ``oracle`` harness: runs a task's reference solution.
 
-``solution/`` is copied to ``/solution`` and ``bash /solution/solve.sh`` runs
-as root in the image's WORKDIR with ``[solution] env``. A benchmark whose
-tasks do not all score 1.0 under ``oracle`` is broken: it is the standard
-sanity check of a task set.
+A benchmark names the solution in ``PreparedTask.metadata["reference_solution"]``
+(``harbor`` does, for ``solution/solve.sh``)::
+
+    {"folder": <local folder>, "target": <path in the environment>,
+     "command": [...], "env": {...}}
+
+The folder is copied to ``target`` and ``command`` runs there as root (in the
+environment's working directory) with ``env``; its output (stdout and stderr,
+in order) is the result's output and the transcript ``/logs/agent/oracle.txt``.
+A solution may leave a service running: the command returns when its own
+process does. A benchmark whose tasks do not all pass under ``oracle`` is
+broken: it is the standard sanity check of a task set.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
 from ..config import ParamsModel
+from ..environments.transfer import run_as_root, upload_tree
 from ..types import ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
 from .base import BaseHarness
 
@@ -24,9 +35,10 @@ __all__ = ["OracleHarness"]
 
 #: Characters of the solution's output kept in the result.
 _TAIL = 2000
-#: solve.sh's output (stdout and stderr, in order) to the result and to /logs/agent/oracle.txt;
-#: its exit code stays the pipeline's.
-_SOLVE = "set -o pipefail; bash /solution/solve.sh 2>&1 | tee /logs/agent/oracle.txt"
+#: Where the transcript goes (copied out with the agent's logs).
+TRANSCRIPT = "/logs/agent/oracle.txt"
+#: stderr joins stdout in order; ``exec`` so the solution's exit code is the command's.
+_MERGED = ["bash", "-c", 'exec "$@" 2>&1', "oracle"]
 
 
 class OracleParams(ParamsModel):
@@ -34,7 +46,7 @@ class OracleParams(ParamsModel):
 
 
 class OracleHarness(BaseHarness):
-    """Runs ``solution/solve.sh`` of the task directory (``TaskSpec.metadata["path"]``)."""
+    """Runs the reference solution the benchmark's ``prepare_task`` names (see the module docstring)."""
 
     id = "oracle"
     params_model: ClassVar[type[BaseModel]] = OracleParams
@@ -48,33 +60,32 @@ class OracleHarness(BaseHarness):
         req: RunRequest,
         plan: ExecutionPlan,
     ) -> RunResult:
-        from ..benchmarks.harbor.benchmark import harbor_task
-        from ..benchmarks.harbor.taskdir import expand_env
-        from ..benchmarks.harbor.verifier import run_as_root, tail, upload_tree
-
-        if "path" not in task.metadata:
-            raise RuntimeError(f"task {task.task_id!r} has no task directory: the oracle runs Harbor tasks only")
-        parsed = harbor_task(task)
-        solution = parsed.path / "solution"
-        if not (solution / "solve.sh").is_file():
-            return RunResult(
-                task_id=task.task_id,
-                status=RunStatus.INFERENCE_ERROR,
-                error=f"{solution / 'solve.sh'} does not exist: the task has no reference solution",
+        reference = prepared.metadata.get("reference_solution")
+        if not isinstance(reference, Mapping) or "folder" not in reference:
+            missing = reference.get("missing") if isinstance(reference, Mapping) else None
+            why = (
+                f"{missing} does not exist: the task has no reference solution"
+                if missing
+                else f"task {task.task_id!r} names no reference solution (the oracle runs tasks whose benchmark "
+                "sets PreparedTask.metadata['reference_solution'], as harbor does)"
             )
-        environ = expand_env(parsed.solution_env, "solution", parsed)
-        await upload_tree(env, solution, "/solution")
-        # The transcript is kept where Harbor keeps it (copied out with the agent's
-        # logs), written by tee in the same exec rather than uploaded after it.
-        outcome = await run_as_root(env, ["bash", "-c", _SOLVE], environ=environ)
-        # The verifier decides: a failing solve.sh is recorded, not an inference error.
+            return RunResult(task_id=task.task_id, status=RunStatus.INFERENCE_ERROR, error=why)
+        await upload_tree(env, Path(str(reference["folder"])), str(reference["target"]))
+        command = [str(arg) for arg in reference["command"]]
+        outcome = await run_as_root(env, [*_MERGED, *command], environ=dict(reference.get("env") or {}))
+        await env.write_bytes(TRANSCRIPT, outcome.stdout.encode("utf-8", "replace"))
+        # The verifier decides: a failing solution is recorded, not an inference error.
         return RunResult(
             task_id=task.task_id,
-            output=tail(outcome.stdout, _TAIL),
+            output=_tail(outcome.stdout),
             metadata={
                 "agent": {
                     "exit_code": outcome.exit_code,
-                    **({"stderr": tail(outcome.stderr, _TAIL)} if outcome.stderr else {}),
+                    **({"stderr": _tail(outcome.stderr)} if outcome.stderr else {}),
                 }
             },
         )
+
+
+def _tail(text: str) -> str:
+    return text if len(text) <= _TAIL else "..." + text[-_TAIL:]

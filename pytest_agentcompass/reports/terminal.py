@@ -16,6 +16,10 @@ if TYPE_CHECKING:
 __all__ = ["format_value", "write_terminal_summary"]
 
 
+#: Errors counted apart in the summary line: (count key, word).
+_ERROR_KINDS = (("environment_errors", "environment"), ("task_errors", "task"))
+
+
 def format_value(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
@@ -42,8 +46,9 @@ def write_terminal_summary(
             f"{state.name}: {counts['tasks']} tasks, {counts['passed']} passed, {counts['failed']} failed, "
             f"{counts['errors']} errors"
         )
-        if counts.get("environment_errors"):
-            line += f" ({counts['environment_errors']} environment)"
+        kinds = [f"{counts[key]} {word}" for key, word in _ERROR_KINDS if counts.get(key)]
+        if kinds:
+            line += f" ({', '.join(kinds)})"
         if counts["reused"]:
             line += f", {counts['reused']} reused"
         if counts.get("resumed"):

@@ -15,7 +15,7 @@ import math
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from .._compat import call_user, maybe_await
 from .._shield import uncancellable
@@ -64,7 +64,11 @@ class AttemptRunner:
     async def run(self) -> AttemptRecord:
         # A whole-attempt retry leaves the permit block, so it gives the
         # provider permit back and queues for a new one.
-        result = await self._retrying(RetryScope.ATTEMPT, self._attempt_with_permit)
+        try:
+            result = await self._retrying(RetryScope.ATTEMPT, self._attempt_with_permit)
+        finally:  # what the provider kept across this attempt's sessions (a snapshot) goes now
+            provider, task_id, index = self.ctx.provider, self.task.task_id, self.plan.attempt_index
+            await uncancellable(self._cleanup("ending the attempt", lambda: provider.end_attempt(task_id, index)))
         if self.record.placement:
             result = dataclasses.replace(result, metadata={**result.metadata, "placement": self.record.placement})
             try:  # the plan, recorded before anything opened, learns its engines
@@ -351,3 +355,9 @@ class _AttemptArtifacts:
         # The try in progress now: an evaluation retried within this try counts as a retry too.
         retry = runner.record.retries
         return runner.ctx.store.save_artifact(runner.task.task_id, runner.plan.attempt_index, retry, name, data)
+
+    def save_stream(self, name: str, handle: IO[bytes], limit: int) -> tuple[str, int]:
+        runner = self.runner
+        return runner.ctx.store.save_artifact_stream(
+            runner.task.task_id, runner.plan.attempt_index, runner.record.retries, name, handle, limit
+        )

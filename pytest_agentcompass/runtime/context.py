@@ -81,6 +81,7 @@ def task_fingerprint(request_fingerprint: str, task: TaskSpec) -> str:
         task.ground_truth,
         task.evaluation_environment_mode,
         task.metadata,
+        *([task.broken] if task.broken is not None else []),
     ]
     return _digest(fields)
 

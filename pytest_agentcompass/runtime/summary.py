@@ -68,6 +68,7 @@ def count_outcomes(outcomes: Iterable[TaskOutcome]) -> dict[str, int]:
             "failed",
             "errors",
             "environment_errors",
+            "task_errors",
             "integrity_flagged",
             "reused",
             "resumed",
@@ -82,6 +83,7 @@ def count_outcomes(outcomes: Iterable[TaskOutcome]) -> dict[str, int]:
         counts["failed"] += state is TaskState.FAILED
         counts["errors"] += state is TaskState.ERROR
         counts["environment_errors"] += outcome.result.status is RunStatus.ENVIRONMENT_ERROR
+        counts["task_errors"] += outcome.result.status is RunStatus.TASK_ERROR
         counts["integrity_flagged"] += flagged(outcome.result)
         counts["reused"] += outcome.reused
         counts["resumed"] += outcome.resumed

@@ -85,6 +85,8 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
     started = time.monotonic()
     execution = ctx.req.execution
     fingerprint = ctx.task_fingerprint(task)
+    if task.broken is not None:
+        return _broken(ctx, task, fingerprint, started)
     scheduler = AttemptScheduler(ctx.strategy, execution.attempts.k, execution.pass_threshold)
     restored, ignored = ctx.store.load_checkpoints(task.task_id, fingerprint)
     scheduler.restore(restored)
@@ -153,6 +155,21 @@ async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
         outcome.detail_path = ctx.store.save_partial_result(task.task_id, detail, notes=outcome.notes)
     except OSError as exc:
         # The score is known: report and summarize it, and say that a resume will run the task again.
+        outcome.storage_error = f"its detail record could not be written, so a resume runs it again: {exc}"
+    return outcome
+
+
+def _broken(ctx: RequestContext, task: TaskSpec, fingerprint: str, started: float) -> TaskOutcome:
+    """A task the benchmark declared broken: its ``task_error``, recorded, with nothing opened or retried."""
+    result = RunResult(task.task_id, status=RunStatus.TASK_ERROR, error=task.broken)
+    outcome = TaskOutcome(
+        request=ctx.req.name, task=task, result=result, passed=False, duration=time.monotonic() - started
+    )
+    try:
+        outcome.detail_path = ctx.store.save_partial_result(
+            task.task_id, _detail(ctx, outcome, fingerprint, {}, {}, {})
+        )
+    except OSError as exc:
         outcome.storage_error = f"its detail record could not be written, so a resume runs it again: {exc}"
     return outcome
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from harbor_tasks import (
     details,
     harbor_request,
     remove_images,
+    require_images,
     run_dir,
     write_task,
 )
@@ -29,15 +29,7 @@ SHIM = "printf '#!/bin/sh\\nexec /bin/sh \"$@\"\\n' > /bin/bash && chmod 755 /bi
 EXAMPLE = Path(__file__).parents[2] / "example_suites" / "terminal" / "tasks"
 
 
-def engine_ready() -> bool:
-    probe = subprocess.run(["docker", "image", "inspect", BUSYBOX], capture_output=True, check=False)
-    return probe.returncode == 0
-
-
-if not engine_ready():
-    if os.environ.get("CI"):
-        raise RuntimeError("CI must start the Docker engine first: bash scripts/start-docker.sh")
-    pytest.skip("no Docker engine with the test image (run scripts/start-docker.sh)", allow_module_level=True)
+require_images(BUSYBOX)
 
 
 @pytest.fixture

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from harbor_tasks import harbor_request, write_task
 
-from pytest_agentcompass import ComponentRef, RunRequest, RunResult
-from pytest_agentcompass.benchmarks.harbor.taskdir import files_digest, find_task_dirs, parse_memory_mb, read_task
-from pytest_agentcompass.benchmarks.harbor.verifier import RewardError, parse_rewards
+from pytest_agentcompass import ComponentRef, ExecutionPlan, RunRequest
+from pytest_agentcompass.benchmarks.harbor.discovery import files_digest, find_task_dirs, task_id_for
+from pytest_agentcompass.benchmarks.harbor.rewards import RewardError, parse_rewards
+from pytest_agentcompass.benchmarks.harbor.taskdir import parse_memory_mb, read_task
 
 from conftest import write_config
 
@@ -164,31 +167,173 @@ def test_a_new_file_or_an_executable_bit_changes_the_fingerprint_input(tmp_path:
     assert files_digest(task) != added
 
 
-def test_storage_is_recorded_under_a_name_that_says_so(pytester: pytest.Pytester) -> None:
+def _plan(
+    benchmark: Any, task: Any, evaluation_mode: str | None = None, network: dict[str, str] | None = None
+) -> ExecutionPlan:
+    from pytest_agentcompass.config import EnvironmentSpec
+
+    req = RunRequest(
+        name="r",
+        benchmark=ComponentRef(id="harbor"),
+        environment=EnvironmentSpec(id="docker", evaluation_environment_mode=evaluation_mode, network=network or {}),
+    )
+    plan = ExecutionPlan(task.task_id, 0, evaluation_mode or "reuse")  # type: ignore[arg-type]
+    adjusted: ExecutionPlan = benchmark.adjust_plan(plan, task, req)
+    return adjusted
+
+
+def test_verifier_modes_become_plans(tmp_path: Path) -> None:
     from pytest_agentcompass.benchmarks.harbor.benchmark import HarborBenchmark
 
+    tasks = tmp_path / "tasks"
+    write_task(tasks, "plain", environment="storage_mb = 4096\nallow_internet = false\n")
+    apart = write_task(tasks, "apart", toml='[verifier]\ntimeout_sec = 60\nenvironment_mode = "separate"\n')
+    (apart / "tests" / "Dockerfile").write_text("FROM scratch\nCOPY . /tests\n")
+    own = write_task(
+        tasks,
+        "own-env",
+        toml='[verifier.environment]\ndocker_image = "verifier:1"\ncpus = 2\nallow_internet = false\n',
+    )
+    assert read_task(own).verifier_mode == "separate"  # a [verifier.environment] table alone means separate
+    by_id = {t.task_id: t for t in HarborBenchmark(tasks).load_tasks(_request())}
+
+    def plan(task: str, param: str | None = None, **extra: Any) -> ExecutionPlan:
+        benchmark = HarborBenchmark(tasks, verifier_mode=param)  # type: ignore[arg-type]
+        return _plan(benchmark, by_id[task], **extra)
+
+    shared = plan("plain")
+    assert (shared.environment["verifier_mode"], shared.evaluation_environment_mode) == ("shared", "reuse")
+    assert shared.environment["storage_mb"] == 4096 and "evaluation" not in shared.environment
+    # The task has no internet: neither have the agent's processes that outlive it into verification.
+    assert (shared.run_network_policy, shared.evaluation_network_policy) == ("disabled", "disabled")
+    assert plan("plain", network={"evaluation": "full"}).evaluation_network_policy == "full"
+    snapshot = plan("plain", "snapshot")
+    assert (snapshot.evaluation_environment_mode, snapshot.environment["evaluation"]) == (
+        "fresh",
+        {"from_snapshot": True},
+    )
+    # The spec's fresh evaluation of a Harbor task is the snapshot (a separate task keeps its own verifier).
+    assert plan("plain", evaluation_mode="fresh").environment["verifier_mode"] == "snapshot"
+    assert plan("apart", evaluation_mode="fresh").environment["verifier_mode"] == "separate"
+    assert plan("apart", evaluation_mode="reuse").environment["verifier_mode"] == "shared"
+    separate = plan("apart")
+    assert separate.environment["verifier_mode"] == "separate" and separate.evaluation_environment_mode == "fresh"
+    build = separate.environment["evaluation"]["build"]
+    assert build["context"] == str(apart / "tests") and separate.environment["evaluation"]["image"] is None
+    own_env = plan("own-env").environment["evaluation"]
+    assert own_env["task_image"] == "verifier:1" and own_env["cpus"] == 2.0
+    assert plan("own-env").evaluation_network_policy == "disabled"
+    assert "evaluation" not in plan("plain", "separate").environment  # no verifier image: the task's own
+
+
+def _request(**environment: Any) -> RunRequest:
+    from pytest_agentcompass.config import EnvironmentSpec
+
+    return RunRequest(name="r", benchmark=ComponentRef(id="harbor"), environment=EnvironmentSpec(**environment))
+
+
+@pytest.mark.parametrize(
+    ("params", "environment", "message"),
+    [
+        (
+            {"verifier_mode": "shared"},
+            {"evaluation_environment_mode": "fresh"},
+            "*verifier_mode 'shared' needs*'reuse'*'fresh'*",
+        ),
+        (
+            {},
+            {"evaluation_environment_mode": "none"},
+            "*evaluation_environment_mode 'none' cannot verify a Harbor task*",
+        ),
+        ({"verifier_mode": "isolated"}, {}, "*verifier_mode*"),
+        ({"reward_range": [1, 0]}, {}, "*reward_range must be two finite numbers*"),
+    ],
+    ids=["mode-conflict", "none", "unknown-mode", "range"],
+)
+def test_contradicting_settings_are_one_clear_error(
+    pytester: pytest.Pytester, params: dict[str, Any], environment: dict[str, Any], message: str
+) -> None:
+    write_task(pytester.path / "tasks", "t")
+    write_config(pytester, [harbor_request("bad", "tasks", params=params, environment=environment)])
+    result = pytester.runpytest_inprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines([message])
+    assert "INTERNALERROR" not in result.stdout.str() and result.ret != 0
+
+
+def test_broken_tasks_are_task_errors_never_retried_nor_infrastructure(pytester: pytest.Pytester) -> None:
     tasks = pytester.path / "tasks"
-    write_task(tasks, "big", environment="storage_mb = 4096\n")
-    write_task(tasks, "small")
-    benchmark = HarborBenchmark(tasks)
-    env = {t.task_id: benchmark._environment(benchmark.task(t)) for t in benchmark.load_tasks(None)}  # type: ignore[arg-type]
-    assert env["big"]["storage_mb_recorded"] == 4096 and "storage_mb" not in env["big"]
-    assert "storage_mb_recorded" not in env["small"]
+    write_task(tasks, "lots", environment='memory = "lots"')
+    write_task(tasks, "empty-dockerfile", dockerfile="# nothing here\n\n")
+    (write_task(tasks, "no-instruction") / "instruction.md").unlink()
+    (write_task(tasks, "no-verifier") / "tests" / "test.sh").unlink()
+    # No engine is needed: a broken task opens no environment (the provider here would fail preflight-free).
+    write_config(
+        pytester,
+        [harbor_request("broken", "tasks", execution={"max_retries": 2}, environment={"id": "local"})],
+    )
+    result = pytester.runpytest_inprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
+    result.assert_outcomes(errors=4)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*ERROR at setup of broken::lots*",
+            "*task_error: */lots/task.toml:*: [[]environment[]] memory must be a size like*",
+            "*task_error: */empty-dockerfile/environment/Dockerfile is empty*",
+            "*task_error: */no-instruction/instruction.md: cannot read*",
+            "*task_error: */no-verifier/tests/test.sh does not exist: the task has no verifier*",
+            "broken: 4 tasks, 0 passed, 0 failed, 4 errors (4 task)*",
+        ]
+    )
+    summary = json.loads(next((pytester.path / "runs" / "broken").glob("*/summary.json")).read_text())
+    assert summary["counts"]["task_errors"] == 4 and summary["counts"]["environment_errors"] == 0
+    assert summary["counts"]["retries"] == 0
+    detail = json.loads(next((pytester.path / "runs" / "broken").glob("*/details/lots.json")).read_text())
+    assert (detail["status"], detail["attempts"], detail["attempt_results"]) == ("task_error", 0, {})
 
 
-def test_a_separate_verifier_environment_is_said_not_applied(pytester: pytest.Pytester) -> None:
-    from pytest_agentcompass.benchmarks.harbor.benchmark import HarborBenchmark
-
+def test_odd_directory_names_get_ids_that_work(pytester: pytest.Pytester) -> None:
     tasks = pytester.path / "tasks"
-    toml = '[verifier]\ntimeout_sec = 60\nenvironment_mode = "separate"\n'
-    write_task(tasks, "apart", toml=toml)
-    write_task(tasks, "plain")
-    benchmark = HarborBenchmark(tasks)
-    loaded = benchmark.load_tasks(None)  # type: ignore[arg-type]
-    env = {t.task_id: benchmark._environment(benchmark.task(t)) for t in loaded}
-    assert env["apart"]["verifier_environment_mode_not_applied"] == "separate"
-    assert "verifier_environment_mode_not_applied" not in env["plain"]
-    results = [RunResult(t.task_id, score=1.0) for t in loaded]
-    req = RunRequest(name="r", benchmark=ComponentRef(id="harbor"))
-    note = benchmark.aggregate_metrics(results, req)["verifier_environment_mode"]
-    assert note.startswith("[verifier] environment_mode separate is not applied")
+    for name in ("my task", "café-ünïcode", "plain"):
+        write_task(tasks, name)
+    write_config(pytester, [harbor_request("odd", "tasks", environment={"id": "local"})])
+    result = pytester.runpytest_inprocess(
+        "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", "--collect-only", "-q"
+    )
+    assert result.ret == 0, result.stdout.str()
+    ids = sorted(line.rsplit("::", 1)[1] for line in result.stdout.lines if "::" in line)
+    assert ids[0].startswith("cafe-unicode-") and ids[1].startswith("my-task-") and ids[2] == "plain"
+    assert task_id_for("my task") == ids[1]  # stable: the same name, the same id
+    again = pytester.runpytest_inprocess(
+        "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", "--collect-only", "-q", "-k", ids[1]
+    )
+    assert again.ret == 0 and f"::{ids[1]}" in again.stdout.str()
+
+
+def test_a_duplicate_id_names_both_directories(pytester: pytest.Pytester) -> None:
+    tasks = pytester.path / "tasks"
+    write_task(tasks / "sub1", "dup")
+    write_task(tasks / "sub2", "dup")
+    write_config(pytester, [harbor_request("dups", "tasks")])
+    result = pytester.runpytest_inprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*two task directories have the id 'dup': sub1/dup and sub2/dup*"])
+    assert "INTERNALERROR" not in result.stdout.str()
+
+
+def test_reward_range_size_and_ignored_entries() -> None:
+    from pytest_agentcompass.benchmarks.harbor.benchmark import _rewards
+
+    assert _rewards({"reward.txt": b"0.5"}, None, (0.0, 1.0)).score == 0.5
+    for text, shown in ((b"1e300", "'1e300'"), (b"-5", "'-5'")):
+        with pytest.raises(RewardError, match=f"reward.txt holds {shown}, outside the reward range \\[0, 1\\]"):
+            _rewards({"reward.txt": text}, None, (0.0, 1.0))
+    assert _rewards({"reward.txt": b"7"}, None, None).score == 7.0  # reward_range: null
+    with pytest.raises(RewardError, match=r"reward.json holds b = 3.0, outside the reward range"):
+        _rewards({"reward.json": b'{"reward": 1, "b": 3}'}, None, (0.0, 1.0))
+    with pytest.raises(RewardError, match=r"reward.txt is 62914560 bytes, too large to be a reward"):
+        _rewards({"reward.txt": 60 * 1024 * 1024}, None, (0.0, 1.0))
+    odd = b'{"": 1, "bad key/with slash": 1, "Reward": "high", "flag": true, "ok": 0.25}'
+    verdict = _rewards({"reward.json": odd}, None, (0.0, 1.0))
+    assert (verdict.score, dict(verdict.values)) == (0.25, {"ok": 0.25})
+    assert [entry.split(":")[0] for entry in verdict.ignored] == ["''", "'bad key/with slash'", "'Reward'", "'flag'"]
+    assert "'high' is not a number" in verdict.ignored[2]
+    with pytest.raises(RewardError, match="holds no usable numbers \\(ignored: 'Reward': 'high' is not a number"):
+        _rewards({"reward.json": b'{"Reward": "high"}'}, None, (0.0, 1.0))

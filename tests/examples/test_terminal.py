@@ -46,12 +46,59 @@ def test_oracle_passes_every_task(pytester: pytest.Pytester, checkout: Path) -> 
         "kept_lines": 1.0,
     }
     assert details["sort-words"]["metadata"]["rewards"] == {"sorted": 1.0, "unique": 1.0}
-    attempt = run_dir / "details" / "offline-archive" / "attempt-0"
+    attempt = run_dir / "artifacts" / "offline-archive" / "attempt-0"
     # allow_internet = false: the agent ran with no network interface but lo.
-    assert (attempt / "agent" / "interfaces.txt").read_text().split() == ["lo"]
-    assert (attempt / "verifier" / "reward.txt").read_text().strip() == "1"
+    assert (attempt / "logs" / "agent" / "interfaces.txt").read_text().split() == ["lo"]
+    assert (attempt / "verifier" / "logs" / "reward.txt").read_text().strip() == "1"
     assert (attempt / "verifier" / "test-stdout.txt").exists()
+    # The solution's transcript is where Harbor keeps it.
+    transcript = run_dir / "artifacts" / "offline-archive" / "attempt-0" / "logs" / "agent" / "oracle.txt"
+    assert transcript.exists()
+    # hello-file asks for a verifier of its own: built from its tests/, run apart from the agent.
+    plans = json.loads((run_dir / "run_info.json").read_text())["resolved_execution_plans"]
+    assert plans["hello-file"]["0"]["environment"]["verifier_mode"] == "separate"
+    assert plans["count-lines"]["0"]["environment"]["verifier_mode"] == "shared"
     assert containers_of(run_dir.name) == []
+
+
+def test_oracle_passes_in_every_verifier_mode(pytester: pytest.Pytester) -> None:
+    shutil.copytree(ROOT / "example_suites", pytester.path / "example_suites")
+    result = pytester.runpytest_subprocess("--agentcompass=example_suites/terminal/modes.yaml", "-n", "2")
+    result.assert_outcomes(passed=15)
+    for mode in ("shared", "snapshot", "separate"):
+        result.stdout.fnmatch_lines([f"terminal-{mode}: 5 tasks, 5 passed, 0 failed, 0 errors"])
+        run_dir, _ = run_of(pytester.path, f"terminal-{mode}")
+        assert containers_of(run_dir.name) == []
+        images = subprocess.run(
+            ["docker", "images", "-q", "--filter", f"label=agentcompass.run={run_dir.name}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert images.stdout.split() == []  # no snapshot outlives its attempt
+
+
+def test_fresh_evaluation_verifies_the_agents_work(pytester: pytest.Pytester) -> None:
+    # The spec's fresh mode on Harbor tasks: a new container, from a snapshot of the agent's.
+    shutil.copytree(ROOT / "example_suites" / "terminal" / "tasks", pytester.path / "tasks")
+    config = {
+        "output_dir": "runs",
+        "requests": [
+            {
+                "name": "fresh",
+                "benchmark": {"id": "harbor", "params": {"path": "tasks"}},
+                "harness": {"id": "oracle"},
+                "environment": {"id": "docker", "evaluation_environment_mode": "fresh"},
+            }
+        ],
+    }
+    (pytester.path / "agentcompass.yaml").write_text(json.dumps(config))
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=5)
+    (run_dir,) = (pytester.path / "runs" / "fresh").iterdir()
+    plans = json.loads((run_dir / "run_info.json").read_text())["resolved_execution_plans"]
+    assert {p["0"]["environment"]["verifier_mode"] for p in plans.values()} == {"snapshot", "separate"}
+    assert {p["0"]["evaluation_environment_mode"] for p in plans.values()} == {"fresh"}
 
 
 def test_nop_fails_every_task(pytester: pytest.Pytester, checkout: Path) -> None:

@@ -212,6 +212,7 @@ def test_retries_stay_out_of_details(pytester: pytest.Pytester, trace: Path) -> 
         "failed": 0,
         "errors": 0,
         "environment_errors": 0,
+        "task_errors": 0,
         "integrity_flagged": 0,
         "reused": 0,
         "resumed": 0,

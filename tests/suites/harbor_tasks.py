@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import uuid
 from pathlib import Path
@@ -32,6 +33,18 @@ timeout_sec = 60.0
 build_timeout_sec = {build_timeout}
 {environment}
 """
+
+
+def require_images(*images: str, hint: str = "run scripts/start-docker.sh") -> None:
+    """Skip the calling test module unless the engine has ``images`` (in CI, fail: CI must provide them)."""
+    probe = subprocess.run(["docker", "image", "inspect", *images], capture_output=True, check=False)
+    if probe.returncode == 0:
+        return
+    if os.environ.get("CI"):
+        raise RuntimeError(f"CI must provide the Docker engine and the images {', '.join(images)}: {hint}")
+    import pytest
+
+    pytest.skip(f"no Docker engine with {', '.join(images)} ({hint})", allow_module_level=True)
 
 
 def write_task(

@@ -2,62 +2,57 @@
 
 Per task: the container comes from the task's ``docker_image`` or its
 ``environment/Dockerfile`` (the provider builds it); the agent gets
-``instruction.md``; then, in the same container (evaluation mode ``reuse``),
-``tests/`` is copied to ``/tests`` and ``bash /tests/test.sh`` decides the
-score through ``/logs/verifier/reward.txt`` or ``reward.json``.
+``instruction.md``; then ``bash /tests/test.sh`` decides the score through
+``/logs/verifier/reward.txt`` or ``reward.json``, in the verifier mode the
+request chose (:mod:`.modes`: the agent's container, a snapshot of it, or a
+verifier container of its own). What the runner does in a container goes
+through the engine, never through the container's own tools
+(:mod:`.session_io`); what the agent changed that a verifier relies on is
+recorded as ``metadata["integrity"]`` (:mod:`.integrity`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import uuid
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from ...benchmark import BaseBenchmark, MeanOf
 from ...config import ConfigPath, ParamsModel
 from ...errors import ComponentError
 from ...types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
-from .taskdir import HarborTask, expand_env, files_digest, find_task_dirs, read_task
-from .verifier import (
-    LOG_DIRS,
-    VERIFIER_LOGS,
-    RewardError,
-    fetch_tree,
-    parse_rewards,
-    redact_bytes,
-    run_as_root,
-    save_tree,
-    tail,
-    upload_tree,
+from .discovery import files_digest, find_task_dirs, task_id_for
+from .handoff import restore_artifacts, take_artifacts
+from .modes import (
+    RUNTIME_MODE,
+    VerifierMode,
+    check_request,
+    evaluation_params,
+    evaluation_policy,
+    tests_baked_in,
+    verifier_mode,
 )
+from .rewards import REWARD_MAX_BYTES, RewardError, check_range, parse_rewards
+from .session_io import (
+    VERIFIER_LOGS,
+    copy_folder,
+    make_log_dirs,
+    prepare_verifier,
+    read_reward_files,
+    save_text,
+)
+from .taskdir import HarborTask, expand_env, read_task
+from .verifier import agent_processes, changed_path_findings, run_verifier, tail, tests_findings
 
 if TYPE_CHECKING:
     from ...config import RunRequest
     from ...environments.base import EnvironmentSession
 
 __all__ = ["HarborBenchmark", "HarborParams", "harbor_task"]
-
-REWARD_FILES = ("reward.txt", "reward.json")
-_SWAP_MARK = "agentcompass: cannot swap in /tests"
-_SWAP_FAILED = 97
-#: ``$1``: the uploaded tests, ``$2``: the verifier's log folder. Then ``bash /tests/test.sh``
-#: replaces the shell, so the verifier's exit code and output are its own.
-_SWAP_AND_VERIFY = (
-    'rm -rf /tests "$2" && mkdir -p "$2" && chmod 777 "$2" && mv "$1" /tests'
-    f' || {{ echo "{_SWAP_MARK}" >&2; exit {_SWAP_FAILED}; }}; exec bash /tests/test.sh'
-)
-#: A verifier container of its own (built from ``tests/``) is not built here: said once per request.
-SEPARATE_NOTE = (
-    "[verifier] environment_mode {modes} is not applied: the verifier ran in the task's own container "
-    "(plan: verifier_environment_mode_not_applied)"
-)
-STORAGE_NOTE = "recorded per task (plan: storage_mb_recorded), not applied: the provider sets no disk quota"
-#: Bytes of ``/logs/verifier`` read even when the artifact limit is lower: the reward must fit.
-REWARD_ROOM = 1024 * 1024
 
 
 class HarborParams(ParamsModel):
@@ -69,6 +64,19 @@ class HarborParams(ParamsModel):
     reward_key: str | None = None
     #: Bytes of ``/logs/agent`` + ``/logs/artifacts`` (and of ``/logs/verifier``) copied per attempt.
     artifact_limit_bytes: int = Field(default=20 * 1024 * 1024, ge=0)
+    #: Seconds each copy out of a container may take (a stalled engine, a huge folder).
+    artifact_time_limit: float = Field(default=60.0, gt=0)
+    #: Where the verifier runs: ``shared``, ``snapshot`` or ``separate``; ``null``: see :mod:`.modes`.
+    verifier_mode: VerifierMode | None = None
+    #: Every reward must lie in ``[low, high]``; ``null``: no range.
+    reward_range: tuple[float, float] | None = (0.0, 1.0)
+
+    @field_validator("reward_range")
+    @classmethod
+    def _range(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is not None and not (math.isfinite(value[0]) and math.isfinite(value[1]) and value[0] <= value[1]):
+            raise ValueError(f"reward_range must be two finite numbers [low, high] with low <= high, not {value!r}")
+        return value
 
 
 def harbor_task(task: TaskSpec) -> HarborTask:
@@ -83,12 +91,28 @@ class HarborBenchmark(BaseBenchmark):
     evaluation_environment_mode: ClassVar[EvaluationMode] = "reuse"
 
     def __init__(
-        self, path: str | Path, reward_key: str | None = None, artifact_limit_bytes: int = 20 * 1024 * 1024
+        self,
+        path: str | Path,
+        reward_key: str | None = None,
+        artifact_limit_bytes: int = 20 * 1024 * 1024,
+        artifact_time_limit: float = 60.0,
+        verifier_mode: VerifierMode | None = None,
+        reward_range: tuple[float, float] | None = (0.0, 1.0),
     ) -> None:
-        super().__init__(path=str(path), reward_key=reward_key, artifact_limit_bytes=artifact_limit_bytes)
+        super().__init__(
+            path=str(path),
+            reward_key=reward_key,
+            artifact_limit_bytes=artifact_limit_bytes,
+            artifact_time_limit=artifact_time_limit,
+            verifier_mode=verifier_mode,
+            reward_range=reward_range,
+        )
         self.path = Path(path).expanduser()
         self.reward_key = reward_key
         self.artifact_limit_bytes = artifact_limit_bytes
+        self.artifact_time_limit = artifact_time_limit
+        self.verifier_mode: VerifierMode | None = verifier_mode
+        self.reward_range = tuple(reward_range) if reward_range is not None else None
         self._parsed: dict[str, HarborTask] = {}
 
     def task(self, task: TaskSpec) -> HarborTask:
@@ -100,20 +124,30 @@ class HarborBenchmark(BaseBenchmark):
 
     # -- request scope ---------------------------------------------------
     def load_tasks(self, req: RunRequest) -> Sequence[TaskSpec]:
+        check_request(self.verifier_mode, req)
         root = self.path if self.path.is_absolute() else Path.cwd() / self.path
         if not root.is_dir():
             raise ComponentError(f"benchmark 'harbor': params.path {root} is not a folder")
-        tasks = []
+        tasks: list[TaskSpec] = []
+        where: dict[str, Path] = {}
         for path in find_task_dirs(root):
             parsed = read_task(path)
-            self._parsed[parsed.name] = parsed
-            tasks.append(self._spec(parsed))
+            task_id = task_id_for(parsed.name)
+            if task_id in where:
+                first, second = (p.relative_to(root).as_posix() for p in (where[task_id], path))
+                raise ComponentError(
+                    f"benchmark 'harbor': two task directories have the id {task_id!r}: {first} and {second} "
+                    f"(under {root}); a task's id is its directory's name, so rename one of them"
+                )
+            where[task_id] = path
+            self._parsed[task_id] = parsed
+            tasks.append(self._spec(task_id, parsed))
         return tasks
 
     @staticmethod
-    def _spec(parsed: HarborTask) -> TaskSpec:
+    def _spec(task_id: str, parsed: HarborTask) -> TaskSpec:
         return TaskSpec(
-            task_id=parsed.name,
+            task_id=task_id,
             question=parsed.instruction,
             category=parsed.category,
             tags=parsed.tags,
@@ -121,55 +155,53 @@ class HarborBenchmark(BaseBenchmark):
                 "path": str(parsed.path),
                 "files": files_digest(parsed.path),
                 "task_toml": parsed.config,
-                **({"load_error": parsed.error} if parsed.error else {}),
+                **({"directory": parsed.name} if task_id != parsed.name else {}),
             },
+            broken=parsed.error or _unsupported(parsed),
         )
 
     def adjust_plan(self, plan: ExecutionPlan, task: TaskSpec, req: RunRequest) -> ExecutionPlan:
         parsed = self.task(task)
+        mode = verifier_mode(self.verifier_mode, req, parsed)
         timeouts = dict(plan.timeouts)
         if timeouts.get("run") is None and parsed.agent_timeout:
             timeouts["run"] = parsed.agent_timeout
         run_policy = plan.run_network_policy
         if req.environment.network.run is None and not parsed.allow_internet:
             run_policy = "disabled"
+        environment = _environment(parsed)
+        environment["verifier_mode"] = mode
+        if evaluation := evaluation_params(mode, parsed):
+            environment["evaluation"] = evaluation
         return dataclasses.replace(
-            plan, timeouts=timeouts, run_network_policy=run_policy, environment=self._environment(parsed)
+            plan,
+            evaluation_environment_mode=RUNTIME_MODE[mode],
+            timeouts=timeouts,
+            run_network_policy=run_policy,
+            evaluation_network_policy=evaluation_policy(mode, parsed, req, plan.evaluation_network_policy),
+            environment=environment,
         )
-
-    @staticmethod
-    def _environment(parsed: HarborTask) -> dict[str, Any]:
-        """Provider params for this task: its image or build, limits, and the image's WORKDIR."""
-        env: dict[str, Any] = {"workdir": parsed.workdir}  # None: the image's WORKDIR
-        problem = parsed.error or _unsupported(parsed)
-        if problem:
-            env["unavailable"] = problem
-        if parsed.docker_image:  # used when the engine has it; else the Dockerfile is built
-            env["task_image"] = parsed.docker_image
-        if (parsed.environment_dir / "Dockerfile").is_file():
-            env["build"] = {"context": str(parsed.environment_dir), "timeout": parsed.build_timeout}
-        limits = {"cpus": parsed.cpus, "memory_mb": parsed.memory_mb}
-        env.update({k: v for k, v in limits.items() if v})
-        if parsed.storage_mb:  # no provider applies a disk quota: named so the plan does not suggest one
-            env["storage_mb_recorded"] = parsed.storage_mb
-        if parsed.gpus:
-            env["gpus"] = parsed.gpus
-        if parsed.verifier_mode not in (None, "shared"):  # see SEPARATE_NOTE
-            env["verifier_environment_mode_not_applied"] = parsed.verifier_mode
-        return env
 
     # -- attempt scope ---------------------------------------------------
     async def prepare_task(
         self, task: TaskSpec, env: EnvironmentSession, req: RunRequest, benchmark_plan: Any
     ) -> PreparedTask:
         parsed = self.task(task)
-        problem = parsed.error or _unsupported(parsed)
-        if problem:  # the docker provider refuses earlier; other providers end here
-            raise RuntimeError(problem)
-        made = await run_as_root(env, ["sh", "-c", 'mkdir -p "$@" && chmod 777 "$@"', "sh", *LOG_DIRS], timeout=60)
-        if not made.ok:
-            raise RuntimeError(f"cannot create {', '.join(LOG_DIRS)} in the task environment: {made.stderr[-500:]}")
-        return PreparedTask(task_id=task.task_id, prompt=parsed.instruction)
+        await make_log_dirs(env)
+        solution = parsed.path / "solution"
+        reference = None
+        if (solution / "solve.sh").is_file():
+            reference = {
+                "folder": str(solution),
+                "target": "/solution",
+                "command": ["bash", "/solution/solve.sh"],
+                "env": expand_env(parsed.solution_env, "solution", parsed),
+            }
+        return PreparedTask(
+            task_id=task.task_id,
+            prompt=parsed.instruction,
+            metadata={"reference_solution": reference or {"missing": str(solution / "solve.sh")}},
+        )
 
     async def collect_artifacts(
         self,
@@ -180,16 +212,32 @@ class HarborBenchmark(BaseBenchmark):
         req: RunRequest,
         plan: ExecutionPlan,
     ) -> RunResult:
-        folder = self._attempt_dir(task, plan)
-        if folder is None:
-            return result
+        parsed = self.task(task)
+        mode: VerifierMode = plan.environment.get("verifier_mode", "shared")
+        metadata = dict(result.metadata)
+        findings: list[dict[str, Any]] = []
+        if mode != "shared":  # nothing the agent started may run on, while its files are read or after
+            freeze = getattr(env, "freeze", None)
+            if freeze is None:
+                raise RuntimeError(f"verifier mode {mode!r} needs a provider that can stop a session (docker)")
+            await freeze()
+        if mode == "snapshot":  # the verifier will run on this very file system: what was changed matters
+            findings += await changed_path_findings(env, getattr(env, "workdir", ""))
         budget = self.artifact_limit_bytes
         copied: dict[str, Any] = {}
         for source in ("/logs/agent", "/logs/artifacts"):
-            files, cut = await fetch_tree(env, source, budget)
-            copied[source] = info = save_tree(files, folder / Path(source).name, budget, cut)
+            copied[source] = info = await copy_folder(env, source, source.strip("/"), budget, self.artifact_time_limit)
             budget = max(0, budget - int(info["bytes"]))
-        return dataclasses.replace(result, metadata={**result.metadata, "copied": {"folder": str(folder), **copied}})
+        metadata["copied"] = copied
+        if mode == "separate":
+            metadata["transfer"] = await take_artifacts(
+                env, parsed.artifacts, self.artifact_limit_bytes, self.artifact_time_limit
+            )
+        if mode == "snapshot":
+            await env.snapshot()  # type: ignore[attr-defined]
+        if findings:
+            metadata["integrity"] = findings
+        return dataclasses.replace(result, metadata=metadata)
 
     async def evaluate(
         self,
@@ -201,56 +249,58 @@ class HarborBenchmark(BaseBenchmark):
         env: EnvironmentSession | None = None,
     ) -> RunResult:
         if env is None:
-            raise RuntimeError("the harbor verifier runs in a task environment; use evaluation mode 'reuse' or 'fresh'")
+            raise RuntimeError("the harbor verifier runs in a container; use evaluation mode 'reuse' or 'fresh'")
         parsed = self.task(task)
+        mode: VerifierMode = plan.environment.get("verifier_mode", "shared")
         tests = parsed.path / "tests"
-        if not (tests / "test.sh").is_file():
-            raise RuntimeError(f"{tests / 'test.sh'} does not exist: the task has no verifier")
         environ = {"TEST_DIR": "/tests", **expand_env(parsed.verifier_env, "verifier", parsed)}
+        findings: list[dict[str, Any]] = list(result.metadata.get("integrity") or [])
+        workdir = getattr(env, "workdir", "")
+        if mode == "shared":  # before the runner stages anything: what the agent changed and left running
+            findings += await changed_path_findings(env, workdir)
+            findings += await agent_processes(env)
+        if mode == "separate":
+            await make_log_dirs(env, ("/logs/agent", "/logs/artifacts"))
+            findings += await restore_artifacts(env, result.metadata, self.run_dir, workdir)
         # A reward the agent wrote itself must not count, nor a /tests it made: the
-        # verifier starts from an empty log folder and the task's own tests. The
-        # tests go to a fresh folder first, and one exec swaps them in and runs
-        # test.sh (one engine round trip less per attempt than a separate reset).
-        staged = f"/.agentcompass-tests-{uuid.uuid4().hex[:12]}"
-        await upload_tree(env, tests, staged)
-        run = await run_as_root(
-            env,
-            ["sh", "-c", _SWAP_AND_VERIFY, "verifier", staged, VERIFIER_LOGS],
-            timeout=parsed.verifier_timeout,
-            environ=environ,
-        )
-        if run.exit_code == _SWAP_FAILED and _SWAP_MARK in run.stderr:
-            raise RuntimeError(f"cannot prepare {VERIFIER_LOGS} and /tests for the verifier: {run.stderr[-500:]}")
+        # verifier starts from an empty log folder and the task's own tests.
+        await prepare_verifier(env, None if tests_baked_in(mode, parsed) else tests)
+        run = await run_verifier(env, parsed.verifier_timeout, environ, watch=mode == "shared")
+        findings += run.findings
+        if mode == "shared":
+            findings += await tests_findings(env, tests)
+        outcome = run.result
         evidence: dict[str, Any] = {
-            "exit_code": run.exit_code,
-            "timed_out": run.timed_out,
-            "duration": round(run.duration, 3),
-            "stdout_tail": tail(run.stdout),
-            "stderr_tail": tail(run.stderr),
+            "exit_code": outcome.exit_code,
+            "timed_out": outcome.timed_out,
+            "duration": round(outcome.duration, 3),
+            "stdout_tail": tail(outcome.stdout),
+            "stderr_tail": tail(outcome.stderr),
+            "stdout": save_text("verifier/test-stdout.txt", outcome.stdout),
+            "stderr": save_text("verifier/test-stderr.txt", outcome.stderr),
         }
-        limit = self.artifact_limit_bytes
-        # One archive: the reward files and whatever else the verifier left (ctrf.json, logs).
-        logs, cut = await fetch_tree(env, VERIFIER_LOGS, max(limit, REWARD_ROOM), REWARD_FILES)
-        folder = self._attempt_dir(task, plan)
-        if folder is not None:
-            target = folder / "verifier"
-            evidence["copied"] = save_tree(logs, target, limit, cut)
-            target.mkdir(parents=True, exist_ok=True)
-            (target / "test-stdout.txt").write_bytes(redact_bytes(run.stdout.encode("utf-8", "replace")))
-            (target / "test-stderr.txt").write_bytes(redact_bytes(run.stderr.encode("utf-8", "replace")))
+        rewards = await read_reward_files(env)
+        evidence["copied"] = await copy_folder(
+            env, VERIFIER_LOGS, "verifier/logs", self.artifact_limit_bytes, self.artifact_time_limit
+        )
         metadata = {**result.metadata, "verifier": evidence}
-        if run.timed_out:
-            return self._error(result, metadata, f"the verifier timed out after {parsed.verifier_timeout:g}s", run)
+        if findings:
+            metadata["integrity"] = findings
+        if outcome.timed_out:
+            return self._error(result, metadata, f"the verifier timed out after {parsed.verifier_timeout:g}s", outcome)
         try:
-            rewards = parse_rewards(logs.get("reward.txt"), logs.get("reward.json"), self.reward_key)
+            verdict = _rewards(rewards, self.reward_key, self.reward_range)
         except RewardError as exc:
             reason = str(exc)
-            if b"\r\n" in (tests / "test.sh").read_bytes():  # a checkout made on Windows, say
-                reason += f"; {tests / 'test.sh'} has Windows (CRLF) line endings, which bash cannot run"
-            return self._error(result, metadata, reason, run)
-        metadata["rewards"] = dict(rewards.values)
-        metadata["reward_source"] = rewards.source
-        return dataclasses.replace(result, score=rewards.score, metadata=metadata)
+            script = tests / "test.sh"
+            if script.is_file() and b"\r\n" in script.read_bytes():  # a checkout made on Windows, say
+                reason += f"; {script} has Windows (CRLF) line endings, which bash cannot run"
+            return self._error(result, metadata, reason, outcome)
+        metadata["rewards"] = dict(verdict.values)
+        metadata["reward_source"] = verdict.source
+        if verdict.ignored:
+            metadata["rewards_ignored"] = list(verdict.ignored)
+        return dataclasses.replace(result, score=verdict.score, metadata=metadata)
 
     @staticmethod
     def _error(result: RunResult, metadata: dict[str, Any], reason: str, run: Any) -> RunResult:
@@ -263,11 +313,6 @@ class HarborBenchmark(BaseBenchmark):
             metadata=metadata,
         )
 
-    def _attempt_dir(self, task: TaskSpec, plan: ExecutionPlan) -> Path | None:
-        if self.run_dir is None:
-            return None
-        return self.run_dir / "details" / task.task_id / f"attempt-{plan.attempt_index}"
-
     # -- request end -----------------------------------------------------
     def aggregate_metrics(self, results: Sequence[RunResult], req: RunRequest) -> dict[str, Any]:
         metrics = super().aggregate_metrics(results, req)
@@ -277,17 +322,35 @@ class HarborBenchmark(BaseBenchmark):
                 means.setdefault(key, MeanOf()).add(float(value))
         if means:  # MeanOf: two rewards of 1e308 must not make the mean inf (then dropped as no number)
             metrics["rewards"] = {key: means[key].value() for key in sorted(means)}
-        if any((self._parsed.get(r.task_id) or _NO_TASK).storage_mb for r in results):
-            # Said once per request, not per task: no provider here sets a disk quota
-            # (Docker can only on overlay2 over xfs with project quotas).
-            metrics["storage_mb"] = STORAGE_NOTE
-        modes = {m for r in results if (m := (self._parsed.get(r.task_id) or _NO_TASK).verifier_mode)} - {"shared"}
-        if modes:
-            metrics["verifier_environment_mode"] = SEPARATE_NOTE.format(modes=", ".join(sorted(modes)))
         return metrics
 
 
-_NO_TASK = HarborTask(name="", path=Path())
+def _rewards(found: Mapping[str, bytes | int | str], key: str | None, bounds: Any) -> Any:
+    for name, value in found.items():
+        if isinstance(value, int):
+            raise RewardError(
+                f"{VERIFIER_LOGS}/{name} is {value} bytes, too large to be a reward (at most {REWARD_MAX_BYTES})"
+            )
+        if isinstance(value, str):
+            raise RewardError(f"{VERIFIER_LOGS}/{name} is {value}")
+    txt, js = found.get("reward.txt"), found.get("reward.json")
+    verdict = parse_rewards(txt if isinstance(txt, bytes) else None, js if isinstance(js, bytes) else None, key)
+    check_range(verdict, bounds)
+    return verdict
+
+
+def _environment(parsed: HarborTask) -> dict[str, Any]:
+    """Provider params for this task: its image or build, limits, and the image's WORKDIR."""
+    env: dict[str, Any] = {"workdir": parsed.workdir}  # None: the image's WORKDIR
+    if parsed.docker_image:  # used when the engine has it; else the Dockerfile is built
+        env["task_image"] = parsed.docker_image
+    if (parsed.environment_dir / "Dockerfile").is_file():
+        env["build"] = {"context": str(parsed.environment_dir), "timeout": parsed.build_timeout}
+    limits = {"cpus": parsed.cpus, "memory_mb": parsed.memory_mb, "storage_mb": parsed.storage_mb}
+    env.update({k: v for k, v in limits.items() if v})
+    if parsed.gpus:
+        env["gpus"] = parsed.gpus
+    return env
 
 
 def _unsupported(parsed: HarborTask) -> str | None:

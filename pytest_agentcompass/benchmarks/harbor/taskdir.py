@@ -1,4 +1,4 @@
-"""Reading one Harbor / Terminal-Bench 2 task directory.
+"""Reading one Harbor / Terminal-Bench 2 task directory (finding them under a folder: discovery.py).
 
 A task directory holds ``instruction.md``, ``task.toml``, ``environment/``
 (a Dockerfile and what it copies), ``tests/test.sh`` and optionally
@@ -6,24 +6,22 @@ A task directory holds ``instruction.md``, ``task.toml``, ``environment/``
 load time: nothing is built or hashed until an attempt needs it.
 
 A task whose files are broken still loads, as a :class:`HarborTask` with
-``error`` set: its attempts fail with that message (naming the file and
-line) while the other tasks run.
+``error`` set: it is reported as a ``task_error`` with that message (naming
+the file and line) while the other tasks run.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import re
-import stat
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HarborTask", "expand_env", "files_digest", "find_task_dirs", "parse_memory_mb", "read_task"]
+__all__ = ["ArtifactSpec", "HarborTask", "VerifierEnvironment", "expand_env", "parse_memory_mb", "read_task"]
 
 TASK_FILE = "task.toml"
 INSTRUCTION_FILE = "instruction.md"
@@ -41,6 +39,28 @@ DEFAULT_TIMEOUT_SEC = 600.0
 
 class TaskFileError(ValueError):
     """A value of ``task.toml`` that cannot be used; the message names file, line and key."""
+
+
+@dataclass(frozen=True)
+class ArtifactSpec:
+    """One entry of ``artifacts = [...]``: a path of the agent's environment handed to a separate
+    verifier (a file, or a folder without the ``exclude`` patterns)."""
+
+    source: str
+    exclude: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VerifierEnvironment:
+    """``[verifier.environment]``: the separate verifier's own sandbox (unset values: none)."""
+
+    docker_image: str | None = None
+    cpus: float | None = None
+    memory_mb: int | None = None
+    storage_mb: int | None = None
+    allow_internet: bool | None = None
+    build_timeout: float | None = None
+    workdir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,9 +83,13 @@ class HarborTask:
     storage_mb: int | None = None
     gpus: int = 0
     allow_internet: bool = True
-    #: ``[verifier] environment_mode``: ``separate`` asks for a verifier container of its own
-    #: (built from ``tests/``), which this benchmark does not build: it is reported, not silent.
+    #: ``[verifier] environment_mode`` (``shared`` or ``separate``; a ``[verifier.environment]``
+    #: table alone means ``separate``); ``None``: not said, the request decides (shared by default).
     verifier_mode: str | None = None
+    #: ``[verifier.environment]``, when the task has one.
+    verifier_environment: VerifierEnvironment | None = None
+    #: ``artifacts = [...]``: what a separate verifier gets of the agent's environment.
+    artifacts: tuple[ArtifactSpec, ...] = ()
     category: str | None = None
     tags: tuple[str, ...] = ()
     #: Everything else ``task.toml`` holds (``[metadata]``, unknown tables), kept as written.
@@ -79,46 +103,6 @@ class HarborTask:
     @property
     def compose_file(self) -> Path | None:
         return next((self.environment_dir / n for n in COMPOSE_FILES if (self.environment_dir / n).is_file()), None)
-
-
-def files_digest(path: Path) -> str:
-    """A digest of every file of the task: part of its fingerprint, so a reused or resumed
-    result never outlives an edit of the task, however deep in its folders.
-
-    ``task.toml``, ``instruction.md``, ``tests/`` and ``solution/`` are small
-    and decide the verdict: their content counts. ``environment/`` can hold a
-    whole repository, so its files count by name, size, mode and modification
-    time (``stat`` only, at every depth; the image tag hashes the content when
-    the image is built), which keeps loading 1,000 tasks well under a second.
-    """
-    digest = hashlib.sha256()
-    for name in (TASK_FILE, INSTRUCTION_FILE):
-        _add_file(digest, path, path / name, content=True)
-    for folder, content in (("tests", True), ("solution", True), ("environment", False)):
-        for root, dirs, files in os.walk(path / folder):
-            dirs.sort()
-            for name in sorted(files):
-                _add_file(digest, path, Path(root, name), content=content)
-    return digest.hexdigest()[:16]
-
-
-def _add_file(digest: Any, task: Path, file: Path, *, content: bool) -> None:
-    try:
-        info = file.lstat()
-    except OSError:
-        return
-    rel = file.relative_to(task).as_posix()
-    digest.update(f"{rel}\0{info.st_size}\0{info.st_mode:o}\0".encode())
-    if stat.S_ISLNK(info.st_mode):
-        digest.update(os.readlink(file).encode(errors="surrogateescape"))
-    elif content:
-        try:
-            digest.update(file.read_bytes())
-        except OSError:
-            digest.update(b"<unreadable>")
-    else:
-        digest.update(str(info.st_mtime_ns).encode())
-    digest.update(b"\n")
 
 
 def expand_env(env: Mapping[str, str], table: str, task: HarborTask) -> dict[str, str]:
@@ -143,15 +127,6 @@ def expand_env(env: Mapping[str, str], table: str, task: HarborTask) -> dict[str
     return expanded
 
 
-def find_task_dirs(root: Path) -> Iterator[Path]:
-    """Task directories under ``root`` (``root`` itself if it is one), sorted, nested folders allowed."""
-    if (root / TASK_FILE).is_file():
-        yield root
-        return
-    for child in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        yield from find_task_dirs(child)
-
-
 def read_task(path: Path) -> HarborTask:
     """Parse ``path``; a broken task comes back with ``error`` set, never an exception."""
     toml_path = path / TASK_FILE
@@ -172,9 +147,32 @@ def read_task(path: Path) -> HarborTask:
         return HarborTask(name=path.name, path=path, config=data, error=str(exc))
     instruction = path / INSTRUCTION_FILE
     try:
-        return replace(task, instruction=instruction.read_text(encoding="utf-8"))
+        task = replace(task, instruction=instruction.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         return HarborTask(name=path.name, path=path, config=data, error=f"{instruction}: cannot read: {exc}")
+    problem = _files_problem(task)
+    return replace(task, error=problem) if problem else task
+
+
+def _files_problem(task: HarborTask) -> str | None:
+    """What makes the task's folders unusable: an empty Dockerfile, no verifier script."""
+    for dockerfile in (task.environment_dir / "Dockerfile", task.path / "tests" / "Dockerfile"):
+        if dockerfile.is_file() and not _instructions(dockerfile):
+            return f"{dockerfile} is empty: it has no instruction to build an image from"
+    tests = task.path / "tests"
+    own_image = task.verifier_environment is not None and task.verifier_environment.docker_image
+    baked = task.verifier_mode == "separate" and ((tests / "Dockerfile").is_file() or bool(own_image))
+    if not baked and not (tests / "test.sh").is_file():  # a separate verifier's image may bring its own
+        return f"{tests / 'test.sh'} does not exist: the task has no verifier"
+    return None
+
+
+def _instructions(dockerfile: Path) -> bool:
+    try:
+        text = dockerfile.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True  # unreadable: the build says why
+    return any(line.strip() and not line.strip().startswith("#") for line in text.splitlines())
 
 
 class _Where:
@@ -219,15 +217,14 @@ def _env(table: Mapping[str, Any], name: str, where: _Where) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
-def _size_mb(environment: Mapping[str, Any], name: str, where: _Where) -> int | None:
-    """``[environment] <name>_mb``, else the deprecated ``<name> = "4G"`` form, in megabytes."""
-    value = _number(environment, "environment", f"{name}_mb", where, integer=True)
+def _size_mb(environment: Mapping[str, Any], name: str, where: _Where, table: str = "environment") -> int | None:
+    """``[<table>] <name>_mb``, else the deprecated ``<name> = "4G"`` form, in megabytes."""
+    value = _number(environment, table, f"{name}_mb", where, integer=True)
     if value is None and environment.get(name) is not None:
         value = parse_memory_mb(environment[name])
         if value is None:
             raise TaskFileError(
-                f'{where("environment", name)}: [environment] {name} must be a size like "4G", '
-                f"not {environment[name]!r}"
+                f'{where(table, name)}: [{table}] {name} must be a size like "4G", not {environment[name]!r}'
             )
     return value  # type: ignore[no-any-return]
 
@@ -264,6 +261,20 @@ def _from_config(path: Path, data: Mapping[str, Any], where: _Where) -> HarborTa
         raise TaskFileError(f"{where('environment', 'workdir')}: [environment] workdir must be an absolute path")
     category = metadata.get("category")
     tags = [*_strings(metadata.get("tags")), *_strings(task_table.get("keywords"))]
+    verifier_environment = _verifier_environment(verifier, where)
+    mode = verifier.get("environment_mode")
+    if mode is not None and mode not in ("shared", "separate"):
+        raise TaskFileError(
+            f"{where('verifier', 'environment_mode')}: [verifier] environment_mode must be "
+            f'"shared" or "separate", not {mode!r}'
+        )
+    if mode == "shared" and verifier_environment is not None:
+        raise TaskFileError(
+            f'{where("verifier", "environment_mode")}: [verifier] environment_mode is "shared" but the task '
+            "has a [verifier.environment] table, which only a separate verifier uses"
+        )
+    if mode is None and verifier_environment is not None:
+        mode = "separate"  # as Harbor reads it
     return HarborTask(
         name=path.name,
         path=path,
@@ -279,11 +290,62 @@ def _from_config(path: Path, data: Mapping[str, Any], where: _Where) -> HarborTa
         storage_mb=_size_mb(environment, "storage", where),
         gpus=_number(environment, "environment", "gpus", where, integer=True) or 0,
         allow_internet=True if allow_internet is None else allow_internet,
-        verifier_mode=str(verifier["environment_mode"]) if verifier.get("environment_mode") else None,
+        verifier_mode=mode,
+        verifier_environment=verifier_environment,
+        artifacts=_artifacts(data.get("artifacts"), where),
         category=str(category) if category else None,
         tags=tuple(dict.fromkeys(tags)),
         config=data,
     )
+
+
+def _verifier_environment(verifier: Mapping[str, Any], where: _Where) -> VerifierEnvironment | None:
+    table = verifier.get("environment")
+    if table is None:
+        return None
+    if not isinstance(table, Mapping):
+        raise TaskFileError(f"{where('verifier', 'environment')}: [verifier] environment must be a table")
+    name = "verifier.environment"
+    image = table.get("docker_image")
+    if image is not None and not isinstance(image, str):
+        raise TaskFileError(f"{where(name, 'docker_image')}: [{name}] docker_image must be a string")
+    allow = table.get("allow_internet")
+    if allow is None and "network_mode" in table:
+        allow = table["network_mode"] not in ("none", "no-network")
+    if allow is not None and not isinstance(allow, bool):
+        raise TaskFileError(f"{where(name, 'allow_internet')}: [{name}] allow_internet must be true or false")
+    workdir = table.get("workdir")
+    if workdir is not None and not (isinstance(workdir, str) and workdir.startswith("/")):
+        raise TaskFileError(f"{where(name, 'workdir')}: [{name}] workdir must be an absolute path")
+    return VerifierEnvironment(
+        docker_image=image or None,
+        cpus=_number(table, name, "cpus", where),
+        memory_mb=_size_mb(table, "memory", where, name),
+        storage_mb=_size_mb(table, "storage", where, name),
+        allow_internet=allow,
+        build_timeout=_number(table, name, "build_timeout_sec", where),
+        workdir=workdir,
+    )
+
+
+def _artifacts(value: Any, where: _Where) -> tuple[ArtifactSpec, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise TaskFileError(f"{where('', 'artifacts')}: artifacts must be a list of paths")
+    found = []
+    for entry in value:
+        source: Any = entry if isinstance(entry, str) else None
+        exclude: Any = []
+        if isinstance(entry, Mapping):
+            source, exclude = entry.get("source"), entry.get("exclude") or []
+        if not (isinstance(source, str) and source.startswith("/")) or not isinstance(exclude, list):
+            raise TaskFileError(
+                f"{where('', 'artifacts')}: each artifact is an absolute path or "
+                f'{{ source = "/abs/path", exclude = [...] }}, not {entry!r}'
+            )
+        found.append(ArtifactSpec(source, tuple(str(x) for x in exclude)))
+    return tuple(found)
 
 
 def _strings(value: Any) -> list[str]:

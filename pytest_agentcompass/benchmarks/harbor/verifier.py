@@ -1,169 +1,172 @@
-"""Harbor's verifier step and reward files, and moving folders in and out of a session.
+"""Running Harbor's verifier (``bash /tests/test.sh``) and the evidence around it.
 
-The verifier is ``bash /tests/test.sh``, run as root in the image's WORKDIR
-after ``tests/`` was copied to ``/tests``. It reports through
-``/logs/verifier/reward.txt`` (one number) or ``reward.json`` (named
-numbers). Anything else (no file, an empty one, a word, a timeout) is an
-evaluation error carrying the exit code and the output tail: never a 0.
+The verifier runs as root in its environment's working directory. What
+the runner itself does there goes through the engine (see
+:mod:`.session_io`); the verifier is the task's own program. In the shared
+mode, whatever the agent left running is still there: it is listed before
+the verifier starts, the verifier's processes are watched while it runs
+(one the agent stopped is flagged), and ``/tests`` is compared with the
+task's tests afterwards. Each finding goes to ``metadata["integrity"]``
+(see :mod:`.integrity`).
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
+import asyncio
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import IO, Any
 
 from ...environments.base import EnvironmentSession
-from ...redact import Redactor
+from ...environments.transfer import run_as_root, trusted
 from ...types import ExecResult
+from .integrity import WORKDIR_CONFIG, finding, is_startup_code, path_dirs_of, path_findings
 
-__all__ = [
-    "RewardError",
-    "Rewards",
-    "fetch_tree",
-    "parse_rewards",
-    "redact_bytes",
-    "run_as_root",
-    "save_tree",
-    "upload_tree",
-]
+__all__ = ["VerifierRun", "agent_processes", "changed_path_findings", "run_verifier", "tail", "tests_findings"]
 
-VERIFIER_LOGS = "/logs/verifier"
-LOG_DIRS = ("/logs/verifier", "/logs/agent", "/logs/artifacts")
 #: Characters of verifier output kept in the task detail.
 TAIL_CHARS = 2000
+#: Seconds between looks at the verifier's processes (shared mode).
+WATCH_INTERVAL = 1.0
+#: The verifier's command line: its processes are the ones under it.
+VERIFIER_ARGV = ["bash", "/tests/test.sh"]
+#: Bytes of /tests read back to compare with the task's tests.
+_TESTS_LIMIT = 16 * 1024 * 1024
 
 
-class RewardError(ValueError):
-    """The verifier left no usable reward."""
+@dataclass
+class VerifierRun:
+    """The verifier's exec, and what was seen of its processes while it ran."""
+
+    result: ExecResult
+    findings: list[dict[str, Any]] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class Rewards:
-    """A verifier's verdict: the task ``score`` and every named number it reported."""
-
-    score: float
-    values: Mapping[str, float] = field(default_factory=dict)
-    source: str = "reward.txt"
-
-
-def parse_rewards(txt: bytes | None, js: bytes | None, key: str | None = None) -> Rewards:
-    """Read ``reward.txt`` (preferred, as Harbor does) or ``reward.json``.
-
-    ``reward.json``'s score is ``key`` when given, else its ``reward`` entry,
-    else the mean of its numbers.
-
-    :raises RewardError: naming what is missing or malformed.
-    """
-    if txt is not None:
-        text = txt.decode("utf-8", "replace").strip()
-        if not text:
-            raise RewardError("reward.txt is empty")
-        try:
-            value = float(text)
-        except ValueError:
-            raise RewardError(f"reward.txt holds {text[:80]!r}, not a number") from None
-        if not math.isfinite(value):
-            raise RewardError(f"reward.txt holds {text[:80]!r}, not a finite number")
-        return Rewards(value, {"reward": value})
-    if js is None:
-        raise RewardError(f"the verifier wrote neither {VERIFIER_LOGS}/reward.txt nor {VERIFIER_LOGS}/reward.json")
+async def run_verifier(
+    env: EnvironmentSession, timeout: float | None, environ: Mapping[str, str], *, watch: bool
+) -> VerifierRun:
+    """Run ``bash /tests/test.sh`` as root; ``watch``: flag a verifier process found stopped."""
+    access = trusted(env) if watch else None
+    seen: dict[int, str] = {}
+    watcher = asyncio.ensure_future(_watch(access, seen)) if access is not None else None
     try:
-        data = json.loads(js.decode("utf-8", "replace") or "null")
-    except json.JSONDecodeError as exc:
-        raise RewardError(f"reward.json is not JSON: {exc}") from None
-    if not isinstance(data, Mapping):
-        raise RewardError(f"reward.json must hold an object of named numbers, not {type(data).__name__}")
-    values = {
-        str(k): float(v)
-        for k, v in data.items()
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-    }
-    if key is not None:
-        if key not in values:
-            raise RewardError(f"reward.json has no number named {key!r} (the benchmark's reward_key)")
-        return Rewards(values[key], values, "reward.json")
-    if "reward" in values:
-        return Rewards(values["reward"], values, "reward.json")
-    if not values:
-        raise RewardError("reward.json holds no numbers")
-    return Rewards(sum(values.values()) / len(values), values, "reward.json")
+        result = await run_as_root(env, VERIFIER_ARGV, timeout=timeout, environ=environ)
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+    run = VerifierRun(result)
+    for pid, args in seen.items():
+        run.findings.append(
+            finding(
+                "verifier-stopped",
+                None,
+                f"a process of the verifier was stopped (SIGSTOP) while it ran: pid {pid} `{args[:120]}`",
+            )
+        )
+    return run
 
 
-async def run_as_root(
-    env: EnvironmentSession,
-    argv: list[str],
-    *,
-    timeout: float | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> ExecResult:
-    """``exec`` as root where the session can choose the user (Docker), else as the session's user."""
-    if hasattr(env, "put_tree"):  # the docker session's exec takes ``user``
-        return await env.exec(argv, timeout=timeout, env=environ, user="0")  # type: ignore[call-arg]
-    return await env.exec(argv, timeout=timeout, env=environ)
-
-
-async def upload_tree(env: EnvironmentSession, source: Path, target: str) -> None:
-    """Copy the local folder ``source`` to ``target`` in the session (files there are overwritten)."""
-    put_tree = getattr(env, "put_tree", None)
-    if put_tree is not None:
-        await put_tree(source, target)
-        return
-    for root, _, files in os.walk(source):
-        for name in files:
-            path = Path(root, name)
-            rel = path.relative_to(source).as_posix()
-            await env.write_bytes(str(PurePosixPath(target) / rel), path.read_bytes())
-
-
-async def fetch_tree(
-    env: EnvironmentSession, source: str, limit: int, wanted: tuple[str, ...] = ()
-) -> tuple[dict[str, bytes], bool]:
-    """The files under ``source`` in the session (at most ``limit`` bytes) and whether some were left out.
-
-    Where the session cannot list a folder, only the ``wanted`` names are read.
-    """
-    get_tree = getattr(env, "get_tree", None)
-    if get_tree is not None:
-        return await get_tree(source, limit)  # type: ignore[no-any-return]
-    files: dict[str, bytes] = {}
-    for name in wanted:
+async def _watch(access: Any, stopped: dict[int, str]) -> None:
+    """Note the verifier's own processes (its init and its shell, the ones running ``/tests/test.sh``)
+    found stopped, until cancelled. Its children are left alone: a test may stop one on purpose."""
+    while True:
+        await asyncio.sleep(WATCH_INTERVAL)
         try:
-            files[name] = await env.read_bytes(str(PurePosixPath(source) / name))
+            procs = await access.processes()
         except Exception:
-            continue  # absent: the caller decides what a missing file means
-    return files, False
+            continue  # the container may be going; the verifier's own result says what happened
+        for proc in procs:
+            if proc.stopped and "/tests/test.sh" in proc.args:
+                stopped.setdefault(proc.pid, proc.args)
 
 
-def save_tree(files: Mapping[str, bytes], target: Path, limit: int, truncated: bool) -> dict[str, Any]:
-    """Write ``files`` under ``target``; returns ``files``, ``bytes``, ``limit_bytes``, ``truncated``."""
-    total = 0
-    root = target.resolve()
-    for name, data in files.items():
-        destination = (target / name).resolve()
-        if not destination.is_relative_to(root):
-            continue  # a crafted archive name must not escape the run directory
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        destination.write_bytes(redact_bytes(data))
-        total += len(data)
-    return {"files": len(files), "bytes": total, "limit_bytes": limit, "truncated": truncated}
+async def agent_processes(env: EnvironmentSession) -> list[dict[str, Any]]:
+    """A finding listing what the agent left running (the container's own init and keepalive aside)."""
+    access = trusted(env)
+    if access is None:
+        return []
+    procs = await access.processes()
+    by_pid = {p.pid: p for p in procs}
+    roots = {p.pid for p in procs if p.ppid not in by_pid}  # the container's init (its parent is outside)
+    keepalive = {p.pid for p in procs if p.ppid in roots and p.args.startswith("sleep 2147483647")}
+    left = [p for p in procs if p.pid not in roots and p.pid not in keepalive]
+    if not left:
+        return []
+    listed = "; ".join(f"`{p.args[:80]}`" for p in left[:5]) + (f"; and {len(left) - 5} more" if len(left) > 5 else "")
+    return [
+        finding(
+            "agent-processes",
+            None,
+            f"{len(left)} process(es) the agent started were running when the verifier started (shared mode "
+            f"cannot keep them from changing the outcome): {listed}",
+        )
+    ]
 
 
-def redact_bytes(data: bytes) -> bytes:
-    """``data`` with the run's secrets masked when it is text (a task's ``${VAR}`` env values
-    may be printed by its scripts); other bytes as they are."""
-    redactor = Redactor()
-    if not redactor:
-        return data
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data
-    return redactor.text(text).encode("utf-8")
+async def changed_path_findings(env: EnvironmentSession, workdir: str) -> list[dict[str, Any]]:
+    """Findings from what the agent changed relative to the image (``docker diff``), before the runner
+    stages anything: replaced or shadowed tools, startup hooks, pytest changed, planted config."""
+    access = trusted(env)
+    if access is None:
+        return []
+    changes = await access.changes()
+    path_dirs = path_dirs_of(await access.environ())
+    suspects = path_findings(((c.kind, c.path) for c in changes), workdir, path_dirs)
+    found = list(suspects.findings)
+    for pth in suspects.pth:
+        with contextlib.suppress(Exception):  # gone or not a file: nothing runs from it
+            head, _ = await access.read_head(pth, 64 * 1024)
+            if is_startup_code(head):
+                found.append(finding("startup-hook", pth, f"{pth}: a .pth file that runs code whenever Python starts"))
+    canonical: dict[str, str] = {}
+
+    async def resolve(folder: str) -> str:
+        if folder not in canonical:
+            info = await access.stat(folder)
+            canonical[folder] = str((info or {}).get("linkTarget") or folder).rstrip("/") or "/"
+        return canonical[folder]
+
+    for path, later in suspects.added_tools:
+        name, own = PurePosixPath(path).name, await resolve(str(PurePosixPath(path).parent))
+        for folder in later:
+            if await resolve(folder) == own:
+                continue  # /bin -> /usr/bin: the same folder
+            if await access.stat(f"{folder}/{name}") is not None:
+                message = f"{path} added: comes earlier on PATH than {folder}/{name}, which the verifier would run"
+                found.append(finding("shadowed-tool", path, message))
+                break
+    return found
+
+
+async def tests_findings(env: EnvironmentSession, tests: Path) -> list[dict[str, Any]]:
+    """After a shared verifier: where ``/tests`` no longer holds the task's tests (something rewrote
+    them while they ran), or holds a file pytest would load that the task does not ship."""
+    access = trusted(env)
+    if access is None:
+        return []
+    seen: dict[str, bytes] = {}
+
+    def keep(name: str, handle: IO[bytes], size: int) -> int:
+        seen[name] = handle.read(size)
+        return size
+
+    await access.copy_out("/tests", keep, _TESTS_LIMIT, 30.0)
+    found = []
+    for file in sorted(p for p in tests.rglob("*") if p.is_file()):
+        rel = file.relative_to(tests).as_posix()
+        if seen.get(rel) != file.read_bytes():
+            state = "is gone" if rel not in seen else "differs from the task's"
+            found.append(finding("tests-modified", f"/tests/{rel}", f"/tests/{rel} {state} after the verifier ran"))
+    for rel in sorted(set(seen) - {p.relative_to(tests).as_posix() for p in tests.rglob("*") if p.is_file()}):
+        name = PurePosixPath(rel).name
+        if name in WORKDIR_CONFIG or name.endswith(".pth") or (name.endswith(".py") and "__pycache__" not in rel):
+            message = f"/tests/{rel} appeared while the verifier ran (the task ships no such file)"
+            found.append(finding("tests-modified", f"/tests/{rel}", message))
+    return found
 
 
 def tail(text: str, size: int = TAIL_CHARS) -> str:

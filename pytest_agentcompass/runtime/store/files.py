@@ -29,7 +29,7 @@ import secrets
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from ...redact import Redactor
 from ...types import ExecutionPlan, RunResult, to_jsonable
@@ -38,6 +38,8 @@ from .bounds import DEFAULT_FIELD_LIMIT, TRUNCATED_KEY, bound_fields, cut_note, 
 __all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "read_json", "read_run_info_head"]
 
 RUN_INFO = "run_info.json"
+#: Bytes per write when an artifact is streamed to its file.
+_STREAM_CHUNK = 1024 * 1024
 PLANS_KEY = "resolved_execution_plans"
 
 
@@ -440,6 +442,30 @@ class RunStore:
     def _people_json(self, data: Any) -> str:
         value = self.redactor.apply(data) if self.redactor else data
         return json.dumps(value, indent=1, default=_fallback)  # read by people
+
+    def save_artifact_stream(
+        self, task_id: str, attempt_index: int, retry_number: int, name: str, handle: IO[bytes], limit: int
+    ) -> tuple[str, int]:
+        """Like :meth:`save_artifact` for ``handle``'s content, of which at most ``limit`` bytes are
+        read: chunk by chunk straight to the file, or, when the run has secrets to mask, held (up to
+        ``limit``) to be redacted whole. Returns the relative path and the bytes stored."""
+        folder = f"attempt-{attempt_index}" + (f"-retry-{retry_number}" if retry_number else "")
+        relative = f"artifacts/{task_id}/{folder}/{name}"
+        written = 0
+        with self._replacing(f"{self.run_dir}/{relative}") as tmp, open(tmp, "wb") as fh:
+            if self.redactor:
+                data = handle.read(limit)
+                try:
+                    data = self.redactor.text(data.decode("utf-8")).encode("utf-8")
+                except UnicodeDecodeError:
+                    pass  # binary: stored as it is
+                fh.write(data)
+                written = len(data)
+            else:
+                while written < limit and (chunk := handle.read(min(_STREAM_CHUNK, limit - written))):
+                    fh.write(chunk)
+                    written += len(chunk)
+        return relative, written
 
     def save_retry_detail(self, task_id: str, attempt_index: int, retry_number: int, payload: Any) -> Path:
         path = self.retry_dir / task_id / f"attempt-{attempt_index}-retry-{retry_number}.json"

@@ -1,0 +1,158 @@
+"""The Harbor verifier's files in a task environment: its log folders, its tests, its copies.
+
+With a session that offers trusted access (a Docker container, see
+:func:`~pytest_agentcompass.environments.transfer.trusted`), nothing here
+runs a program of the container: folders are made, replaced and read
+through the engine's archive API, so an agent's ``mv``, ``rm`` or ``cat``
+never runs on the runner's behalf. Copies out of the container go through
+the run's artifact sink into the try's own folder
+(``artifacts/<task>/attempt-<i>[-retry-<r>]/``), streamed, within a byte
+cap and a time limit, names made safe (and the renames recorded).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from ...artifacts import artifact_name, save_artifact, save_artifact_stream
+from ...environments.base import EnvironmentSession
+from ...environments.transfer import run_as_root, trusted, upload_tree
+from ...errors import SessionError
+from .rewards import REWARD_FILES, REWARD_MAX_BYTES
+
+__all__ = [
+    "LOG_DIRS",
+    "VERIFIER_LOGS",
+    "copy_folder",
+    "make_log_dirs",
+    "prepare_verifier",
+    "read_reward_files",
+    "save_text",
+]
+
+VERIFIER_LOGS = "/logs/verifier"
+LOG_DIRS = ("/logs/verifier", "/logs/agent", "/logs/artifacts")
+
+
+async def make_log_dirs(env: EnvironmentSession, dirs: Sequence[str] = LOG_DIRS) -> None:
+    """Create ``dirs`` (mode 0777: an agent or verifier running as another user writes there too)."""
+    access = trusted(env)
+    if access is not None:
+        await access.make_dirs(dirs, 0o777)
+        return
+    made = await run_as_root(env, ["sh", "-c", 'mkdir -p "$@" && chmod 777 "$@"', "sh", *dirs], timeout=60)
+    if not made.ok:
+        raise RuntimeError(f"cannot create {', '.join(dirs)} in the task environment: {made.stderr[-500:]}")
+
+
+async def prepare_verifier(env: EnvironmentSession, tests: Path | None) -> None:
+    """``/logs/verifier`` emptied (a reward the agent wrote never counts) and ``/tests`` made exactly
+    the task's ``tests/`` (a ``/tests`` the agent made goes; ``tests`` ``None``: the verifier's image
+    brings its own). In a container, with every process suspended meanwhile: what the agent left
+    running cannot race the runner (it resumes afterwards, as shared mode keeps it)."""
+    access = trusted(env)
+    if access is None:
+        await _prepare_with_tools(env, tests)
+        return
+    async with access.paused():
+        try:
+            await access.replace_tree(VERIFIER_LOGS, None, 0o777)
+            if tests is not None:
+                await access.replace_tree("/tests", tests, 0o755)
+        except Exception as exc:
+            if "Error processing tar file" not in str(exc):
+                raise  # the engine itself failed
+            # What the container holds refused the change: the task's (or its agent's) doing.
+            raise RuntimeError(f"cannot empty {VERIFIER_LOGS} and stage /tests for the verifier: {exc}") from None
+
+
+async def _prepare_with_tools(env: EnvironmentSession, tests: Path | None) -> None:
+    """For sessions without archive access: the same through the session's own tools."""
+    done = await run_as_root(env, ["sh", "-c", f"rm -rf {VERIFIER_LOGS} /tests && mkdir -p -m 777 {VERIFIER_LOGS}"])
+    if not done.ok:
+        raise RuntimeError(f"cannot empty {VERIFIER_LOGS} for the verifier: {done.stderr[-500:]}")
+    if tests is not None:
+        await upload_tree(env, tests, "/tests")
+
+
+async def copy_folder(
+    env: EnvironmentSession,
+    source: str,
+    prefix: str,
+    limit: int,
+    time_limit: float | None,
+    exclude: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Copy the files under ``source`` (a folder, or one file) into the try's artifacts under ``prefix``.
+
+    Returns what the task's record says of the copy: ``folder`` (in the run
+    directory), ``files``, ``bytes``, ``read_bytes``, ``limit_bytes``,
+    ``truncated``, ``cut`` (each file left out, its size and why), ``stopped``
+    (why the copy ended early), and ``renamed`` (stored name -> the name in
+    the container, for names that were not safe as file names here).
+    """
+    access = trusted(env)
+    if access is None:
+        return {"files": 0, "bytes": 0, "unavailable": "the session offers no archive access: nothing copied"}
+    renamed: dict[str, str] = {}
+    stored: list[tuple[str, str]] = []
+
+    def save(name: str, handle: IO[bytes], size: int) -> int:
+        safe = artifact_name(name)
+        saved = save_artifact_stream(f"{prefix}/{safe}", handle, size)
+        if saved is None:  # no run directory (the benchmark driven alone): nothing to keep
+            return 0
+        if safe != name:
+            renamed[safe] = name
+        stored.append((saved[0], safe))
+        return saved[1]
+
+    def skip(name: str) -> bool:
+        return any(fnmatch.fnmatch(name, pattern) or name.startswith(pattern.rstrip("/") + "/") for pattern in exclude)
+
+    report = await access.copy_out(source, save, limit, time_limit, skip if exclude else None)
+    copied: dict[str, Any] = report.to_dict()
+    if stored:
+        path, name = stored[0]
+        copied["folder"] = path[: -len(name) - 1]
+        copied["stored"] = [safe for _, safe in stored]
+    if renamed:
+        copied["renamed"] = renamed
+    return copied
+
+
+async def read_reward_files(env: EnvironmentSession) -> dict[str, bytes | int | str]:
+    """``reward.txt`` and ``reward.json`` of ``/logs/verifier`` that exist: their bytes; their size
+    when it is over :data:`REWARD_MAX_BYTES` (such a file is not read); or what they are instead of
+    a regular file (a folder, a link: whoever made them, it is no reward)."""
+    found: dict[str, bytes | int | str] = {}
+    access = trusted(env)
+    for name in REWARD_FILES:
+        path = f"{VERIFIER_LOGS}/{name}"
+        if access is not None:
+            info = await access.stat(path)
+            if info is None:
+                continue
+            try:
+                data, size = await access.read_head(path, REWARD_MAX_BYTES)
+            except SessionError:
+                found[name] = "not a regular file" + (
+                    f" (a link to {info['linkTarget']})" if info.get("linkTarget") else ""
+                )
+                continue
+            found[name] = size if size > REWARD_MAX_BYTES else data
+            continue
+        try:
+            data, size = await env.read_head(path, REWARD_MAX_BYTES)
+        except Exception:
+            continue  # absent: the caller decides what a missing file means
+        found[name] = size if size > REWARD_MAX_BYTES else data
+    return found
+
+
+def save_text(name: str, text: str) -> str | None:
+    """Keep ``text`` as the try's artifact ``name`` (redacted); its path in the run directory."""
+    return save_artifact(name, text)

@@ -1,0 +1,108 @@
+"""What a ``docker`` session does without running anything inside its container.
+
+A verifier's runner must not depend on the container's tools (an agent may
+have replaced ``sh``, ``mv`` or ``cat``): files move through the engine's
+archive API (:mod:`.docker_files`) and the container's state comes from the
+engine (:mod:`.docker_state`). :class:`TrustedAccess` gives
+:class:`~.docker.DockerSession` these as coroutines; each runs its blocking
+SDK call in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from ..errors import SessionError
+from .docker_files import Save, Skip, TreeCopy, copy_out, make_dirs, read_head, replace_tree, stat
+from .docker_state import Change, Process, Snapshots, changes, environ, freeze, pause, processes, resume
+
+__all__ = ["TrustedAccess"]
+
+log = logging.getLogger("pytest_agentcompass")
+
+
+class TrustedAccess:
+    """Mixin of :class:`~.docker.DockerSession`: archive I/O and the engine's view of the container."""
+
+    container: Any
+    #: The provider's snapshots, and this session's key in them (``(task id, attempt)``).
+    snapshots: Snapshots | None = None
+    snapshot_key: tuple[str, int] | None = None
+    #: Bytes of changes a snapshot may hold (``snapshot_limit_mb``).
+    snapshot_limit: int = 4096 * 1024 * 1024
+
+    def _path(self, path: str) -> str:
+        raise NotImplementedError
+
+    async def replace_tree(self, target: str, source: str | os.PathLike[str] | None = None, mode: int = 0o755) -> None:
+        """Make ``target`` exactly the local folder ``source`` (or an empty folder): what was there goes."""
+        await asyncio.to_thread(replace_tree, self.container, self._path(target), source, mode)
+
+    async def make_dirs(self, paths: Iterable[str], mode: int = 0o777) -> None:
+        """Create the folders ``paths`` with ``mode`` (existing ones keep their content)."""
+        await asyncio.to_thread(make_dirs, self.container, [self._path(p) for p in paths], mode)
+
+    async def stat(self, path: str) -> dict[str, Any] | None:
+        """The engine's stat of ``path`` (``size``, ``mode``, ``mtime``, ``linkTarget``), ``None`` if absent."""
+        return await asyncio.to_thread(stat, self.container, self._path(path))
+
+    async def read_head(self, path: str, limit: int) -> tuple[bytes, int]:
+        """The first ``limit`` bytes of a file and its size; nothing past ``limit`` is read.
+
+        :raises SessionError: when ``path`` is not a regular file of the container.
+        """
+        found = await asyncio.to_thread(read_head, self.container, self._path(path), limit)
+        if found is None:
+            raise SessionError(f"{path!r} is not a file in container {self.container.short_id}")
+        return found
+
+    async def copy_out(
+        self, source: str, save: Save, limit: int, time_limit: float | None = None, skip: Skip | None = None
+    ) -> TreeCopy:
+        """Stream the files under ``source`` to ``save`` (called in a worker thread), within ``limit``
+        bytes and ``time_limit`` seconds; see :func:`.docker_files.copy_out`."""
+        return await asyncio.to_thread(copy_out, self.container, self._path(source), save, limit, time_limit, skip)
+
+    async def environ(self) -> list[str]:
+        """The container's environment (``KEY=value``), as its commands start with it."""
+        return await asyncio.to_thread(environ, self.container)
+
+    async def changes(self) -> list[Change]:
+        """The paths changed relative to the image (``docker diff``)."""
+        return await asyncio.to_thread(changes, self.container)
+
+    async def processes(self) -> list[Process]:
+        """The container's processes as the host lists them (none once it is frozen)."""
+        return await asyncio.to_thread(processes, self.container)
+
+    @contextlib.asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """Every process of the container suspended for the block (archive I/O still works): what the
+        runner stages meanwhile cannot be raced. They resume after it, whatever happened."""
+        try:
+            await asyncio.to_thread(pause, self.container)
+        except Exception as exc:  # an engine without the freezer (rootless on cgroup v1): unsuspended
+            log.warning("container %s could not be paused (%s): staging goes on unpaused", self.container.short_id, exc)
+            yield
+            return
+        try:
+            yield
+        finally:
+            await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(resume, self.container)))
+
+    async def freeze(self) -> None:
+        """End every process of the container (it stops; its files stay readable and committable)."""
+        await asyncio.to_thread(freeze, self.container)
+
+    async def snapshot(self) -> str:
+        """Freeze the container and commit its file system: the provider opens this attempt's
+        evaluation session from it (``evaluation: {from_snapshot: true}``). Returns the image id."""
+        if self.snapshots is None or self.snapshot_key is None:
+            raise SessionError(f"container {self.container.short_id} cannot be snapshotted (no provider to keep it)")
+        await self.freeze()
+        return await asyncio.to_thread(self.snapshots.take, self.container, self.snapshot_key, self.snapshot_limit)

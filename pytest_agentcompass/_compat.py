@@ -142,7 +142,7 @@ async def _call(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     work = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
     # Here, not at the top: the runtime imports this module, and importing the
     # runtime package from it first would be a cycle (this path hops a thread anyway).
-    from .runtime.threads import pool_of
+    from .concurrency.threads import pool_of
 
     pool = pool_of(loop)
     call: asyncio.Future[Any] | Future[Any]

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from ..concurrency.limits import rate_limiter_for
 from ..errors import PolicyError
-from ..limits import rate_limiter_for
 from ..types import ExecResult, ExecutionPlan, NetworkPolicy
 
 if TYPE_CHECKING:

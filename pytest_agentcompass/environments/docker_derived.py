@@ -36,9 +36,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .._flock import file_lock
 from ..agents_cache.recipe import PKGS_DIR, AgentInstall
 from ..artifacts import save_artifact
+from ..concurrency.flock import file_lock
 from ..errors import SessionError
 from .base import SessionConfig
 from .docker_bases import has_image

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .._flock import file_lock
+from ..concurrency.flock import file_lock
 from ..errors import SessionError
 from .docker_bases import base_images, has_image, local_base, rewrite_bases
 from .docker_build import BuildJob, BuildSpec

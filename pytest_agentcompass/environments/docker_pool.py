@@ -15,7 +15,7 @@ no new session until a probe, at most every ``probe_interval`` seconds, finds
 it answering again. Containers it could not remove meanwhile are removed then.
 
 Nothing here is process-local: per-engine capacity goes through
-:func:`~pytest_agentcompass.limits.capacity_for`, which is run-wide under
+:func:`~pytest_agentcompass.concurrency.limits.capacity_for`, which is run-wide under
 pytest-xdist, and an image an engine lacks is copied from one that has it
 (``docker save`` / ``load`` through the SDK), once per engine and image.
 """

@@ -30,12 +30,10 @@ import shutil
 import stat
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..concurrency.threads import BlockingCallPool, shared_pool
 from ..errors import SessionError
-
-if TYPE_CHECKING:
-    from ..runtime.threads import BlockingCallPool
 
 __all__ = [
     "FLAT_REMOVAL_ENTRIES",
@@ -224,9 +222,6 @@ def removal_pool() -> BlockingCallPool:
     # Shared: a run's loop waits for its removals at the end, also for tasks cancelled meanwhile.
     global _removals
     if _removals is None:
-        # Here, on first use: a provider module must not load the runtime above it.
-        from ..runtime.threads import shared_pool
-
         _removals = shared_pool(REMOVAL_THREADS, "agentcompass-rm")
     return _removals
 

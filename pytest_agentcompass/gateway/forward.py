@@ -9,7 +9,7 @@ import zlib
 from typing import Any
 from urllib.parse import urlencode
 
-from ..limits import capacity_for
+from ..concurrency.limits import capacity_for
 from ..models.ledger import ModelCall, Protocol
 from ..redact import MIN_SECRET_LENGTH
 from .grant import Grant

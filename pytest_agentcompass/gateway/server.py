@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from .._shield import uncancellable
+from ..concurrency.shield import uncancellable
 from ..errors import PreflightError, SessionError
 from ..models.client import guard_secrets
 from ..models.ledger import CallLedger, Protocol

@@ -15,8 +15,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..concurrency.limits import CapacityPermits, capacity_for
 from ..errors import PreflightError
-from ..limits import CapacityPermits, capacity_for
 from ..redact import SecretLogFilter, add_runtime_secret
 from .reply import ChatReply, ReplyShapeError, ToolCall, parse_reply
 from .settings import ResolvedModel

@@ -30,7 +30,7 @@ from ..types import OrchestrationStatus
 from .keys import PERMITS, RUN_DIRS, RUN_ID, WORKER_NOTES
 
 if TYPE_CHECKING:
-    from ..permit_service import PermitService
+    from ..concurrency.permits import PermitService
     from .keys import RunHandle
 
 __all__ = ["ControllerRun", "task_ids_by_request"]
@@ -99,7 +99,7 @@ class ControllerRun:
                     state.release()
                 self.states.clear()
                 raise self.run.usage_error(exc) from None
-        from ..permit_service import PermitService
+        from ..concurrency.permits import PermitService
 
         self.service = PermitService()
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..concurrency.limits import task_slots
 from ..config import SAFE_NAME, LoadedConfig, RunRequest
-from ..limits import task_slots
 from ..registry import Registry
 from ..reports.gates import check_gate_names
 from ..reports.terminal import write_terminal_summary
@@ -102,7 +102,7 @@ class AgentCompassRun:
             register_side(self)
 
     def unregister(self) -> None:
-        from ..limits import reset_limits
+        from ..concurrency.limits import reset_limits
 
         reset_limits()
         # The summary is printed: release every outcome before pytest's final

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from ..runtime.threads import run_with_pool, workers_for
+from ..concurrency.threads import run_with_pool, workers_for
 
 if TYPE_CHECKING:
     from ..runtime.request import RequestRuntime

@@ -2,7 +2,7 @@
 
 It knows nothing about pytest and can be driven by a plain ``asyncio.run``.
 Names load on first use: a provider that needs one runtime module (the
-thread pools of ``threads``) must not load the Orchestrator and the rest.
+thread pools of ``concurrency.threads``) must not load the Orchestrator and the rest.
 """
 
 from __future__ import annotations

@@ -17,11 +17,11 @@ from pydantic import BaseModel, ValidationError
 
 from ..analysis import BaseAnalyzer
 from ..benchmark import BaseBenchmark, HarnessFreeBenchmark
+from ..concurrency.limits import capacity_for
 from ..config import SAFE_NAME, ComponentRef, LoadedConfig, RunRequest, format_loc
 from ..environments.base import BaseEnvironment
 from ..errors import ComponentError, TaskIdError
 from ..harnesses.base import BaseHarness
-from ..limits import capacity_for
 from ..redact import Redactor
 from ..registry import ComponentKind, Registry
 from ..types import TaskSpec

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from .._compat import call_user, maybe_await
-from .._shield import uncancellable
 from ..artifacts import artifact_sink
 from ..benchmark import HarnessFreeBenchmark
+from ..concurrency.shield import uncancellable
 from ..environments.base import EnvironmentSession
 from ..types import ExecutionPlan, NetworkPolicy, PreparedTask, RunResult, RunStatus, TaskSpec, unserialisable
 from .context import RequestContext

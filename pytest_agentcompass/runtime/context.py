@@ -13,11 +13,11 @@ from ..types import TaskSpec, to_jsonable
 if TYPE_CHECKING:
     from ..analysis import BaseAnalyzer
     from ..benchmark import BaseBenchmark
+    from ..concurrency.limits import CapacityPermits
     from ..config import RunRequest
     from ..environments.base import BaseEnvironment
     from ..gateway import ModelGateway
     from ..harnesses.base import BaseHarness
-    from ..limits import CapacityPermits
     from .planner import Planner
     from .store import RunStore
     from .strategies import AttemptStrategy

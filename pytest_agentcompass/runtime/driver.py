@@ -12,8 +12,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from ..concurrency.threads import BlockingCallPool, drain_shared_pools, use_pool, workers_for
 from .orchestrator import OrchestrationResult, Orchestrator
-from .threads import BlockingCallPool, drain_shared_pools, use_pool, workers_for
 
 __all__ = ["TERMINATED_REASON", "Terminated", "drive", "say", "sigterm_interrupts"]
 

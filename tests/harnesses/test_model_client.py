@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from pytest_agentcompass.concurrency.limits import reset_limits
 from pytest_agentcompass.config import ModelSpec
 from pytest_agentcompass.errors import PreflightError
-from pytest_agentcompass.limits import reset_limits
 from pytest_agentcompass.models import ChatModel, ModelCallError, resolve_model
 from pytest_agentcompass.models.client import MalformedResponseError, require_openai
 from pytest_agentcompass.models.usage import Usage, sum_usage

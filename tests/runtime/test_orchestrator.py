@@ -22,7 +22,7 @@ from pytest_agentcompass import (
     RunResult,
     TaskSpec,
 )
-from pytest_agentcompass.limits import CapacityPermits, capacity_for, rate_limiter_for, reset_limits
+from pytest_agentcompass.concurrency.limits import CapacityPermits, capacity_for, rate_limiter_for, reset_limits
 from pytest_agentcompass.runtime import Orchestrator, Planner, RequestRuntime, RunStore
 from pytest_agentcompass.runtime.context import RequestContext
 from pytest_agentcompass.runtime.strategies import STRATEGIES

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..._flock import try_lock
+from ...concurrency.flock import try_lock
 from ...errors import AgentCompassError
 from ...types import RequestState
 from .files import RUN_INFO, RunStore, read_json, read_run_info_head

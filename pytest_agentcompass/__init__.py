@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .agents_cache import NpmPackage, PipWheels, tarball_name
     from .analysis import BaseAnalyzer
-    from .artifacts import artifact_name, save_artifact, save_artifact_stream
     from .benchmark import BaseBenchmark, HarnessFreeBenchmark
     from .config import (
         AttemptsSpec,
@@ -32,16 +31,6 @@ if TYPE_CHECKING:
     )
     from .environments.base import BaseEnvironment, EnvironmentSession, HostRoute, SessionConfig
     from .environments.local import LocalEnvironment, LocalSession
-    from .errors import (
-        AgentCompassError,
-        ArtifactError,
-        ComponentError,
-        ConfigError,
-        PolicyError,
-        PreflightError,
-        TaskIdError,
-        WorkspacePathError,
-    )
     from .evidence import apply_verifier_result, read_artifact, verifier_evidence
     from .gateway import GatewaySettings, Grant, ModelGateway
     from .harnesses.agents import AgentHarness, AgentParams, AgentReport, AgentRun, ModelEndpoint, untar
@@ -55,7 +44,18 @@ if TYPE_CHECKING:
     from .runtime.planner import Recipe
     from .runtime.strategies import AttemptScheduler, AttemptStrategy
     from .runtime.task import TaskOutcome
-    from .types import (
+    from .vocabulary.artifacts import artifact_name, save_artifact, save_artifact_stream
+    from .vocabulary.errors import (
+        AgentCompassError,
+        ArtifactError,
+        ComponentError,
+        ConfigError,
+        PolicyError,
+        PreflightError,
+        TaskIdError,
+        WorkspacePathError,
+    )
+    from .vocabulary.types import (
         EvaluationMode,
         ExecResult,
         ExecutionPlan,
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
-    "AgentCompassError": ".errors",
+    "AgentCompassError": ".vocabulary.errors",
     "AgentHarness": ".harnesses.agents",
     "AgentParams": ".harnesses.agents",
     "AgentReport": ".harnesses.agents",
@@ -77,7 +77,7 @@ _EXPORTS = {
     "PipWheels": ".agents_cache",
     "tarball_name": ".agents_cache",
     "untar": ".harnesses.agents",
-    "ArtifactError": ".errors",
+    "ArtifactError": ".vocabulary.errors",
     "AttemptScheduler": ".runtime.strategies",
     "AttemptStrategy": ".runtime.strategies",
     "AttemptsSpec": ".config",
@@ -96,41 +96,41 @@ _EXPORTS = {
     "OpenAIChatHarness": ".harnesses.openai_chat",
     "ShellAgentHarness": ".harnesses.shell_agent",
     "Trajectory": ".models",
-    "save_artifact": ".artifacts",
-    "save_artifact_stream": ".artifacts",
-    "artifact_name": ".artifacts",
-    "ComponentError": ".errors",
+    "save_artifact": ".vocabulary.artifacts",
+    "save_artifact_stream": ".vocabulary.artifacts",
+    "artifact_name": ".vocabulary.artifacts",
+    "ComponentError": ".vocabulary.errors",
     "ComponentRef": ".config",
     "ConfigPath": ".config",
-    "ConfigError": ".errors",
+    "ConfigError": ".vocabulary.errors",
     "EnvironmentSession": ".environments.base",
     "EnvironmentSpec": ".config",
-    "EvaluationMode": ".types",
-    "ExecResult": ".types",
-    "ExecutionPlan": ".types",
+    "EvaluationMode": ".vocabulary.types",
+    "ExecResult": ".vocabulary.types",
+    "ExecutionPlan": ".vocabulary.types",
     "ExecutionSpec": ".config",
     "HarnessFreeBenchmark": ".benchmark",
     "LocalEnvironment": ".environments.local",
     "LocalSession": ".environments.local",
     "ModelSpec": ".config",
-    "NetworkPolicy": ".types",
+    "NetworkPolicy": ".vocabulary.types",
     "NetworkSpec": ".config",
     "Orchestration": ".config",
     "ParamsModel": ".config",
-    "PolicyError": ".errors",
-    "PreflightError": ".errors",
-    "PreparedTask": ".types",
+    "PolicyError": ".vocabulary.errors",
+    "PreflightError": ".vocabulary.errors",
+    "PreparedTask": ".vocabulary.types",
     "Recipe": ".runtime.planner",
     "Registry": ".registry",
     "RunRequest": ".config",
-    "RunResult": ".types",
-    "RunStatus": ".types",
+    "RunResult": ".vocabulary.types",
+    "RunStatus": ".vocabulary.types",
     "SessionConfig": ".environments.base",
-    "TaskIdError": ".errors",
+    "TaskIdError": ".vocabulary.errors",
     "TaskOutcome": ".runtime.task",
-    "TaskSpec": ".types",
+    "TaskSpec": ".vocabulary.types",
     "TimeoutsSpec": ".config",
-    "WorkspacePathError": ".errors",
+    "WorkspacePathError": ".vocabulary.errors",
     "apply_verifier_result": ".evidence",
     "load_config": ".config",
     "read_artifact": ".evidence",

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from .errors import UserBaseException, UserExit
+from .vocabulary.errors import UserBaseException, UserExit
 
 __all__ = ["call_user", "maybe_await"]
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
+from .vocabulary.types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
 
 if TYPE_CHECKING:
     from .config import RunRequest

@@ -25,8 +25,8 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import ConfigError
-from .types import EvaluationMode, NetworkPolicy
+from .vocabulary.errors import ConfigError
+from .vocabulary.types import EvaluationMode, NetworkPolicy
 
 __all__ = [
     "AttemptsSpec",
@@ -276,7 +276,7 @@ class LoadedConfig:
     def redacted_dump(self) -> dict[str, Any]:
         """The resolved config: every field a ``${VAR}`` was expanded into is ``***``, and long
         secret values are masked inside any other text."""
-        from .redact import MASK, Redactor
+        from .vocabulary.redact import MASK, Redactor
 
         dump = self.orchestration.model_dump(mode="json")
         for path in self.secret_paths:

@@ -18,7 +18,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Literal
 
-from .errors import ComponentError
+from .vocabulary.errors import ComponentError
 
 __all__ = ["KINDS", "ComponentKind", "Registry"]
 

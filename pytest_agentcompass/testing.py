@@ -30,8 +30,8 @@ from typing import Any, TypeVar
 import pytest
 
 from .environments.base import BaseEnvironment, EnvironmentSession
-from .errors import PolicyError
-from .types import ExecutionPlan, NetworkPolicy
+from .vocabulary.errors import PolicyError
+from .vocabulary.types import ExecutionPlan, NetworkPolicy
 
 __all__ = ["EnvironmentConformance", "make_plan"]
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ..concurrency.limits import rate_limiter_for
-from ..errors import PolicyError
-from ..types import ExecResult, ExecutionPlan, NetworkPolicy
+from ..vocabulary.errors import PolicyError
+from ..vocabulary.types import ExecResult, ExecutionPlan, NetworkPolicy
 
 if TYPE_CHECKING:
     from ..config import EnvironmentSpec
@@ -236,7 +236,7 @@ class BaseEnvironment(abc.ABC):
     async def preflight(self) -> None:
         """Check the provider is usable (engine reachable, packages present).
 
-        Runs once before any task; raise :class:`~pytest_agentcompass.errors.PreflightError`.
+        Runs once before any task; raise :class:`~pytest_agentcompass.vocabulary.errors.PreflightError`.
         """
 
     @abc.abstractmethod

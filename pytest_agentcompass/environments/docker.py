@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SessionError
-from ..types import ExecResult, NetworkPolicy
+from ..vocabulary.errors import SessionError
+from ..vocabulary.types import ExecResult, NetworkPolicy
 from .base import BaseEnvironment, EnvironmentSession, HostRoute, SessionConfig, argv_list
 from .capture import StreamCapture
 from .docker_derived import with_agent

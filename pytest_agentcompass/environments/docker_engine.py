@@ -19,7 +19,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ..concurrency.limits import CapacityPermits, capacity_for
 from ..config import ConfigPath, ParamsModel
-from ..errors import PreflightError, SessionError
+from ..vocabulary.errors import PreflightError, SessionError
 
 __all__ = [
     "PROBE_TIMEOUT",

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..concurrency.flock import file_lock
-from ..errors import SessionError
+from ..vocabulary.errors import SessionError
 from .docker_bases import base_images, has_image, local_base, rewrite_bases
 from .docker_build import BuildJob, BuildSpec
 

@@ -17,7 +17,7 @@ import os
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from ..errors import SessionError
+from ..vocabulary.errors import SessionError
 from .docker_files import Save, Skip, TreeCopy, copy_out, make_dirs, read_head, replace_tree, stat
 from .docker_state import Change, Process, Snapshots, changes, environ, freeze, pause, processes, resume
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..concurrency.threads import BlockingCallPool, shared_pool
-from ..errors import SessionError
+from ..vocabulary.errors import SessionError
 
 __all__ = [
     "FLAT_REMOVAL_ENTRIES",

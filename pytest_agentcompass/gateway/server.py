@@ -22,10 +22,10 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..concurrency.shield import uncancellable
-from ..errors import PreflightError, SessionError
 from ..models.client import guard_secrets
 from ..models.ledger import CallLedger, Protocol
 from ..models.trajectory import Trajectory
+from ..vocabulary.errors import PreflightError, SessionError
 from .forward import error_response, forward
 from .grant import Grant
 from .protocols import find_route, offered_token

@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..errors import PreflightError
 from ..models.ledger import Protocol
+from ..vocabulary.errors import PreflightError
 
 __all__ = ["FAMILIES", "Family", "GatewaySettings", "Upstream", "family_of"]
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import ComponentError
+from ..vocabulary.errors import ComponentError
 
 __all__ = ["validate_params"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..types import ExecutionPlan, PreparedTask, TaskSpec
+from ..vocabulary.types import ExecutionPlan, PreparedTask, TaskSpec
 
 if TYPE_CHECKING:
     from ..config import RunRequest

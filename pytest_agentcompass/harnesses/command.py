@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from ..artifacts import save_artifact
 from ..models.client import guard_secrets
-from ..redact import Redactor
-from ..types import ExecResult, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
+from ..vocabulary.artifacts import save_artifact
+from ..vocabulary.redact import Redactor
+from ..vocabulary.types import ExecResult, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
 from ._params import validate_params
 from .base import BaseHarness
 

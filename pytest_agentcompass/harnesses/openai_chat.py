@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from pydantic import BaseModel, ConfigDict
 
-from ..artifacts import save_artifact
-from ..errors import PreflightError
 from ..models.client import ChatModel, ModelCallError, guard_secrets, require_openai
 from ..models.settings import ModelSettings, resolve_model
 from ..models.trajectory import Trajectory
-from ..redact import Redactor
-from ..types import ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
+from ..vocabulary.artifacts import save_artifact
+from ..vocabulary.errors import PreflightError
+from ..vocabulary.redact import Redactor
+from ..vocabulary.types import ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
 from ._params import validate_params
 from .base import BaseHarness
 

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..concurrency.limits import CapacityPermits, capacity_for
-from ..errors import PreflightError
-from ..redact import SecretLogFilter, add_runtime_secret
+from ..vocabulary.errors import PreflightError
+from ..vocabulary.redact import SecretLogFilter, add_runtime_secret
 from .reply import ChatReply, ReplyShapeError, ToolCall, parse_reply
 from .settings import ResolvedModel
 

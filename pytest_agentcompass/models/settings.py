@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import PreflightError
+from ..vocabulary.errors import PreflightError
 
 __all__ = ["DEFAULT_BASE_URL", "ModelSettings", "ResolvedModel", "resolve_model"]
 

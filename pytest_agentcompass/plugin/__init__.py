@@ -131,7 +131,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     # Imported here, not at module level: without the option nothing loads.
     from ..config import load_config
-    from ..errors import ConfigError
+    from ..vocabulary.errors import ConfigError
     from .run import AgentCompassRun
 
     path = Path(raw)

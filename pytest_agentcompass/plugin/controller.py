@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..errors import AgentCompassError
 from ..runtime.collector import fewer_collections
 from ..runtime.driver import sigterm_interrupts
 from ..runtime.orchestrator import OrchestrationResult
 from ..runtime.request import INTERRUPTED_BY_USER, RequestRuntime
-from ..types import OrchestrationStatus
+from ..vocabulary.errors import AgentCompassError
+from ..vocabulary.types import OrchestrationStatus
 from .keys import PERMITS, RUN_DIRS, RUN_ID, WORKER_NOTES
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from ..runtime.driver import TERMINATED_REASON, Terminated, say
 from .outcomes import NotRunText
 
 if TYPE_CHECKING:
-    from ..types import TaskSpec
+    from ..vocabulary.types import TaskSpec
     from .controller import ControllerRun
 
 __all__ = ["ControllerInterrupts"]

@@ -18,11 +18,11 @@ import pytest
 
 if TYPE_CHECKING:
     from ..config import LoadedConfig, Orchestration, RunRequest
-    from ..redact import Redactor
     from ..runtime.assembly import RequestSetup
     from ..runtime.orchestrator import OrchestrationResult, Orchestrator
     from ..runtime.request import RequestRuntime
     from ..runtime.task import TaskOutcome
+    from ..vocabulary.redact import Redactor
 
 __all__ = ["NOT_RUN", "PERMITS", "RUN_DIRS", "RUN_ID", "WORKER_NOTES", "RunHandle", "run_key"]
 

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..errors import AgentCompassError
 from ..runtime.collector import fewer_collections
 from ..runtime.driver import drive
-from ..types import OrchestrationEvent, OrchestrationStatus
+from ..vocabulary.errors import AgentCompassError
+from ..vocabulary.types import OrchestrationEvent, OrchestrationStatus
 from .gates import GateItem
 from .nodes import TaskItem
 from .outcomes import emit_reports

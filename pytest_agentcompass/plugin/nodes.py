@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..config import RunRequest
-from ..errors import AgentCompassError
 from ..runtime.assembly import RequestSetup
 from ..runtime.traces import format_trace
-from ..types import TaskSpec
+from ..vocabulary.errors import AgentCompassError
+from ..vocabulary.types import TaskSpec
 from .keys import RunHandle, run_key
 from .outcomes import NotRunText, TaskNotRun, TaskProblem, phase_problems, set_properties
 

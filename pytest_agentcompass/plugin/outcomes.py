@@ -15,12 +15,12 @@ import pytest
 
 from ..runtime.integrity import findings, summarize
 from ..runtime.task import TaskOutcome
-from ..types import RunStatus
+from ..vocabulary.types import RunStatus
 
 if TYPE_CHECKING:
     from _pytest.reports import TestReport
 
-    from ..redact import Redactor
+    from ..vocabulary.redact import Redactor
 
 __all__ = [
     "NotRunText",

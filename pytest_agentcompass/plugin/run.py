@@ -61,7 +61,7 @@ class AgentCompassRun:
         self.run_id = self._make_run_id()
         self.ci: CiRun | None = None
         self._registered = False
-        from ..redact import Redactor
+        from ..vocabulary.redact import Redactor
 
         self.redactor = Redactor(loaded.secrets)
 

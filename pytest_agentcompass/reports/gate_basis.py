@@ -32,7 +32,7 @@ from ..runtime.store.files import read_json
 from ..runtime.store.runs import iter_runs
 from ..runtime.summary import StoredResults, checked_metrics
 from ..runtime.task import TaskOutcome, outcome_from_detail
-from ..types import RunResult, RunStatus, TaskSpec
+from ..vocabulary.types import RunResult, RunStatus, TaskSpec
 from .gates import GateCheck, check_gates
 
 if TYPE_CHECKING:

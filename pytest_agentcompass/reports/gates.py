@@ -19,7 +19,7 @@ from typing import Any
 
 from ..benchmark import BaseBenchmark
 from ..config import LoadedConfig, RunRequest
-from ..errors import ConfigError
+from ..vocabulary.errors import ConfigError
 
 __all__ = ["GateCheck", "check_gate_names", "check_gates", "known_metric_names", "metric_range"]
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..models.usage import format_usage
 from ..runtime.integrity import summarize
-from ..types import OrchestrationStatus
+from ..vocabulary.types import OrchestrationStatus
 
 if TYPE_CHECKING:
     from ..runtime.orchestrator import OrchestrationResult

@@ -20,11 +20,11 @@ from ..benchmark import BaseBenchmark, HarnessFreeBenchmark
 from ..concurrency.limits import capacity_for
 from ..config import SAFE_NAME, ComponentRef, LoadedConfig, RunRequest, format_loc
 from ..environments.base import BaseEnvironment
-from ..errors import ComponentError, TaskIdError
 from ..harnesses.base import BaseHarness
-from ..redact import Redactor
 from ..registry import ComponentKind, Registry
-from ..types import TaskSpec
+from ..vocabulary.errors import ComponentError, TaskIdError
+from ..vocabulary.redact import Redactor
+from ..vocabulary.types import TaskSpec
 from .context import RequestContext, request_fingerprint
 from .ownership import RunRole, claim, join
 from .planner import Planner, Recipe

@@ -18,11 +18,19 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from .._compat import call_user, maybe_await
-from ..artifacts import artifact_sink
 from ..benchmark import HarnessFreeBenchmark
 from ..concurrency.shield import uncancellable
 from ..environments.base import EnvironmentSession
-from ..types import ExecutionPlan, NetworkPolicy, PreparedTask, RunResult, RunStatus, TaskSpec, unserialisable
+from ..vocabulary.artifacts import artifact_sink
+from ..vocabulary.types import (
+    ExecutionPlan,
+    NetworkPolicy,
+    PreparedTask,
+    RunResult,
+    RunStatus,
+    TaskSpec,
+    unserialisable,
+)
 from .context import RequestContext
 from .retry import ErrorKind, RetryBudget, RetryPolicy, RetryScope, Stage, StageFailure, retry_scope
 from .traces import format_trace

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..types import TaskSpec, to_jsonable
+from ..vocabulary.types import TaskSpec, to_jsonable
 
 if TYPE_CHECKING:
     from ..analysis import BaseAnalyzer

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..types import OrchestrationEvent, OrchestrationStatus, RequestState, TaskSpec
+from ..vocabulary.types import OrchestrationEvent, OrchestrationStatus, RequestState, TaskSpec
 from .request import INTERRUPTED_BY_USER, RequestRuntime
 from .task import TaskOutcome
 

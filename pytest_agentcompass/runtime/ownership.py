@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from ..errors import AgentCompassError
-from ..types import RequestState, RunStatus, TaskSpec
+from ..vocabulary.errors import AgentCompassError
+from ..vocabulary.types import RequestState, RunStatus, TaskSpec
 from .context import RequestContext
 from .store import (
     claim_run_dir,

@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .._compat import call_user
-from ..errors import ComponentError
-from ..types import EVALUATION_MODES, EvaluationMode, ExecutionPlan, TaskSpec
+from ..vocabulary.errors import ComponentError
+from ..vocabulary.types import EVALUATION_MODES, EvaluationMode, ExecutionPlan, TaskSpec
 
 if TYPE_CHECKING:
     from ..benchmark import BaseBenchmark

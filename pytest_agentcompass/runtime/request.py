@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .._compat import call_user
-from ..errors import AgentCompassError, PreflightError
-from ..types import OrchestrationStatus, RequestState, RunResult, RunStatus, TaskSpec, to_jsonable
+from ..vocabulary.errors import AgentCompassError, PreflightError
+from ..vocabulary.types import OrchestrationStatus, RequestState, RunResult, RunStatus, TaskSpec, to_jsonable
 from .context import RequestContext
 from .logs import capture_task_logs
 from .ownership import OwnRun, RunRole

@@ -19,7 +19,7 @@ from typing import Any, overload
 from .._compat import call_user
 from ..benchmark import BaseBenchmark
 from ..models.usage import sum_usage
-from ..types import RunResult, RunStatus, TaskSpec, TaskState
+from ..vocabulary.types import RunResult, RunStatus, TaskSpec, TaskState
 from .context import RequestContext
 from .integrity import findings, flagged
 from .store import read_json

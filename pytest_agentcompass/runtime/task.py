@@ -14,7 +14,7 @@ from typing import Any
 from .._compat import call_user
 from ..analysis import select_analyzers
 from ..models.usage import sum_usage
-from ..types import RunResult, RunStatus, TaskSpec
+from ..vocabulary.types import RunResult, RunStatus, TaskSpec
 from .attempt import AttemptRecord, AttemptRunner
 from .context import RequestContext
 from .integrity import INTEGRITY_KEY, enforce, merge_attempts

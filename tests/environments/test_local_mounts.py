@@ -14,7 +14,7 @@ import pytest
 
 from pytest_agentcompass.environments import workspaces
 from pytest_agentcompass.environments.local import LocalSession
-from pytest_agentcompass.errors import SessionError
+from pytest_agentcompass.vocabulary.errors import SessionError
 
 from local_workspaces import local_provider, open_session
 

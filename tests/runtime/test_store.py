@@ -176,8 +176,8 @@ def test_a_detail_the_disk_refuses_is_a_teardown_error_and_the_result_stands(pyt
 
 
 def _claim(run_dir: str, barrier: Any, wins: Any) -> None:
-    from pytest_agentcompass.errors import AgentCompassError
     from pytest_agentcompass.runtime.store import claim_run_dir
+    from pytest_agentcompass.vocabulary.errors import AgentCompassError
 
     barrier.wait()
     try:

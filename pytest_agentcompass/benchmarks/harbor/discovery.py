@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ...artifacts import safe_slug
+from ...vocabulary.artifacts import safe_slug
 from .taskdir import INSTRUCTION_FILE, TASK_FILE
 
 __all__ = ["files_digest", "find_task_dirs", "task_id_for"]

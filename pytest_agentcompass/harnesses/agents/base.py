@@ -37,13 +37,13 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 from pydantic import Field
 
 from ...agents_cache import FetchError, PackageCache, PackageSource, default_cache_dir, ensure_packages
-from ...agents_cache.recipe import MARKER, AgentInstall
-from ...artifacts import save_artifact
 from ...config import ConfigPath, ParamsModel
-from ...errors import PreflightError, SessionError
 from ...models.usage import Usage
-from ...redact import Redactor
-from ...types import ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
+from ...vocabulary.agent_install import MARKER, AgentInstall
+from ...vocabulary.artifacts import save_artifact
+from ...vocabulary.errors import PreflightError, SessionError
+from ...vocabulary.redact import Redactor
+from ...vocabulary.types import ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
 from .._params import validate_params
 from ..base import BaseHarness
 from ..command import LOGS_DIR, collect_logs, exec_facts, make_logs_dir

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
-from ...redact import Redactor
-from ...types import ExecutionPlan, RunResult, to_jsonable
+from ...vocabulary.redact import Redactor
+from ...vocabulary.types import ExecutionPlan, RunResult, to_jsonable
 from .bounds import DEFAULT_FIELD_LIMIT, TRUNCATED_KEY, bound_fields, cut_note, same_as_task
 
 __all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "read_json", "read_run_info_head"]

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ...concurrency.flock import try_lock
-from ...errors import AgentCompassError
-from ...types import RequestState
+from ...vocabulary.errors import AgentCompassError
+from ...vocabulary.types import RequestState
 from .files import RUN_INFO, RunStore, read_json, read_run_info_head
 
 __all__ = [

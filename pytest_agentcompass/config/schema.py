@@ -25,8 +25,8 @@ from pydantic import (
     model_validator,
 )
 
-from .vocabulary.errors import ConfigError
-from .vocabulary.types import EvaluationMode, NetworkPolicy
+from ..vocabulary.errors import ConfigError
+from ..vocabulary.types import EvaluationMode, NetworkPolicy
 
 __all__ = [
     "AttemptsSpec",
@@ -276,7 +276,7 @@ class LoadedConfig:
     def redacted_dump(self) -> dict[str, Any]:
         """The resolved config: every field a ``${VAR}`` was expanded into is ``***``, and long
         secret values are masked inside any other text."""
-        from .vocabulary.redact import MASK, Redactor
+        from ..vocabulary.redact import MASK, Redactor
 
         dump = self.orchestration.model_dump(mode="json")
         for path in self.secret_paths:
@@ -352,8 +352,8 @@ def _check_model_params(file: Path, orchestration: Orchestration, lines: Mapping
     directory was made). Which schema applies depends on the harness, whose class is only imported
     when the request is built (where it is checked again, exactly): here a value must fit one of
     the two the built-ins read, the in-process client's or the model gateway's."""
-    from .gateway.settings import GatewaySettings  # pydantic only; aiohttp loads when a gateway starts
-    from .models.settings import ModelSettings  # pydantic only; the client loads on first call
+    from ..gateway.settings import GatewaySettings  # pydantic only; aiohttp loads when a gateway starts
+    from ..models.settings import ModelSettings  # pydantic only; the client loads on first call
 
     messages: list[str] = []
     for index, request in enumerate(orchestration.requests):

@@ -1,0 +1,261 @@
+"""Loading a config file: YAML, ``${VAR}`` expansion, and every error as ``file:line: yaml.path: message``.
+
+Every validation error is reported that way, so a user can jump straight to
+the offending key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from ..vocabulary.errors import ConfigError
+from .model_params import GatewaySettings, ModelSettings
+from .schema import Orchestration
+
+__all__ = ["VARIABLE", "LoadedConfig", "expand_variables", "format_loc", "load_config"]
+
+#: ``${NAME}`` or ``${NAME:-default}``: the default applies when ``NAME`` is not set (as in Harbor's task files).
+VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_variables(text: str, environ: Mapping[str, str]) -> tuple[str, list[str], list[str]]:
+    """``text`` with every ``${NAME}`` / ``${NAME:-default}`` filled from ``environ``.
+
+    :returns: the text, the values read from ``environ`` (secrets: a default
+        written in the file is none), and the names that are not set and have
+        no default (each left as an empty string).
+    """
+    read: list[str] = []
+    missing: list[str] = []
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in environ:
+            read.append(environ[name])
+            return environ[name]
+        if default is None:
+            missing.append(name)
+            return ""
+        return default
+
+    return VARIABLE.sub(substitute, text), read, missing
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A validated config and what is needed to write it back safely."""
+
+    path: Path
+    orchestration: Orchestration
+    secrets: frozenset[str] = field(default_factory=frozenset)
+    #: The YAML paths whose value came from a ``${VAR}``: masked whole in every record of the config.
+    secret_paths: frozenset[tuple[Any, ...]] = field(default_factory=frozenset)
+    #: Line of every YAML path, for errors found after loading (component params).
+    lines: Mapping[tuple[Any, ...], int] = field(default_factory=dict)
+
+    @property
+    def directory(self) -> Path:
+        """Relative paths in the config (``output_dir``, ``file.py:Class``, path params) start here."""
+        return self.path.parent
+
+    @property
+    def output_root(self) -> Path:
+        root = Path(self.orchestration.output_dir)
+        return root if root.is_absolute() else self.directory / root
+
+    def validation_error(self, loc: tuple[Any, ...], exc: ValidationError) -> ConfigError:
+        """``exc`` (raised validating the value at ``loc``) as a config error with file and line."""
+        return ConfigError(_format_validation(self.path, exc, self.lines, prefix=loc))
+
+    def error_at(self, loc: tuple[Any, ...], message: str) -> ConfigError:
+        return ConfigError(f"{self.path}:{_closest_line(loc, self.lines)}: {format_loc(loc)}: {message}")
+
+    def redacted_dump(self) -> dict[str, Any]:
+        """The resolved config: every field a ``${VAR}`` was expanded into is ``***``, and long
+        secret values are masked inside any other text."""
+        from ..vocabulary.redact import MASK, Redactor
+
+        dump = self.orchestration.model_dump(mode="json")
+        for path in self.secret_paths:
+            holder: Any = dump
+            for key in path[:-1]:
+                try:
+                    holder = holder[key]
+                except (KeyError, IndexError, TypeError):
+                    break
+            else:
+                if isinstance(holder, dict | list) and _has(holder, path[-1]):
+                    holder[path[-1]] = MASK
+        return Redactor(self.secrets).apply(dump, whole_values=True)  # type: ignore[no-any-return]
+
+
+def _has(holder: dict[Any, Any] | list[Any], key: Any) -> bool:
+    return key in holder if isinstance(holder, dict) else isinstance(key, int) and 0 <= key < len(holder)
+
+
+def _text_line(data: bytes, offset: int) -> int:
+    """The 1-based line of byte ``offset`` in ``data``."""
+    return data.count(b"\n", 0, offset) + 1
+
+
+def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> LoadedConfig:
+    """Read, expand and validate a config file.
+
+    :raises ConfigError: with one line per problem, each naming file, line and key.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read agentcompass config {file}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        line = _text_line(file.read_bytes(), exc.start)
+        raise ConfigError(
+            f"{file}:{line}: not UTF-8 text (byte {exc.object[exc.start]:#04x}); save it as UTF-8"
+        ) from None
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file}: invalid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file}: the config must be a mapping with a 'requests' list")
+    duplicates = list(_duplicate_keys(node, ())) if node is not None else []
+    if duplicates:
+        raise ConfigError(
+            "invalid agentcompass config:\n"
+            + "\n".join(
+                f"{file}:{line}: {format_loc(loc)}: key given twice (first on line {first})"
+                for loc, line, first in duplicates
+            )
+        )
+    lines = dict(_node_lines(node, ())) if node is not None else {}
+    secrets: set[str] = set()
+    secret_paths: set[tuple[Any, ...]] = set()
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    data = _expand(data, (), environ if environ is not None else dict(os.environ), secrets, problems, secret_paths)
+    if problems:
+        raise ConfigError("\n".join(f"{file}:{lines.get(loc, 1)}: {msg}" for loc, msg in problems))
+    try:
+        orchestration = Orchestration.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation(file, exc, lines)) from None
+    _check_model_params(file, orchestration, lines)
+    return LoadedConfig(file, orchestration, frozenset(secrets), frozenset(secret_paths), lines)
+
+
+def _check_model_params(file: Path, orchestration: Orchestration, lines: Mapping[tuple[Any, ...], int]) -> None:
+    """``model.params`` at load, like every other key (not at the first model call, after a run
+    directory was made). Which schema applies depends on the harness, whose class is only imported
+    when the request is built (where it is checked again, exactly): here a value must fit one of
+    the two the built-ins read, the in-process client's or the model gateway's."""
+    messages: list[str] = []
+    for index, request in enumerate(orchestration.requests):
+        if request.model is None:
+            continue
+        failures: list[ValidationError] = []
+        for schema in (ModelSettings, GatewaySettings):
+            try:
+                schema.model_validate(request.model.params)
+                break
+            except ValidationError as exc:
+                failures.append(exc)
+        else:  # neither fits: the one the value comes closest to says what is wrong
+            closest = min(failures, key=lambda exc: exc.error_count())
+            messages += _validation_lines(file, closest, lines, prefix=("requests", index, "model", "params"))
+    if messages:
+        raise ConfigError("invalid agentcompass config:\n" + "\n".join(messages))
+
+
+def format_loc(loc: tuple[Any, ...]) -> str:
+    """``('requests', 1, 'execution')`` -> ``requests[1].execution``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<root>"
+
+
+def _format_validation(
+    file: Path, exc: ValidationError, lines: Mapping[tuple[Any, ...], int], prefix: tuple[Any, ...] = ()
+) -> str:
+    return "invalid agentcompass config:\n" + "\n".join(_validation_lines(file, exc, lines, prefix))
+
+
+def _validation_lines(
+    file: Path, exc: ValidationError, lines: Mapping[tuple[Any, ...], int], prefix: tuple[Any, ...] = ()
+) -> list[str]:
+    """One ``file:line: path: message`` per problem, in the file's order."""
+    found = []
+    for error in exc.errors():
+        loc = prefix + tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        line = _closest_line(loc, lines)
+        msg = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+        found.append((line, f"{file}:{line}: {format_loc(loc)}: {msg}"))
+    return [message for _, message in sorted(found, key=lambda pair: pair[0])]
+
+
+def _closest_line(loc: tuple[Any, ...], lines: Mapping[tuple[Any, ...], int]) -> int:
+    # A missing key has no line of its own: point at the nearest parent that exists.
+    while loc and loc not in lines:
+        loc = loc[:-1]
+    return lines.get(loc, 1)
+
+
+def _duplicate_keys(node: yaml.Node, loc: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], int, int]]:
+    """Keys given twice in one mapping (YAML loaders keep the last one in silence)."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key, value in node.value:
+            line = key.start_mark.line + 1
+            if key.value in seen:
+                yield (*loc, key.value), line, seen[key.value]
+            seen.setdefault(key.value, line)
+            yield from _duplicate_keys(value, (*loc, key.value))
+    elif isinstance(node, yaml.SequenceNode):
+        for index, value in enumerate(node.value):
+            yield from _duplicate_keys(value, (*loc, index))
+
+
+def _node_lines(node: yaml.Node, loc: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], int]]:
+    yield loc, node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            yield (*loc, key.value), key.start_mark.line + 1
+            for sub in _node_lines(value, (*loc, key.value)):
+                if sub[0] != (*loc, key.value):
+                    yield sub
+    elif isinstance(node, yaml.SequenceNode):
+        for index, value in enumerate(node.value):
+            yield from _node_lines(value, (*loc, index))
+
+
+def _expand(
+    value: Any,
+    loc: tuple[Any, ...],
+    environ: dict[str, str],
+    secrets: set[str],
+    problems: list[tuple[tuple[Any, ...], str]],
+    paths: set[tuple[Any, ...]],
+) -> Any:
+    if isinstance(value, dict):
+        return {k: _expand(v, (*loc, k), environ, secrets, problems, paths) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, (*loc, i), environ, secrets, problems, paths) for i, v in enumerate(value)]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+    text, read, missing = expand_variables(value, environ)
+    for name in missing:
+        problems.append((loc, f"{format_loc(loc)}: environment variable {name} is not set"))
+    if read:
+        # Masked whole in the recorded config; a field filled from defaults alone is no secret.
+        paths.add(loc)
+        secrets.update(v for v in read if v)
+    return text

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .agents_cache import NpmPackage, PipWheels, tarball_name
-    from .analysis import BaseAnalyzer
-    from .benchmark import BaseBenchmark, HarnessFreeBenchmark
+    from .analyzers.base import BaseAnalyzer
+    from .benchmarks.base import BaseBenchmark, HarnessFreeBenchmark
+    from .benchmarks.evidence import apply_verifier_result, read_artifact, verifier_evidence
     from .config import (
         AttemptsSpec,
         ComponentRef,
@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     )
     from .environments.base import BaseEnvironment, EnvironmentSession, HostRoute, SessionConfig
     from .environments.local import LocalEnvironment, LocalSession
-    from .evidence import apply_verifier_result, read_artifact, verifier_evidence
     from .gateway import GatewaySettings, Grant, ModelGateway
     from .harnesses.agents import AgentHarness, AgentParams, AgentReport, AgentRun, ModelEndpoint, untar
+    from .harnesses.agents.cache import NpmPackage, PipWheels, tarball_name
     from .harnesses.base import BaseHarness
     from .harnesses.command import CommandHarness
     from .harnesses.openai_chat import OpenAIChatHarness
@@ -73,16 +73,16 @@ _EXPORTS = {
     "AgentReport": ".harnesses.agents",
     "AgentRun": ".harnesses.agents",
     "ModelEndpoint": ".harnesses.agents",
-    "NpmPackage": ".agents_cache",
-    "PipWheels": ".agents_cache",
-    "tarball_name": ".agents_cache",
+    "NpmPackage": ".harnesses.agents.cache",
+    "PipWheels": ".harnesses.agents.cache",
+    "tarball_name": ".harnesses.agents.cache",
     "untar": ".harnesses.agents",
     "ArtifactError": ".vocabulary.errors",
     "AttemptScheduler": ".runtime.strategies",
     "AttemptStrategy": ".runtime.strategies",
     "AttemptsSpec": ".config",
-    "BaseAnalyzer": ".analysis",
-    "BaseBenchmark": ".benchmark",
+    "BaseAnalyzer": ".analyzers.base",
+    "BaseBenchmark": ".benchmarks.base",
     "BaseEnvironment": ".environments.base",
     "BaseHarness": ".harnesses.base",
     "CallLedger": ".models.ledger",
@@ -109,7 +109,7 @@ _EXPORTS = {
     "ExecResult": ".vocabulary.types",
     "ExecutionPlan": ".vocabulary.types",
     "ExecutionSpec": ".config",
-    "HarnessFreeBenchmark": ".benchmark",
+    "HarnessFreeBenchmark": ".benchmarks.base",
     "LocalEnvironment": ".environments.local",
     "LocalSession": ".environments.local",
     "ModelSpec": ".config",
@@ -131,10 +131,10 @@ _EXPORTS = {
     "TaskSpec": ".vocabulary.types",
     "TimeoutsSpec": ".config",
     "WorkspacePathError": ".vocabulary.errors",
-    "apply_verifier_result": ".evidence",
+    "apply_verifier_result": ".benchmarks.evidence",
     "load_config": ".config",
-    "read_artifact": ".evidence",
-    "verifier_evidence": ".evidence",
+    "read_artifact": ".benchmarks.evidence",
+    "verifier_evidence": ".benchmarks.evidence",
 }
 
 __all__ = [

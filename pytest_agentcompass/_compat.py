@@ -32,7 +32,7 @@ async def maybe_await(value: Any) -> Any:
 @functools.cache
 def _inline() -> frozenset[Any]:
     """The base classes' own defaults: they return at once, so a thread would only cost time."""
-    from .benchmark import BaseBenchmark
+    from .benchmarks.base import BaseBenchmark
     from .harnesses.base import BaseHarness
 
     names = {

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._compat import call_user
-from ..benchmark import BaseBenchmark
+from ..benchmarks.base import BaseBenchmark
 from ..runtime.store import RunStore
 from ..runtime.store.files import read_json
 from ..runtime.store.runs import iter_runs

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..benchmark import BaseBenchmark
+from ..benchmarks.base import BaseBenchmark
 from ..config import LoadedConfig, RunRequest
 from ..vocabulary.errors import ConfigError
 

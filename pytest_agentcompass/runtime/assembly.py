@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..analysis import BaseAnalyzer
-from ..benchmark import BaseBenchmark, HarnessFreeBenchmark
+from ..analyzers.base import BaseAnalyzer
+from ..benchmarks.base import BaseBenchmark, HarnessFreeBenchmark
 from ..concurrency.limits import capacity_for
 from ..config import SAFE_NAME, ComponentRef, LoadedConfig, RunRequest, format_loc
 from ..environments.base import BaseEnvironment

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from .._compat import call_user, maybe_await
-from ..benchmark import HarnessFreeBenchmark
+from ..benchmarks.base import HarnessFreeBenchmark
 from ..concurrency.shield import uncancellable
 from ..environments.base import EnvironmentSession
 from ..vocabulary.artifacts import artifact_sink

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from ..vocabulary.types import TaskSpec, to_jsonable
 
 if TYPE_CHECKING:
-    from ..analysis import BaseAnalyzer
-    from ..benchmark import BaseBenchmark
+    from ..analyzers.base import BaseAnalyzer
+    from ..benchmarks.base import BaseBenchmark
     from ..concurrency.limits import CapacityPermits
     from ..config import RunRequest
     from ..environments.base import BaseEnvironment

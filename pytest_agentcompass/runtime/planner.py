@@ -17,7 +17,7 @@ from ..vocabulary.errors import ComponentError
 from ..vocabulary.types import EVALUATION_MODES, EvaluationMode, ExecutionPlan, TaskSpec
 
 if TYPE_CHECKING:
-    from ..benchmark import BaseBenchmark
+    from ..benchmarks.base import BaseBenchmark
     from ..config import RunRequest
     from ..environments.base import BaseEnvironment
     from ..harnesses.base import BaseHarness

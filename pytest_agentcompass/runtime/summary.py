@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from .._compat import call_user
-from ..benchmark import BaseBenchmark
+from ..benchmarks.base import BaseBenchmark
 from ..models.usage import sum_usage
 from ..vocabulary.types import RunResult, RunStatus, TaskSpec, TaskState
 from .context import RequestContext

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .._compat import call_user
-from ..analysis import select_analyzers
+from ..analyzers.base import select_analyzers
 from ..models.usage import sum_usage
 from ..vocabulary.types import RunResult, RunStatus, TaskSpec
 from .attempt import AttemptRecord, AttemptRunner

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from pytest_agentcompass.agents_cache import default_cache_dir
+from pytest_agentcompass.harnesses.agents.cache import default_cache_dir
 from pytest_agentcompass.registry import AGENT_IDS, Registry
 
 from conftest import docker_has

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import Field
 
-from ...agents_cache import FetchError, PackageCache, PackageSource, default_cache_dir, ensure_packages
 from ...config import ConfigPath, ParamsModel
 from ...models.usage import Usage
 from ...vocabulary.agent_install import MARKER, AgentInstall
@@ -48,6 +47,7 @@ from .._params import validate_params
 from ..base import BaseHarness
 from ..command import LOGS_DIR, collect_logs, exec_facts, make_logs_dir
 from ..shell_agent import _deadline
+from .cache import FetchError, PackageCache, PackageSource, default_cache_dir, ensure_packages
 
 if TYPE_CHECKING:
     from ...config import RunRequest

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .vocabulary.types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
+from ..vocabulary.types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
 
 if TYPE_CHECKING:
-    from .config import RunRequest
-    from .environments.base import EnvironmentSession
+    from ..config import RunRequest
+    from ..environments.base import EnvironmentSession
 
 __all__ = ["BaseBenchmark", "HarnessFreeBenchmark", "MeanOf"]
 

@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from .harnesses.shell_agent import ShellAgentHarness
     from .models import ModelSettings, Trajectory
     from .models.ledger import CallLedger, ModelCall
-    from .registry import Registry
     from .runtime.planner import Recipe
+    from .runtime.registry import Registry
     from .runtime.strategies import AttemptScheduler, AttemptStrategy
     from .runtime.task import TaskOutcome
     from .vocabulary.artifacts import artifact_name, save_artifact, save_artifact_stream
@@ -121,7 +121,7 @@ _EXPORTS = {
     "PreflightError": ".vocabulary.errors",
     "PreparedTask": ".vocabulary.types",
     "Recipe": ".runtime.planner",
-    "Registry": ".registry",
+    "Registry": ".runtime.registry",
     "RunRequest": ".config",
     "RunResult": ".vocabulary.types",
     "RunStatus": ".vocabulary.types",

@@ -119,7 +119,7 @@ def _task_concurrency(value: str) -> int:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from .. import hookspecs
+    from . import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
 

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..runtime.collector import fewer_collections
 from ..runtime.driver import sigterm_interrupts
+from ..runtime.gc_tuning import fewer_collections
 from ..runtime.orchestrator import OrchestrationResult
 from ..runtime.request import INTERRUPTED_BY_USER, RequestRuntime
 from ..vocabulary.errors import AgentCompassError

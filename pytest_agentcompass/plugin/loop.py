@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..runtime.collector import fewer_collections
 from ..runtime.driver import drive
+from ..runtime.gc_tuning import fewer_collections
 from ..vocabulary.errors import AgentCompassError
 from ..vocabulary.types import OrchestrationEvent, OrchestrationStatus
 from .gates import GateItem

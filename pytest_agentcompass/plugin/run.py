@@ -24,12 +24,12 @@ import pytest
 
 from ..concurrency.limits import task_slots
 from ..config import SAFE_NAME, LoadedConfig, RunRequest
-from ..registry import Registry
 from ..reports.gates import check_gate_names
 from ..reports.terminal import write_terminal_summary
 from ..runtime.assembly import RequestSetup, RunOptions, build_request, own_runtime, shared_runtime
 from ..runtime.logs import capture_task_output
 from ..runtime.orchestrator import OrchestrationResult, Orchestrator
+from ..runtime.registry import Registry
 from ..runtime.request import RequestRuntime
 from .nodes import ConfigFile, TaskItem
 from .outcomes import redact_longrepr, redact_report

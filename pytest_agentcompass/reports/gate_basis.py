@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._compat import call_user
 from ..benchmarks.base import BaseBenchmark
 from ..runtime.store import RunStore
 from ..runtime.store.files import read_json
 from ..runtime.store.runs import iter_runs
 from ..runtime.summary import StoredResults, checked_metrics
 from ..runtime.task import TaskOutcome, outcome_from_detail
+from ..runtime.user_code import call_user
 from ..vocabulary.types import RunResult, RunStatus, TaskSpec
 from .gates import GateCheck, check_gates
 

@@ -21,13 +21,13 @@ from ..concurrency.limits import capacity_for
 from ..config import SAFE_NAME, ComponentRef, LoadedConfig, RunRequest, format_loc
 from ..environments.base import BaseEnvironment
 from ..harnesses.base import BaseHarness
-from ..registry import ComponentKind, Registry
 from ..vocabulary.errors import ComponentError, TaskIdError
 from ..vocabulary.redact import Redactor
 from ..vocabulary.types import TaskSpec
 from .context import RequestContext, request_fingerprint
 from .ownership import RunRole, claim, join
 from .planner import Planner, Recipe
+from .registry import ComponentKind, Registry
 from .request import RequestRuntime
 from .store import RunStore
 from .strategies import AttemptStrategy

@@ -17,7 +17,6 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from .._compat import call_user, maybe_await
 from ..benchmarks.base import HarnessFreeBenchmark
 from ..concurrency.shield import uncancellable
 from ..environments.base import EnvironmentSession
@@ -34,6 +33,7 @@ from ..vocabulary.types import (
 from .context import RequestContext
 from .retry import ErrorKind, RetryBudget, RetryPolicy, RetryScope, Stage, StageFailure, retry_scope
 from .traces import format_trace
+from .user_code import call_user, maybe_await
 
 __all__ = ["AttemptRecord", "AttemptRunner"]
 

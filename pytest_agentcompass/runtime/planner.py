@@ -12,9 +12,9 @@ import numbers
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .._compat import call_user
 from ..vocabulary.errors import ComponentError
 from ..vocabulary.types import EVALUATION_MODES, EvaluationMode, ExecutionPlan, TaskSpec
+from .user_code import call_user
 
 if TYPE_CHECKING:
     from ..benchmarks.base import BaseBenchmark

@@ -17,7 +17,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .._compat import call_user
 from ..vocabulary.errors import AgentCompassError, PreflightError
 from ..vocabulary.types import OrchestrationStatus, RequestState, RunResult, RunStatus, TaskSpec, to_jsonable
 from .context import RequestContext
@@ -27,6 +26,7 @@ from .planner import BenchmarkPlanError
 from .store import RunStore, release_run_dir
 from .summary import RequestSummary, aggregate, count_outcomes, flagged_tasks, summary_record
 from .task import TaskOutcome, outcome_from_detail, run_task
+from .user_code import call_user
 
 __all__ = ["RequestRuntime"]
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
-from .._compat import call_user
 from ..benchmarks.base import BaseBenchmark
 from ..models.usage import sum_usage
 from ..vocabulary.types import RunResult, RunStatus, TaskSpec, TaskState
@@ -24,6 +23,7 @@ from .context import RequestContext
 from .integrity import findings, flagged
 from .store import read_json
 from .task import TaskOutcome
+from .user_code import call_user
 
 __all__ = [
     "RequestSummary",

@@ -11,7 +11,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from .._compat import call_user
 from ..analyzers.base import select_analyzers
 from ..models.usage import sum_usage
 from ..vocabulary.types import RunResult, RunStatus, TaskSpec
@@ -21,6 +20,7 @@ from .integrity import INTEGRITY_KEY, enforce, merge_attempts
 from .planner import BenchmarkPlanError
 from .strategies import AttemptScheduler
 from .traces import format_trace
+from .user_code import call_user
 
 __all__ = ["TaskOutcome", "outcome_from_detail", "run_task"]
 

@@ -227,7 +227,7 @@ def test_installed_components_resolve_through_entry_points(
 def test_entry_points_are_read_only_for_an_id_that_is_not_built_in(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_agentcompass import registry
+    from pytest_agentcompass.runtime import registry
     from pytest_agentcompass.vocabulary.errors import ComponentError
 
     scans: list[int] = []

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .config import RunRequest
-    from .registry import Registry
-    from .runtime.planner import Recipe
-    from .runtime.task import TaskOutcome
+    from ..config import RunRequest
+    from ..runtime.planner import Recipe
+    from ..runtime.registry import Registry
+    from ..runtime.task import TaskOutcome
 
 
 def pytest_agentcompass_register(registry: Registry) -> None:

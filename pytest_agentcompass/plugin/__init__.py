@@ -20,8 +20,8 @@ The folder's modules, each with one job:
   ``scheduling`` (``--dist load`` with a deeper queue).
 - ``fixtures``: session fixtures as component factories, and ``agentcompass_results``.
 - ``progress``: the live status line.
-- ``ci``: baselines and gates applied to the reports pytest makes.
-- ``gates``: the per-request gate item.
+- ``verdicts``: baselines and gates applied to the reports pytest makes.
+- ``gate_items``: the per-request gate item.
 """
 
 from __future__ import annotations

@@ -155,7 +155,7 @@ class ControllerRun:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        from .gates import WORKER_GATES
+        from .gate_items import WORKER_GATES
 
         output = getattr(node, "workeroutput", {})
         if output.get("exitstatus") == pytest.ExitCode.INTERRUPTED and self.service is not None:
@@ -180,7 +180,7 @@ class ControllerRun:
 
     def _report_gates(self, session: pytest.Session) -> None:
         """The gate items the workers left to the controller, judged on the finalized requests."""
-        from .gates import report_gate
+        from .gate_items import report_gate
 
         # xdist counted the items the workers kept: the gates come on top.
         session.testscollected += len(self.gates)

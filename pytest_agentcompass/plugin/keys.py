@@ -48,8 +48,8 @@ class RunHandle(Protocol):
     result: OrchestrationResult | None
     #: Masks the config's ``${VAR}`` values in whatever pytest prints.
     redactor: Redactor
-    #: Baselines, gates and the session's reports (``ci.CiRun``); its ``gates`` judges each request once.
-    ci: Any
+    #: Baselines, gates and the session's reports (``verdicts.Verdicts``); its ``gates`` judges each request once.
+    verdicts: Any
     #: Each request built in this process (components and tasks), by name.
     setups: dict[str, RequestSetup]
 

@@ -21,7 +21,7 @@ from ..runtime.driver import drive
 from ..runtime.gc_tuning import fewer_collections
 from ..vocabulary.errors import AgentCompassError
 from ..vocabulary.types import OrchestrationEvent, OrchestrationStatus
-from .gates import GateItem
+from .gate_items import GateItem
 from .nodes import TaskItem
 from .outcomes import emit_reports
 from .progress import Progress

@@ -114,7 +114,7 @@ class RequestNode(pytest.Collector):
                     item.add_marker(category_marker(label))
             yield item
         if self.req.gates:
-            from .gates import GATE_NAME, GateItem
+            from .gate_items import GATE_NAME, GateItem
 
             # A task may be called "gates" too: the node ids must stay distinct.
             taken = {task.task_id for task in setup.tasks}

@@ -33,7 +33,7 @@ from ..runtime.summary import StoredResults, checked_metrics
 from ..runtime.task import TaskOutcome, outcome_from_detail
 from ..runtime.user_code import call_user
 from ..vocabulary.types import RunResult, RunStatus, TaskSpec
-from .gates import GateCheck, check_gates
+from .gate_check import GateCheck, check_gates
 
 if TYPE_CHECKING:
     from ..config import RunRequest

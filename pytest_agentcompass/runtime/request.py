@@ -436,7 +436,7 @@ class RequestRuntime:
         self.notes.append(text)
 
     def unwritten_file(self, name: str, exc: Exception) -> None:
-        """``name`` could not be written: said in the summary, and the session fails (plugin/ci.py)."""
+        """``name`` could not be written: said in the summary, and the session fails (plugin/verdicts.py)."""
         message = f"could not write {name} in {self.store.run_dir}: {type(exc).__name__}: {exc}"
         log.warning("request %s: %s", self.name, message)
         self.notes.append(message)

@@ -24,7 +24,6 @@ import pytest
 
 from ..concurrency.limits import task_slots
 from ..config import SAFE_NAME, LoadedConfig, RunRequest
-from ..reports.gate_check import check_gate_names
 from ..reports.terminal import write_terminal_summary
 from ..runtime.assembly import RequestSetup, RunOptions, build_request, own_runtime, shared_runtime
 from ..runtime.logs import capture_task_output
@@ -178,7 +177,6 @@ class AgentCompassRun:
 
             resolver = fixture_resolver(node)
         setup = build_request(index, req, self.registry, recipes, loaded=self.loaded, fixtures=resolver)
-        check_gate_names(self.loaded, index, req, setup.benchmark)
         self.setups[req.name] = setup
         return setup
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..analyzers.base import BaseAnalyzer
 from ..benchmarks.base import BaseBenchmark, HarnessFreeBenchmark
+from ..benchmarks.metrics import check_gate_names
 from ..concurrency.limits import capacity_for
 from ..config import SAFE_NAME, ComponentRef, LoadedConfig, RunRequest, format_loc
 from ..environments.base import BaseEnvironment
@@ -175,7 +176,8 @@ def build_request(
 ) -> RequestSetup:
     """Resolve and instantiate every component of ``req``, then load and select its tasks.
 
-    :raises ConfigError: for params a component's ``params_model`` refuses.
+    :raises ConfigError: for params a component's ``params_model`` refuses, and for gates on metrics the
+        benchmark does not return or minimums outside their range (``benchmarks.metrics``).
     :raises ComponentError: for an id that does not resolve or a wrong type.
     :raises TaskIdError: for empty, unsafe or duplicate task ids.
     """
@@ -228,6 +230,7 @@ def build_request(
     setup = RequestSetup(index, req, benchmark, harness, provider, strategy, analyzers, recipes, selected)
     setup.loaded = len(all_tasks)
     setup.gateway = _gateway(req, harness, provider, loaded, loc)
+    check_gate_names(loaded, index, req, benchmark)
     return setup
 
 

@@ -4,7 +4,7 @@ Before any worker starts it builds each request and claims its run directory
 (a new one, or the newest unfinished one to resume; ``--agentcompass-reuse``
 as in process) and starts the permit service that makes ``task_concurrency``,
 ``capacity`` and ``open_qps`` run-wide. Once the first worker's collection is
-in, and before any item is sent, it prepares each run for the tasks pytest
+in, and before any item is sent, it opens each run for the tasks pytest
 selected (``run_info.json``, the sweep of what a killed run left behind,
 reused details copied in). When xdist's loop ends it finalizes each request
 once, from the details the workers wrote, then reports the gate items the
@@ -53,7 +53,7 @@ class ControllerRun:
         self.gates: dict[str, str] = {}
         #: What the workers noted mid-run, by request (an engine that stopped answering, a failed close).
         self.worker_notes: dict[str, list[str]] = {}
-        self.prepared = False
+        self.opened = False
         self.finalized = False
         #: ``<status>: <reason>`` of the first task a worker cancelled (its deadline), if any.
         self.cancelled: str | None = None
@@ -120,17 +120,17 @@ class ControllerRun:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
-        """The first worker's collection is in: prepare the runs before xdist sends any item (every ``--dist``)."""
-        if self.prepared or not ids:
+        """The first worker's collection is in: open the runs before xdist sends any item (every ``--dist``)."""
+        if self.opened or not ids:
             return
-        self.prepared = True
+        self.opened = True
         wanted = task_ids_by_request(ids, self.run.loaded.path.name, self.states)
         self.task_nodeids = [nodeid for nodeid in ids if _task_of(nodeid, self.run.loaded.path.name, self.states)]
         for name, state in self.states.items():
             state.want(wanted[name])
             # The workers' tasks only point at the summary: a preflight's reason is
             # found here, once, and printed there (as without xdist).
-            asyncio.run(state.prepare_for_others())
+            asyncio.run(state.open_run_for_others())
             self.run.say_resuming(state)
 
     # -- while the workers run -------------------------------------------------------

@@ -95,7 +95,7 @@ class InProcessLoop:
         def on_event(event: OrchestrationEvent, state: RequestRuntime) -> None:
             if event is OrchestrationEvent.FINALIZED:
                 run.request_finalized(state)
-            elif event is OrchestrationEvent.PREPARED and state.resumed:
+            elif event is OrchestrationEvent.OPENED and state.resumed:
                 progress.clear()
                 run.say_resuming(state)
 

@@ -2,11 +2,11 @@
 
 Exactly one process owns a run directory (:class:`OwnRun`): it claims it (a
 new run, the newest unfinished one to resume, or a new one that ``reuse``
-copies results into), prepares it before any task runs, and writes how it
+copies results into), opens it before any task runs, and writes how it
 ended. In process that is the process running the tasks. Under pytest-xdist
 it is the controller, which runs no task, and the workers share the run
 (:class:`SharedRun`): each runs the tasks handed to it, takes a task whose
-usable detail the owner already put on disk for done, and leaves preparing
+usable detail the owner already put on disk for done, and leaves opening
 and finishing the run to the owner.
 
 A request's runtime (``request.RequestRuntime``) asks its role at
@@ -83,11 +83,11 @@ class RunRole(Protocol):
     #: The run directory continues an interrupted run of the same request.
     resumed: bool
 
-    async def prepare(self, request: RequestView) -> dict[str, TaskOutcome] | None:
+    async def open_run(self, request: RequestView) -> dict[str, TaskOutcome] | None:
         """Make the run directory ready for the request's tasks.
 
         Returns the usable recorded outcome of each task that has one (resumed
-        or reused), or ``None`` when this process prepares nothing and its
+        or reused), or ``None`` when this process opens nothing and its
         tasks are handed to it one by one (:meth:`recorded` checks each).
         """
         ...
@@ -154,7 +154,7 @@ class OwnRun:
     resumed: bool = False
     reuse_dir: Path | None = None
 
-    async def prepare(self, request: RequestView) -> dict[str, TaskOutcome]:
+    async def open_run(self, request: RequestView) -> dict[str, TaskOutcome]:
         """Write ``run_info.json``, sweep what killed runs left, copy reused details in; the recorded outcomes."""
         store = request.store
         ctx = request.ctx
@@ -229,7 +229,7 @@ class OwnRun:
         return out
 
     def recorded(self, request: RequestView, task: TaskSpec) -> TaskOutcome | None:
-        return None  # what was recorded was taken when the run was prepared
+        return None  # what was recorded was taken when the run was opened
 
     async def finalize(self, request: RequestView, status: RequestState) -> None:
         await request.write_summary(status)
@@ -263,8 +263,8 @@ class SharedRun:
     #: The owner's ``reuse`` source, read once from ``run_info.json`` (False: none).
     _reuse_source: Path | Literal[False] | None = field(default=None, init=False, repr=False)
 
-    async def prepare(self, request: RequestView) -> None:
-        return None  # the owner prepared the run before it handed out a task
+    async def open_run(self, request: RequestView) -> None:
+        return None  # the owner opened the run before it handed out a task
 
     def recorded(self, request: RequestView, task: TaskSpec) -> TaskOutcome | None:
         """A detail made with other settings, or of a task ``--lf`` reruns, does not count."""

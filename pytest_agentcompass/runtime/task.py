@@ -22,7 +22,7 @@ from .strategies import AttemptScheduler
 from .traces import format_trace
 from .user_code import call_user
 
-__all__ = ["TaskOutcome", "outcome_from_detail", "run_task"]
+__all__ = ["TaskOutcome", "outcome_from_detail", "run_attempts"]
 
 log = logging.getLogger("pytest_agentcompass")
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -80,7 +80,7 @@ class TaskOutcome:
         self.trace = None
 
 
-async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
+async def run_attempts(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
     """Run the missing attempts of ``task`` and write its detail record."""
     started = time.monotonic()
     execution = ctx.req.execution

@@ -43,7 +43,7 @@ from ...vocabulary.artifacts import save_artifact
 from ...vocabulary.errors import PreflightError, SessionError
 from ...vocabulary.redact import Redactor
 from ...vocabulary.types import ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
-from .._params import validate_params
+from .._params import parse_harness_params
 from ..base import BaseHarness
 from ..command import LOGS_DIR, collect_logs, exec_facts, make_logs_dir
 from ..shell_agent import _deadline
@@ -172,7 +172,7 @@ class AgentHarness(BaseHarness):
         cls.gateway_protocols = frozenset({cls.protocol})
 
     def __init__(self, **params: Any) -> None:
-        options: Any = validate_params(self.params_model, params, self.id)
+        options: Any = parse_harness_params(self.params_model, params, self.id)
         super().__init__(**options.model_dump())
         self.options = options
         self.agent_version: str = options.version or self.version

@@ -20,7 +20,10 @@ from ..vocabulary.errors import ConfigError
 from .model_params import GatewaySettings, ModelSettings
 from .schema import Orchestration
 
-__all__ = ["VARIABLE", "LoadedConfig", "expand_variables", "format_loc", "load_config"]
+__all__ = ["RENAMED_REQUEST_KEYS", "VARIABLE", "LoadedConfig", "expand_variables", "format_loc", "load_config"]
+
+#: Keys of a request with a new name -> that name. The old one is read until 0.3.0, with a warning.
+RENAMED_REQUEST_KEYS = {"reuse": "carry_over"}
 
 #: ``${NAME}`` or ``${NAME:-default}``: the default applies when ``NAME`` is not set (as in Harbor's task files).
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -60,6 +63,8 @@ class LoadedConfig:
     secret_paths: frozenset[tuple[Any, ...]] = field(default_factory=frozenset)
     #: Line of every YAML path, for errors found after loading (component params).
     lines: Mapping[tuple[Any, ...], int] = field(default_factory=dict)
+    #: One ``file:line: ...`` line per key given under its old name (the pytest face warns with them).
+    deprecations: tuple[str, ...] = ()
 
     @property
     def directory(self) -> Path:
@@ -144,12 +149,35 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
     data = _expand(data, (), environ if environ is not None else dict(os.environ), secrets, problems, secret_paths)
     if problems:
         raise ConfigError("\n".join(f"{file}:{lines.get(loc, 1)}: {msg}" for loc, msg in problems))
+    deprecations = _renamed_keys(file, data, lines)
     try:
         orchestration = Orchestration.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_validation(file, exc, lines)) from None
     _check_model_params(file, orchestration, lines)
-    return LoadedConfig(file, orchestration, frozenset(secrets), frozenset(secret_paths), lines)
+    return LoadedConfig(file, orchestration, frozenset(secrets), frozenset(secret_paths), lines, tuple(deprecations))
+
+
+def _renamed_keys(file: Path, data: dict[str, Any], lines: dict[tuple[Any, ...], int]) -> list[str]:
+    """Rename each request key given under its old name (:data:`RENAMED_REQUEST_KEYS`), in place.
+
+    :returns: what to warn about, one ``file:line: ...`` each.
+    :raises ConfigError: when a request gives both names.
+    """
+    said: list[str] = []
+    requests = data.get("requests")
+    for index, request in enumerate(requests if isinstance(requests, list) else []):
+        for old, new in RENAMED_REQUEST_KEYS.items():
+            if not isinstance(request, dict) or old not in request:
+                continue
+            loc = ("requests", index, old)
+            where = f"{file}:{_closest_line(loc, lines)}: {format_loc(loc)}"
+            if new in request:
+                raise ConfigError(f"{where}: give {new} only ({old} is its old name)")
+            request[new] = request.pop(old)
+            lines.update({(*loc[:-1], new, *key[3:]): line for key, line in list(lines.items()) if key[:3] == loc})
+            said.append(f"{where} is now {new} (the same values); the old name stops working in 0.3.0")
+    return said
 
 
 def _check_model_params(file: Path, orchestration: Orchestration, lines: Mapping[tuple[Any, ...], int]) -> None:

@@ -170,7 +170,9 @@ class RunRequest(_Model):
     judge: ModelSpec | None = None
     analyzers: list[ComponentRef] = Field(default_factory=list)
     recipes: list[ComponentRef] = Field(default_factory=list)
-    reuse: str | None = None
+    #: ``latest`` or a run directory: finished results of that earlier run are carried over into
+    #: this one (copied, not run again). ``reuse`` was its name before 0.2 (:mod:`.loading` renames it).
+    carry_over: str | None = None
     #: Minimum values of aggregate metrics (``{"pass@1": 0.7}``). With gates the
     #: request is judged by them: one extra pytest item checks them after
     #: finalization, and tasks below the pass threshold are expected failures.

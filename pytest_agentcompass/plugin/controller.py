@@ -1,12 +1,12 @@
 """The xdist controller (``-n``): it runs no task, but owns every request's run.
 
 Before any worker starts it builds each request and claims its run directory
-(a new one, or the newest unfinished one to resume; ``--agentcompass-reuse``
+(a new one, or the newest unfinished one to resume; ``--agentcompass-carry-over``
 as in process) and starts the permit service that makes ``task_concurrency``,
 ``capacity`` and ``open_qps`` run-wide. Once the first worker's collection is
 in, and before any item is sent, it opens each run for the tasks pytest
 selected (``run_info.json``, the sweep of what a killed run left behind,
-reused details copied in). When xdist's loop ends it finalizes each request
+carried-over details copied in). When xdist's loop ends it finalizes each request
 once, from the details the workers wrote, then reports the gate items the
 workers left to it; an interrupted loop is finalized at the session's end.
 Every one of those steps is a method of the request's runtime

@@ -158,7 +158,7 @@ class AgentCompassRun:
             run_id=self.run_id,
             redactor=self.redactor,
             config_dump=self.loaded.redacted_dump(),
-            reuse=self.config.getoption("agentcompass_reuse"),
+            carry_over=self.config.getoption("agentcompass_carry_over"),
             new_run=self.config.getoption("agentcompass_new_run"),
             rerun_selected=bool(self.config.getoption("lf", False)),
         )

@@ -4,7 +4,7 @@ A gate is a verdict on the request, not on a selection: under ``-k``, ``-m``
 or ``--lf`` a session runs some of its tasks, and a verdict on those alone
 would let a selection of passing tasks (or a ``--lf`` that reruns only the
 errors) turn a missed gate green. So each task of the request contributes
-its newest result: this session's (its run directory, resumed and reused
+its newest result: this session's (its run directory, resumed and carried-over
 tasks included), else the newest one an earlier run of the request with the
 same settings recorded (*carried over*; a cancelled try is no result). A
 task with no result anywhere is left out and named.

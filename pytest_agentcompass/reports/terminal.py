@@ -49,8 +49,8 @@ def write_terminal_summary(
         kinds = [f"{counts[key]} {word}" for key, word in _ERROR_KINDS if counts.get(key)]
         if kinds:
             line += f" ({', '.join(kinds)})"
-        if counts["reused"]:
-            line += f", {counts['reused']} reused"
+        if counts["carried_over"]:
+            line += f", {counts['carried_over']} carried over"
         if counts.get("resumed"):
             line += f", {counts['resumed']} resumed"
         if counts["retries"]:

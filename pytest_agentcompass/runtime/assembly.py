@@ -309,7 +309,7 @@ class RunOptions:
     run_id: str
     redactor: Redactor = field(default_factory=Redactor)
     config_dump: dict[str, Any] = field(default_factory=dict)
-    reuse: str | None = None  # latest | <run dir>, for every request
+    carry_over: str | None = None  # latest | <run dir>, for every request
     new_run: bool = False  # do not resume an unfinished run
     rerun_selected: bool = False  # --lf: selected tasks run even when a reusable detail exists
 
@@ -323,10 +323,10 @@ def own_runtime(
     resume: bool = True,
     order: dict[str, int] | None = None,
 ) -> RequestRuntime:
-    """The runtime of a request whose run directory this process owns: resumed, reused into, or new.
+    """The runtime of a request whose run directory this process owns: resumed, carried over into, or new.
 
     :param resume: Continue the newest unfinished run with the same settings, if there is one.
-    :raises AgentCompassError: when ``reuse`` names nothing usable or the run is held by another process.
+    :raises AgentCompassError: when ``carry_over`` names nothing usable or the run is held by another process.
     """
     req = setup.req
     fingerprint = request_fingerprint(req)
@@ -337,7 +337,7 @@ def own_runtime(
         fingerprint,
         resume=resume,
         new_run=options.new_run,
-        reuse=options.reuse or req.reuse,
+        carry_over=options.carry_over or req.carry_over,
     )
     return _runtime(setup, run_dir, fingerprint, options, wanted, role, order)
 

@@ -89,7 +89,7 @@ def task_fingerprint(request_fingerprint: str, task: TaskSpec) -> str:
 def request_fingerprint(req: RunRequest) -> str:
     """A digest of every setting that can change a task's result.
 
-    Retry budget, backoff, ``keep_environment``, limits and reuse only change
+    Retry budget, backoff, ``keep_environment``, limits and carry_over only change
     how a result is reached, so they are left out: changing them keeps
     checkpoints usable.
     """

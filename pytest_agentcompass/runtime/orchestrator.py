@@ -63,7 +63,7 @@ class Orchestrator:
     """Runs the tasks of several requests under one deadline.
 
     :param on_outcome: Called in the loop thread for every terminal task
-        (new, reused, cancelled), as soon as it is known.
+        (new, carried over, cancelled), as soon as it is known.
     :param on_event: Called in the loop thread as each request's run is opened and finalized.
     :param on_retry: Called with ``(task id, stage)`` for every runtime retry.
     :param fed: Tasks are handed over with :meth:`submit` until :meth:`close_feed` (see the module doc).
@@ -193,7 +193,7 @@ class Orchestrator:
         while self._inbox:
             state, task = self._inbox.popleft()
             outcome = state.accept(task)
-            if outcome is not None:  # recorded (resumed or reused), or its request failed: reported, not run
+            if outcome is not None:  # recorded (resumed or carried over), or its request failed: reported, not run
                 self._notify(outcome)
         self._dispatchable.set()
         self._changed.set()

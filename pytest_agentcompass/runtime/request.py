@@ -153,7 +153,7 @@ class RequestRuntime:
     async def open_run(self) -> list[TaskOutcome]:
         """Open the run (the role's part: its directory made ready) and queue what is left to run here.
 
-        Returns the outcomes of wanted tasks taken from resumed or reused details.
+        Returns the outcomes of wanted tasks taken from resumed or carried-over details.
         A failure fails the request (:attr:`failed`) and returns nothing.
         """
         try:
@@ -200,7 +200,7 @@ class RequestRuntime:
         """Take ``task``, handed over to run here; its outcome if it is not to run (recorded, or the request failed)."""
         self.wanted.add(task.task_id)
         recorded = self.role.recorded(self, task)
-        if recorded is not None:  # resumed or reused: reported, not run
+        if recorded is not None:  # resumed or carried over: reported, not run
             self.outcomes[task.task_id] = recorded
             return recorded
         if self.failed is not None:  # handed over after its request failed
@@ -403,10 +403,10 @@ class RequestRuntime:
             if task is None or detail.get("fingerprint") != self.ctx.task_fingerprint(task):
                 continue
             outcome = outcome_from_detail(self.name, task, detail, self.store.detail_path(task.task_id))
-            # Recorded before this session (taken when the run was opened): resumed, or copied by reuse.
+            # Recorded before this session (taken when the run was opened): resumed, or carried over.
             before = self.outcomes.get(task.task_id)
             outcome.resumed = before is not None and before.resumed
-            outcome.reused = before is not None and before.reused
+            outcome.carried_over = before is not None and before.carried_over
             outcome.slim()
             self.outcomes[task.task_id] = outcome
         missing = {t for t in self.wanted if t not in self.outcomes}
@@ -457,7 +457,7 @@ class RequestRuntime:
             kept_environments=tuple(
                 (outcome.task.task_id, env)
                 for outcome in self.outcomes.values()
-                if not (outcome.reused or outcome.resumed)
+                if not (outcome.carried_over or outcome.resumed)
                 for env in outcome.kept_environments
             ),
             flagged=tuple(flagged_tasks(self.tasks, self.outcomes)),

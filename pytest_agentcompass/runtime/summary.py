@@ -70,7 +70,7 @@ def count_outcomes(outcomes: Iterable[TaskOutcome]) -> dict[str, int]:
             "environment_errors",
             "task_errors",
             "integrity_flagged",
-            "reused",
+            "carried_over",
             "resumed",
             "retries",
         ),
@@ -85,7 +85,7 @@ def count_outcomes(outcomes: Iterable[TaskOutcome]) -> dict[str, int]:
         counts["environment_errors"] += outcome.result.status is RunStatus.ENVIRONMENT_ERROR
         counts["task_errors"] += outcome.result.status is RunStatus.TASK_ERROR
         counts["integrity_flagged"] += flagged(outcome.result)
-        counts["reused"] += outcome.reused
+        counts["carried_over"] += outcome.carried_over
         counts["resumed"] += outcome.resumed
         counts["retries"] += outcome.retries
     return counts
@@ -110,7 +110,7 @@ def summary_record(outcome: TaskOutcome) -> dict[str, Any]:
         "status": outcome.result.status.value,
         "score": outcome.result.score,
         "passed": outcome.passed,
-        "reused": outcome.reused,
+        "carried_over": outcome.carried_over,
         "resumed": outcome.resumed,
     }
 

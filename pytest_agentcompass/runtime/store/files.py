@@ -74,7 +74,7 @@ def read_run_info_head(path: str | os.PathLike[str]) -> Any:
     """``run_info.json`` without its folded plans: what a run is, without what it planned.
 
     A finished run of 10,000 tasks has megabytes of plans in its
-    ``run_info.json``; choosing a run to resume or reuse reads every earlier
+    ``run_info.json``; choosing a run to resume or carry over reads every earlier
     run's file, and parsing them whole cost seconds (and full garbage
     collections over the parsed plans). Reading the bytes is cheap; only the
     part before the plans is parsed. JSON strings hold no raw newline, so the

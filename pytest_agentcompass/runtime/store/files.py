@@ -29,18 +29,17 @@ import secrets
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, Any
 
 from ...vocabulary.redact import Redactor
 from ...vocabulary.types import ExecutionPlan, RunResult, to_jsonable
 from .bounds import DEFAULT_FIELD_LIMIT, TRUNCATED_KEY, bound_fields, cut_note, same_as_task
+from .run_info import PLANS_KEY, RUN_INFO, fold_plans, read_run_info_head
 
 __all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "read_json", "read_run_info_head"]
 
-RUN_INFO = "run_info.json"
 #: Bytes per write when an artifact is streamed to its file.
 _STREAM_CHUNK = 1024 * 1024
-PLANS_KEY = "resolved_execution_plans"
 
 
 def _fallback(value: Any) -> Any:
@@ -64,31 +63,6 @@ def _readable(value: Any, depth: int = 2, indent: str = "") -> str:
 def read_json(path: str | os.PathLike[str]) -> Any:
     with open(path, "rb") as fh:  # bytes: json decodes UTF-8 itself, without a text layer
         return json.loads(fh.read())
-
-
-#: Where :meth:`RunStore.write_run_info` starts the folded plans: always last, at the top level.
-_PLANS_START = f',\n  "{PLANS_KEY}": {{'.encode()
-
-
-def read_run_info_head(path: str | os.PathLike[str]) -> Any:
-    """``run_info.json`` without its folded plans: what a run is, without what it planned.
-
-    A finished run of 10,000 tasks has megabytes of plans in its
-    ``run_info.json``; choosing a run to resume or carry over reads every earlier
-    run's file, and parsing them whole cost seconds (and full garbage
-    collections over the parsed plans). Reading the bytes is cheap; only the
-    part before the plans is parsed. JSON strings hold no raw newline, so the
-    marker is structure, and when no top-level key follows it (a key line
-    starts with exactly two spaces, a plan with four) the plans are the last
-    key, as :meth:`RunStore._run_info_lines` writes them; otherwise (an older
-    layout) the file is parsed whole.
-    """
-    with open(path, "rb") as fh:
-        data = fh.read()
-    cut = data.find(_PLANS_START)
-    if cut >= 0 and data.find(b'\n  "', cut + len(_PLANS_START)) < 0:
-        return json.loads(data[:cut] + b"\n}")
-    return json.loads(data)
 
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
@@ -281,7 +255,9 @@ class RunStore:
     def write_run_info(self, info: Mapping[str, Any], *, with_plans: bool = False) -> None:
         """Write ``run_info.json``; ``with_plans`` folds every recorded plan into it."""
         if with_plans:
-            self._write_chunks(self.run_dir / RUN_INFO, self._run_info_lines(info))
+            self._write_chunks(
+                self.run_dir / RUN_INFO, fold_plans(self._encode(dict(info), pretty=True), self.plans_path)
+            )
         else:
             self.write_json(self.run_dir / RUN_INFO, dict(info), pretty=True)
 
@@ -313,43 +289,6 @@ class RunStore:
         line = json.dumps(self.redactor.apply(data), default=_fallback)
         self._plans_file.write(line + "\n")
         self._plans_file.flush()
-
-    @staticmethod
-    def _plan_offsets(fh: BinaryIO) -> dict[str, dict[int, int]]:
-        """Where the last plan of each attempt starts in ``plans.jsonl``, tasks in first-seen order.
-
-        Each line is read as JSON; a line a kill cut short (or any line that
-        is not a plan) is skipped, since its attempt was re-planned when the
-        run resumed.
-        """
-        index: dict[str, dict[int, int]] = {}
-        offset = 0
-        for raw in fh:
-            try:
-                plan = json.loads(raw)
-                task_id, attempt = str(plan["task_id"]), int(plan["attempt_index"])
-            except (ValueError, TypeError, KeyError):
-                pass
-            else:
-                index.setdefault(task_id, {})[attempt] = offset
-            offset += len(raw)
-        return index
-
-    def _run_info_lines(self, info: Mapping[str, Any]) -> Iterator[str]:
-        """``run_info.json`` with the recorded plans streamed in under ``resolved_execution_plans``."""
-        text = self._encode(dict(info), pretty=True)
-        yield text[: text.rindex("}")].rstrip() + ("," if info else "") + f'\n  "{PLANS_KEY}": {{'
-        if self.plans_path.exists():
-            with self.plans_path.open("rb") as fh:
-                separator = "\n"
-                for task, attempts in self._plan_offsets(fh).items():
-                    parts = []
-                    for attempt, offset in attempts.items():
-                        fh.seek(offset)
-                        parts.append(f'"{attempt}": ' + fh.readline().decode("utf-8", "replace").rstrip("\n"))
-                    yield f"{separator}    {json.dumps(task)}: {{" + ", ".join(parts) + "}"
-                    separator = ",\n"
-        yield "\n  }\n}"
 
     # -- details -------------------------------------------------------
     def detail_path(self, task_id: str) -> Path:

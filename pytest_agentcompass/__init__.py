@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .runtime.registry import Registry
     from .runtime.strategies import AttemptScheduler, AttemptStrategy
     from .runtime.task import TaskOutcome
-    from .vocabulary.artifacts import artifact_name, save_artifact, save_artifact_stream
+    from .vocabulary.artifacts import RunFiles, artifact_name, save_artifact, save_artifact_stream
     from .vocabulary.errors import (
         AgentCompassError,
         ArtifactError,
@@ -102,6 +102,7 @@ _EXPORTS = {
     "OpenAIChatHarness": ".harnesses.openai_chat",
     "ShellAgentHarness": ".harnesses.shell_agent",
     "Trajectory": ".models",
+    "RunFiles": ".vocabulary.artifacts",
     "save_artifact": ".vocabulary.artifacts",
     "save_artifact_stream": ".vocabulary.artifacts",
     "artifact_name": ".vocabulary.artifacts",
@@ -193,6 +194,7 @@ __all__ = [
     "Recipe",
     "Registry",
     "RunRequest",
+    "RunFiles",
     "RunResult",
     "RunStatus",
     "SessionConfig",

@@ -21,6 +21,7 @@ from ..vocabulary.types import ExecResult, ExecutionPlan, NetworkPolicy
 
 if TYPE_CHECKING:
     from ..config import EnvironmentSpec
+    from ..vocabulary.artifacts import RunFiles
 
 __all__ = ["BaseEnvironment", "EnvironmentSession", "HostRoute", "SessionConfig", "SessionPurpose", "argv_list"]
 
@@ -153,8 +154,12 @@ class BaseEnvironment(abc.ABC):
     #: The provider's params model (a :class:`~pytest_agentcompass.config.ParamsModel`), if it declares one.
     params_model: ClassVar[type[Any] | None] = None
 
-    #: The run directory of the request, once known (build logs and the like go there).
+    #: The request's run directory, set before the first attempt: to read. Nothing
+    #: writes there but the store: save files with
+    #: :func:`~pytest_agentcompass.save_artifact` (an attempt's) or :attr:`run_files` (the request's).
     run_dir: Path | None = None
+    #: The request's own files in its run directory (``RunFiles``), set with :attr:`run_dir`.
+    run_files: RunFiles | None = None
 
     def __init__(self, spec: EnvironmentSpec, rootdir: Path | None = None) -> None:
         self.spec = spec

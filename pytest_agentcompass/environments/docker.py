@@ -373,9 +373,8 @@ class DockerEnvironment(BaseEnvironment):
                     "task environment closes)"
                 )
         else:
-            log_dir = self.run_dir / "images" if self.run_dir else None
             pooled = engine.name if self.pool.pooled else ""
-            image = await choose_image(client, params, log_dir, engine=pooled)
+            image = await choose_image(client, params, self.run_files, engine=pooled)
             # An agent CLI's harness asked for its install: the image with it (made once).
             image, installed = await with_agent(client, image, config, pooled, engine.local, str(self.run_dir))
         workdir = params.get("workdir", "/work")

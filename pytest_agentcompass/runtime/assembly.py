@@ -365,9 +365,11 @@ def _runtime(
     order: dict[str, int] | None,
 ) -> RequestRuntime:
     req = setup.req
+    store = RunStore(run_dir, options.redactor, req.execution.max_stored_chars)
     for component in (setup.benchmark, setup.harness, setup.provider):
         if component is not None:
-            component.run_dir = run_dir  # files kept beside the details (artifacts, build logs)
+            component.run_dir = run_dir  # to read; what a component keeps there goes through the store:
+            component.run_files = store.component_files  # the request's files (an attempt's: save_artifact)
     if setup.harness is not None:
         setup.harness.gateway = setup.gateway
     ctx = RequestContext(
@@ -377,7 +379,7 @@ def _runtime(
         provider=setup.provider,
         planner=setup.planner(),
         strategy=setup.strategy,
-        store=RunStore(run_dir, options.redactor, req.execution.max_stored_chars),
+        store=store,
         capacity=capacity_for(req.environment.id, req.environment.capacity),
         run_id=run_dir.name,
         fingerprint=fingerprint,

@@ -362,10 +362,12 @@ class _AttemptArtifacts:
         runner = self.runner
         # The try in progress now: an evaluation retried within this try counts as a retry too.
         retry = runner.record.retries
-        return runner.ctx.store.save_artifact(runner.task.task_id, runner.plan.attempt_index, retry, name, data)
+        return runner.ctx.store.component_files.save_artifact(
+            runner.task.task_id, runner.plan.attempt_index, retry, name, data
+        )
 
     def save_stream(self, name: str, handle: IO[bytes], limit: int) -> tuple[str, int]:
         runner = self.runner
-        return runner.ctx.store.save_artifact_stream(
+        return runner.ctx.store.component_files.save_artifact_stream(
             runner.task.task_id, runner.plan.attempt_index, runner.record.retries, name, handle, limit
         )

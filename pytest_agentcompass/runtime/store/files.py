@@ -9,6 +9,9 @@ Layout of ``<output_dir>/<request>/<run id>/``::
     checkpoints/<task>/    evaluated attempts of unfinished tasks
     summary.json           aggregate metrics, written by finalization
     report.html            the page of the run (``reports.html``), written after the summary
+    artifacts/<task>/      what components save for an attempt (``component_files``)
+    blobs/<task>/          ``bytes`` values of results, as files
+    <folder>/...           what components save for the request (``component_files``, e.g. ``images/``)
 
 Every JSON file but a detail is written to a temporary name and renamed, so a
 killed run never leaves half of it; a detail is written in place (see
@@ -29,17 +32,15 @@ import secrets
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from ...vocabulary.redact import Redactor
 from ...vocabulary.types import ExecutionPlan, RunResult, to_jsonable
 from .bounds import DEFAULT_FIELD_LIMIT, TRUNCATED_KEY, bound_fields, cut_note, same_as_task
+from .component_files import ComponentFiles
 from .run_info import PLANS_KEY, RUN_INFO, fold_plans, read_run_info_head
 
 __all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "read_json", "read_run_info_head"]
-
-#: Bytes per write when an artifact is streamed to its file.
-_STREAM_CHUNK = 1024 * 1024
 
 
 def _fallback(value: Any) -> Any:
@@ -99,6 +100,23 @@ MARKER_TEXT = (
     "# is given), so a later plain `pytest` never collects or imports them.\n"
 )
 
+#: The top-level names of a run directory the store writes itself: no component file goes there.
+OWN_NAMES = frozenset(
+    {
+        RUN_INFO,
+        "plans.jsonl",
+        "details",
+        "retry_details",
+        "checkpoints",
+        "summary.json",
+        "report.html",
+        "artifacts",
+        "blobs",
+        COLLECTION_MARKER,
+        "run.lock",  # runs.LOCK_FILE
+    }
+)
+
 
 class RunStore:
     """Reads and writes one run directory."""
@@ -122,6 +140,8 @@ class RunStore:
         self._serial = 0
         # Most runs never checkpoint: remember that instead of probing per task.
         self._checkpoints_seen = self.checkpoint_dir.is_dir()
+        #: What components write: each attempt's artifacts, and the request's files (its ``RunFiles``).
+        self.component_files = ComponentFiles(self, OWN_NAMES)
 
     # -- plumbing ------------------------------------------------------
     def _encode(self, data: Any, pretty: bool) -> str:
@@ -353,58 +373,6 @@ class RunStore:
                 yield read_json(f"{self._details}/{name}")
             except (OSError, ValueError):
                 continue
-
-    def save_artifact(self, task_id: str, attempt_index: int, retry_number: int, name: str, data: Any) -> str:
-        """Write a harness artifact under ``artifacts/<task>/attempt-<i>[-retry-<r>]/<name>``, redacted.
-
-        Text (and bytes that decode as UTF-8) is written exactly, with secrets
-        masked; other bytes as they are; any other value as indented JSON.
-        Returns the path relative to the run directory.
-        """
-        folder = f"attempt-{attempt_index}" + (f"-retry-{retry_number}" if retry_number else "")
-        relative = f"artifacts/{task_id}/{folder}/{name}"
-        if isinstance(data, bytes):
-            try:
-                data = data.decode("utf-8")
-            except UnicodeDecodeError:
-                pass
-        if isinstance(data, str):
-            data = (self.redactor.text(data) if self.redactor else data).encode("utf-8")
-        elif isinstance(data, Mapping):  # a JSON record (a trajectory): its fields bounded like a detail's
-            data = self._bounded(data, self._people_json)[0].encode("utf-8")
-        elif not isinstance(data, bytes):
-            data = self._people_json(data).encode("utf-8")
-        with self._replacing(f"{self.run_dir}/{relative}") as tmp, open(tmp, "wb") as fh:
-            fh.write(data)
-        return relative
-
-    def _people_json(self, data: Any) -> str:
-        value = self.redactor.apply(data) if self.redactor else data
-        return json.dumps(value, indent=1, default=_fallback)  # read by people
-
-    def save_artifact_stream(
-        self, task_id: str, attempt_index: int, retry_number: int, name: str, handle: IO[bytes], limit: int
-    ) -> tuple[str, int]:
-        """Like :meth:`save_artifact` for ``handle``'s content, of which at most ``limit`` bytes are
-        read: chunk by chunk straight to the file, or, when the run has secrets to mask, held (up to
-        ``limit``) to be redacted whole. Returns the relative path and the bytes stored."""
-        folder = f"attempt-{attempt_index}" + (f"-retry-{retry_number}" if retry_number else "")
-        relative = f"artifacts/{task_id}/{folder}/{name}"
-        written = 0
-        with self._replacing(f"{self.run_dir}/{relative}") as tmp, open(tmp, "wb") as fh:
-            if self.redactor:
-                data = handle.read(limit)
-                try:
-                    data = self.redactor.text(data.decode("utf-8")).encode("utf-8")
-                except UnicodeDecodeError:
-                    pass  # binary: stored as it is
-                fh.write(data)
-                written = len(data)
-            else:
-                while written < limit and (chunk := handle.read(min(_STREAM_CHUNK, limit - written))):
-                    fh.write(chunk)
-                    written += len(chunk)
-        return relative, written
 
     def save_retry_detail(self, task_id: str, attempt_index: int, retry_number: int, payload: Any) -> Path:
         path = self.retry_dir / task_id / f"attempt-{attempt_index}-retry-{retry_number}.json"

@@ -211,7 +211,7 @@ def test_cancel_while_the_exec_is_starting_kills_it() -> None:
     async def scenario() -> str:
         session = await provider.open(provider.build_config(make_plan(), "task", {"agentcompass.conformance": mark}))
         try:
-            from pytest_agentcompass.environments import docker as docker_module
+            from pytest_agentcompass.environments import docker_session as docker_module
 
             real_start = docker_module.exec_output
             loop = asyncio.get_running_loop()

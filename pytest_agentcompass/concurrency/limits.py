@@ -6,7 +6,7 @@ and waiters are woken with ``call_soon_threadsafe`` on their own loop.
 
 When several processes run one session (pytest-xdist workers), the limits
 are run-wide instead: :func:`use_permit_service` connects this process to
-the controller's :class:`~.permit_service.PermitService`, and the same
+the controller's :class:`~.permits.PermitService`, and the same
 functions then hand out :class:`RemotePermits` and :class:`RemoteRateLimiter`.
 """
 

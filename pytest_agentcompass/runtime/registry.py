@@ -18,12 +18,13 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Literal
 
+from ..harnesses.agents import AGENTS  # its names only: each agent's module loads when it is used
 from ..vocabulary.errors import ComponentError
 
 __all__ = ["KINDS", "ComponentKind", "Registry"]
 
-#: The built-in agent CLI harnesses (``harnesses/agents``).
-AGENT_IDS = ("claude-code", "codex", "gemini-cli", "opencode", "mini-swe-agent")
+#: The built-in agent CLI harnesses (``harnesses/agents``: ``AGENTS`` names each one's module).
+AGENT_IDS = tuple(AGENTS)
 
 ComponentKind = Literal["benchmark", "harness", "environment", "strategy", "analyzer", "recipe"]
 KINDS: tuple[ComponentKind, ...] = ("benchmark", "harness", "environment", "strategy", "analyzer", "recipe")
@@ -65,9 +66,7 @@ def _builtins() -> dict[str, dict[str, Any]]:
 
     def harness_agent(name: str) -> Callable[[], Any]:
         def load() -> Any:
-            from ..harnesses import agents
-
-            module, cls = agents.AGENTS[name]
+            module, cls = AGENTS[name]
             return getattr(importlib.import_module(f"..harnesses.agents.{module}", __package__), cls)
 
         return load

@@ -105,7 +105,7 @@ def test_no_heavy_imports_without_the_option(pytester: pytest.Pytester) -> None:
 
 
 def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
-    """No import cycle hides behind the usual import order (``_compat`` first failed)."""
+    """No import cycle hides behind the usual import order (the user-code caller, then ``_compat``, first failed)."""
     package = Path(pytest_agentcompass.__file__).parent
     names = sorted(
         "pytest_agentcompass." + ".".join(path.relative_to(package).with_suffix("").parts)

@@ -108,3 +108,24 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     found = list(imports(f"{ROOT}.environments.probe", source))
     assert found == [(3, f"{ROOT}.runtime.request"), (5, f"{ROOT}.plugin.keys")]
     assert [layer_of(t) > layer_of(f"{ROOT}.environments.local") for _, t in found] == [True, True]
+
+
+#: Below the pytest face nothing imports pytest: the runtime runs under a plain ``asyncio.run`` and
+#: the reports render a run directory on their own. The provider conformance kit is a test suite.
+PYTEST_MODULES = ("pytest", "_pytest", "pluggy", "xdist")
+MAY_IMPORT_PYTEST = {f"{ROOT}.environments.conformance"}
+
+
+def test_nothing_below_the_pytest_face_imports_pytest() -> None:
+    found = []
+    for module, path in sorted(MODULES.items()):
+        if layer_of(module) >= LAYERS["plugin"] or module in MAY_IMPORT_PYTEST:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            found += [f"{module}:{node.lineno}: {n}" for n in names if n.split(".")[0] in PYTEST_MODULES]
+    assert found == []

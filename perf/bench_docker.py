@@ -127,8 +127,8 @@ def count_calls(n: int, network: str) -> None:
     import requests
 
     from pytest_agentcompass import EnvironmentSpec
+    from pytest_agentcompass.environments.conformance import make_plan
     from pytest_agentcompass.environments.docker import DockerEnvironment
-    from pytest_agentcompass.testing import make_plan
 
     calls: collections.Counter[str] = collections.Counter()
     send = requests.Session.send

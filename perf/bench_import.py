@@ -50,7 +50,7 @@ def ours():
     global load_config, Registry
     from pytest_agentcompass.config import load_config
     from pytest_agentcompass.plugin.run import AgentCompassRun
-    from pytest_agentcompass.registry import Registry
+    from pytest_agentcompass.runtime.registry import Registry
 stage("third-party (pydantic, asyncio, yaml)", third_party)
 stage("the plugin's own modules", ours)
 path = __import__("pathlib").Path(sys.argv[1]).resolve()

@@ -1,1 +1,2 @@
-"""Built-in benchmarks."""
+"""Benchmarks: the base classes (:mod:`.base`), the evidence helpers verifiers share
+(:mod:`.evidence`), and one folder per task format (``harbor/``)."""

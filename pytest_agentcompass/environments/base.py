@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from ..errors import PolicyError
-from ..limits import rate_limiter_for
-from ..types import ExecResult, ExecutionPlan, NetworkPolicy
+from ..concurrency.limits import rate_limiter_for
+from ..vocabulary.errors import PolicyError
+from ..vocabulary.types import ExecResult, ExecutionPlan, NetworkPolicy
 
 if TYPE_CHECKING:
     from ..config import EnvironmentSpec
+    from ..vocabulary.artifacts import RunFiles
 
 __all__ = ["BaseEnvironment", "EnvironmentSession", "HostRoute", "SessionConfig", "SessionPurpose", "argv_list"]
 
@@ -153,8 +154,12 @@ class BaseEnvironment(abc.ABC):
     #: The provider's params model (a :class:`~pytest_agentcompass.config.ParamsModel`), if it declares one.
     params_model: ClassVar[type[Any] | None] = None
 
-    #: The run directory of the request, once known (build logs and the like go there).
+    #: The request's run directory, set before the first attempt: to read. Nothing
+    #: writes there but the store: save files with
+    #: :func:`~pytest_agentcompass.save_artifact` (an attempt's) or :attr:`run_files` (the request's).
     run_dir: Path | None = None
+    #: The request's own files in its run directory (``RunFiles``), set with :attr:`run_dir`.
+    run_files: RunFiles | None = None
 
     def __init__(self, spec: EnvironmentSpec, rootdir: Path | None = None) -> None:
         self.spec = spec
@@ -236,7 +241,7 @@ class BaseEnvironment(abc.ABC):
     async def preflight(self) -> None:
         """Check the provider is usable (engine reachable, packages present).
 
-        Runs once before any task; raise :class:`~pytest_agentcompass.errors.PreflightError`.
+        Runs once before any task; raise :class:`~pytest_agentcompass.vocabulary.errors.PreflightError`.
         """
 
     @abc.abstractmethod

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..vocabulary.artifacts import TextFile
 from .docker_bases import has_image, rewrite_bases
 
 __all__ = ["LOG_TAIL_LINES", "REWRITTEN", "BuildJob", "BuildSpec"]
@@ -49,11 +50,12 @@ class BuildSpec:
 class BuildJob:
     """One blocking build, run in a worker thread; :meth:`abort` closes its stream."""
 
-    def __init__(self, client: Any, spec: BuildSpec, tag: str, log_path: Path | None) -> None:
+    def __init__(self, client: Any, spec: BuildSpec, tag: str, log: TextFile | None) -> None:
         self.client = client
         self.spec = spec
         self.tag = tag
-        self.log_path = log_path
+        #: The build log (in the run directory, written through its store), if there is one.
+        self.log = log
         self.lines: list[str] = []
         self.error: str | None = None
         self._response: Any = None
@@ -63,7 +65,7 @@ class BuildJob:
         self._aborted = False
 
     def where(self) -> str:
-        return f" (build log: {self.log_path})" if self.log_path else ""
+        return f" (build log: {self.log.path})" if self.log else ""
 
     def tail(self) -> str:
         return "".join(self.lines[-LOG_TAIL_LINES:]).rstrip()
@@ -96,12 +98,11 @@ class BuildJob:
         exclude = [
             line.strip() for line in (ignore.read_text().splitlines() if ignore.is_file() else []) if line.strip()
         ]
-        log = self.log_path.open("w", encoding="utf-8") if self.log_path else None
         try:
             original = Path(context, self.spec.dockerfile).read_text(encoding="utf-8", errors="replace")
             rewritten, notes = rewrite_bases(self.client, original)
             for note in notes:
-                self._log(f"agentcompass: {note}\n", log)
+                self._log(f"agentcompass: {note}\n")
             # A rewritten Dockerfile travels beside the context's own files, under a name of its own.
             dockerfile = (REWRITTEN, rewritten) if notes else (self.spec.dockerfile, None)
             with tar(context, exclude=exclude, dockerfile=dockerfile) as payload:
@@ -123,7 +124,7 @@ class BuildJob:
                     return
                 if response.status_code >= 400:
                     self.error = f"the engine refused the build: {response.text.strip()}"
-                    self._log(self.error + "\n", log)
+                    self._log(self.error + "\n")
                     return
                 for chunk in api._stream_helper(response, decode=True):
                     text = chunk.get("stream") or chunk.get("status") or ""
@@ -131,30 +132,28 @@ class BuildJob:
                         self.error = str(chunk.get("error", "")).strip()
                         text = f"ERROR: {self.error}\n"
                     if text:
-                        self._log(text, log)
+                        self._log(text)
                         step = _STEP_CONTAINER.match(text)
                         if step:
                             self.step_containers.append(step.group(1))
         except Exception as exc:
             if not self._aborted:
                 self.error = f"{type(exc).__name__}: {exc}"
-                self._log(f"ERROR: {self.error}\n", log)
+                self._log(f"ERROR: {self.error}\n")
         finally:
-            if log is not None:
-                log.close()
             if self._response is not None:
                 self._response.close()
         if self.error is None and not self._aborted and not has_image(self.client, self.tag):
             self.error = "the build ended without producing the image"
 
-    def _log(self, text: str, log: Any) -> None:
+    def _log(self, text: str) -> None:
         # The log file keeps what the engine sent; the tail quoted in errors loses
         # the terminal's colour codes and carriage returns.
         self.lines.append(_TERMINAL_CODES.sub("", text).replace("\r\n", "\n").replace("\r", "\n"))
         if len(self.lines) > 4 * LOG_TAIL_LINES:
             del self.lines[:-LOG_TAIL_LINES]
-        if log is not None:
-            log.write(text)
+        if self.log is not None:
+            self.log.write(text)
 
 
 def _shut_down(api: Any, response: Any) -> None:

@@ -1,7 +1,7 @@
 """Agent images: a task image plus one installed agent, made once and reused by every attempt.
 
 A session whose params carry an ``agent_install`` recipe (see
-:class:`~pytest_agentcompass.agents_cache.recipe.AgentInstall`) starts from
+:class:`~pytest_agentcompass.vocabulary.agent_install.AgentInstall`) starts from
 ``agentcompass-agent:<digest of the task image's id and the recipe>``. The
 first session that needs it makes it:
 
@@ -36,10 +36,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .._flock import file_lock
-from ..agents_cache.recipe import PKGS_DIR, AgentInstall
-from ..artifacts import save_artifact
-from ..errors import SessionError
+from ..concurrency.flock import file_lock
+from ..vocabulary.agent_install import PKGS_DIR, AgentInstall
+from ..vocabulary.artifacts import save_artifact
+from ..vocabulary.errors import SessionError
 from .base import SessionConfig
 from .docker_bases import has_image
 from .docker_build import BuildJob, BuildSpec

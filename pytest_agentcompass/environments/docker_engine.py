@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
+from ..concurrency.limits import CapacityPermits, capacity_for
 from ..config import ConfigPath, ParamsModel
-from ..errors import PreflightError, SessionError
-from ..limits import CapacityPermits, capacity_for
+from ..vocabulary.errors import PreflightError, SessionError
 
 __all__ = [
     "PROBE_TIMEOUT",

@@ -2,7 +2,7 @@
 
 Docker has no call to kill an exec, and its SDK's own reading lost output
 and timed out quiet commands; both are done here, for
-:meth:`.docker.DockerSession.exec` (its contract: base.py).
+:meth:`.docker_session.DockerSession.exec` (its contract: base.py).
 """
 
 from __future__ import annotations

@@ -5,15 +5,17 @@ tagged by a digest of that context and of its ``FROM`` images' ids: a second
 run finds the tag and builds nothing, and tasks with identical contexts share
 one image. Within one process every tag is built at most once at a time
 (later attempts wait for it; a failure is memoised per run); xdist workers of
-one run take turns through a lock file in the run directory; at most
+one host take turns through a lock file; at most
 ``max_parallel`` builds run at once; each build is bounded by its timeout, and
-its log is written to the run directory. A ``FROM`` image the engine lacks is
+its log is written to the run directory's ``images/`` through the store (the
+provider's ``run_files``). A ``FROM`` image the engine lacks is
 replaced by the local image of the same short name (see :func:`local_base`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -21,8 +23,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .._flock import file_lock
-from ..errors import SessionError
+from ..concurrency.flock import file_lock
+from ..vocabulary.artifacts import RunFiles
+from ..vocabulary.errors import SessionError
 from .docker_bases import base_images, has_image, local_base, rewrite_bases
 from .docker_build import BuildJob, BuildSpec
 
@@ -85,38 +88,38 @@ class ImageBuilder:
         self.max_parallel = max(1, max_parallel)
         #: The engine it builds on, when there are several (a pool): its lock and log files are its own.
         self.engine = engine
-        #: Failed builds, per tag and run (log folder): later attempts of that run get the same error.
+        #: Failed builds, per tag and run (its files): later attempts of that run get the same error.
         #: Successes need no memo: the engine has the tag, which ``_build`` checks first.
-        self._failed: dict[tuple[str, Path | None], SessionError] = {}
+        self._failed: dict[tuple[str, RunFiles | None], SessionError] = {}
         #: Images this run already has, by context and run: later attempts skip the digest and the lookups.
-        self._ready: dict[tuple[str, str, Path | None], str] = {}
+        self._ready: dict[tuple[str, str, RunFiles | None], str] = {}
         #: Per run: ids of the FROM images met so far, and the tags known to be on the engine
         #: (tasks with identical contexts in different folders share both).
-        self._bases: dict[Path | None, dict[str, str]] = {}
-        self._present: set[tuple[str, Path | None]] = set()
+        self._bases: dict[RunFiles | None, dict[str, str]] = {}
+        self._present: set[tuple[str, RunFiles | None]] = set()
         # Futures and the semaphore belong to one event loop; an xdist worker
         # runs each task in a loop of its own, so they are renewed per loop.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots = asyncio.Semaphore(self.max_parallel)
         self._builds: dict[str, asyncio.Future[str]] = {}
 
-    async def ensure(self, client: Any, spec: BuildSpec, log_dir: Path | None) -> str:
+    async def ensure(self, client: Any, spec: BuildSpec, files: RunFiles | None) -> str:
         """The tag of ``spec``'s image, built now unless the engine has it.
 
         :raises SessionError: when the build fails or times out, with the log tail.
         """
-        ready = self._ready.get((spec.context, spec.dockerfile, log_dir))
+        ready = self._ready.get((spec.context, spec.dockerfile, files))
         if ready is not None:
             return ready
         context = Path(spec.context)
         if not (context / spec.dockerfile).is_file():
             raise SessionError(f"no Dockerfile at {context / spec.dockerfile}")
-        known = self._bases.setdefault(log_dir, {})
+        known = self._bases.setdefault(files, {})
         tag = await asyncio.to_thread(image_tag, client, context, spec.dockerfile, known)
-        if (tag, log_dir) in self._present:
-            self._ready[(spec.context, spec.dockerfile, log_dir)] = tag
+        if (tag, files) in self._present:
+            self._ready[(spec.context, spec.dockerfile, files)] = tag
             return tag
-        failed = self._failed.get((tag, log_dir))
+        failed = self._failed.get((tag, files))
         if failed is not None:
             raise SessionError(str(failed))
         loop = asyncio.get_running_loop()
@@ -124,29 +127,27 @@ class ImageBuilder:
             self._loop, self._slots, self._builds = loop, asyncio.Semaphore(self.max_parallel), {}
         build = self._builds.get(tag)
         if build is None:
-            build = self._builds[tag] = asyncio.ensure_future(self._build_once(client, spec, tag, log_dir))
+            build = self._builds[tag] = asyncio.ensure_future(self._build_once(client, spec, tag, files))
         # Shielded: one cancelled waiter must not cancel the build others wait for.
         return await asyncio.shield(build)
 
-    async def _build_once(self, client: Any, spec: BuildSpec, tag: str, log_dir: Path | None) -> str:
+    async def _build_once(self, client: Any, spec: BuildSpec, tag: str, files: RunFiles | None) -> str:
         try:
-            self._ready[(spec.context, spec.dockerfile, log_dir)] = await self._build(client, spec, tag, log_dir)
-            self._present.add((tag, log_dir))
+            self._ready[(spec.context, spec.dockerfile, files)] = await self._build(client, spec, tag, files)
+            self._present.add((tag, files))
             return tag
         except SessionError as exc:
-            self._failed[(tag, log_dir)] = exc
+            self._failed[(tag, files)] = exc
             raise
         finally:
             self._builds.pop(tag, None)
 
-    async def _build(self, client: Any, spec: BuildSpec, tag: str, log_dir: Path | None) -> str:
+    async def _build(self, client: Any, spec: BuildSpec, tag: str, files: RunFiles | None) -> str:
         if await asyncio.to_thread(has_image, client, tag):
             return tag  # built by an earlier run
         name = tag.replace(":", "-")
         if self.engine:  # engines of a pool build side by side
             name += "-" + hashlib.sha256(self.engine.encode()).hexdigest()[:8]
-        if log_dir is not None:
-            log_dir.mkdir(parents=True, exist_ok=True)
         # Processes of one host (xdist workers, whatever request they run) take
         # turns per tag: the second waits for the first one's build instead of
         # repeating it at the same moment.
@@ -154,21 +155,23 @@ class ImageBuilder:
             if await asyncio.to_thread(has_image, client, tag):
                 return tag  # another worker built it meanwhile
             async with self._slots:
-                job = BuildJob(client, spec, tag, log_dir / f"{name}.log" if log_dir else None)
-                worker = asyncio.ensure_future(asyncio.to_thread(job.run))
-                try:
-                    await asyncio.wait_for(asyncio.shield(worker), spec.timeout)
-                except TimeoutError:
-                    await asyncio.to_thread(job.abort)
-                    await worker
-                    raise SessionError(
-                        f"building the image of {spec.context} timed out after {spec.timeout:g}s "
-                        f"([environment] build_timeout_sec); the build was stopped{job.where()}\n{job.tail()}"
-                    ) from None
-                except asyncio.CancelledError:
-                    await asyncio.shield(asyncio.to_thread(job.abort))
-                    await asyncio.shield(worker)
-                    raise
+                log = files.open_text(f"images/{name}.log") if files is not None else contextlib.nullcontext(None)
+                with log as text:
+                    job = BuildJob(client, spec, tag, text)
+                    worker = asyncio.ensure_future(asyncio.to_thread(job.run))
+                    try:
+                        await asyncio.wait_for(asyncio.shield(worker), spec.timeout)
+                    except TimeoutError:
+                        await asyncio.to_thread(job.abort)
+                        await worker
+                        raise SessionError(
+                            f"building the image of {spec.context} timed out after {spec.timeout:g}s "
+                            f"([environment] build_timeout_sec); the build was stopped{job.where()}\n{job.tail()}"
+                        ) from None
+                    except asyncio.CancelledError:
+                        await asyncio.shield(asyncio.to_thread(job.abort))
+                        await asyncio.shield(worker)
+                        raise
         if job.error is not None:
             raise SessionError(f"building the image of {spec.context} failed: {job.error}{job.where()}\n{job.tail()}")
         return tag
@@ -186,7 +189,7 @@ def shared_builder(max_parallel: int = 2, engine: str = "") -> ImageBuilder:
     return builder
 
 
-async def choose_image(client: Any, params: Mapping[str, Any], log_dir: Path | None, engine: str = "") -> str:
+async def choose_image(client: Any, params: Mapping[str, Any], files: RunFiles | None, engine: str = "") -> str:
     """The image a session starts from: ``image``; else the task's prebuilt ``task_image`` when
     the engine has it; else one built from the task's ``build`` context; else ``task_image`` pulled.
 
@@ -204,7 +207,7 @@ async def choose_image(client: Any, params: Mapping[str, Any], log_dir: Path | N
         return str(prebuilt)
     if params.get("build"):
         builder = shared_builder(int(params.get("max_parallel_builds", 2)), engine)
-        return await builder.ensure(client, BuildSpec.from_params(params["build"]), log_dir)
+        return await builder.ensure(client, BuildSpec.from_params(params["build"]), files)
     if prebuilt and params.get("pull"):
         await asyncio.to_thread(client.images.pull, prebuilt)
         return str(prebuilt)

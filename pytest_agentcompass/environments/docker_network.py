@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import PolicyError, SessionError
+from ..vocabulary.errors import PolicyError, SessionError
 from .base import HostRoute
 
 __all__ = ["FirewallMode", "GatewayNetwork", "GatewayNetworks", "sweep_firewall", "sweep_gateway", "sweep_networks"]

@@ -9,13 +9,13 @@ engine through ``SessionConfig.placement``.
 
 Faults: an engine that does not answer at preflight is left out with a note
 (the run fails only when none answers); one that stops answering mid-run
-fails the calls in flight as :class:`~pytest_agentcompass.errors.SessionError`
+fails the calls in flight as :class:`~pytest_agentcompass.vocabulary.errors.SessionError`
 (an environment error, retried elsewhere when ``max_retries`` allows) and gets
 no new session until a probe, at most every ``probe_interval`` seconds, finds
 it answering again. Containers it could not remove meanwhile are removed then.
 
 Nothing here is process-local: per-engine capacity goes through
-:func:`~pytest_agentcompass.limits.capacity_for`, which is run-wide under
+:func:`~pytest_agentcompass.concurrency.limits.capacity_for`, which is run-wide under
 pytest-xdist, and an image an engine lacks is copied from one that has it
 (``docker save`` / ``load`` through the SDK), once per engine and image.
 """
@@ -31,8 +31,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import EnvironmentLost, PreflightError, SessionError
-from ..types import ExecResult, NetworkPolicy
+from ..vocabulary.errors import EnvironmentLost, PreflightError, SessionError
+from ..vocabulary.types import ExecResult, NetworkPolicy
 from .base import EnvironmentSession, SessionConfig
 from .docker_bases import from_lines, local_base
 from .docker_build import BuildSpec

@@ -4,7 +4,7 @@ A verifier's runner must not depend on the container's tools (an agent may
 have replaced ``sh``, ``mv`` or ``cat``): files move through the engine's
 archive API (:mod:`.docker_files`) and the container's state comes from the
 engine (:mod:`.docker_state`). :class:`TrustedAccess` gives
-:class:`~.docker.DockerSession` these as coroutines; each runs its blocking
+:class:`~.docker_session.DockerSession` these as coroutines; each runs its blocking
 SDK call in a worker thread.
 """
 
@@ -17,7 +17,7 @@ import os
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from ..errors import SessionError
+from ..vocabulary.errors import SessionError
 from .docker_files import Save, Skip, TreeCopy, copy_out, make_dirs, read_head, replace_tree, stat
 from .docker_state import Change, Process, Snapshots, changes, environ, freeze, pause, processes, resume
 
@@ -27,7 +27,7 @@ log = logging.getLogger("pytest_agentcompass")
 
 
 class TrustedAccess:
-    """Mixin of :class:`~.docker.DockerSession`: archive I/O and the engine's view of the container."""
+    """Mixin of :class:`~.docker_session.DockerSession`: archive I/O and the engine's view of the container."""
 
     container: Any
     #: The provider's snapshots, and this session's key in them (``(task id, attempt)``).

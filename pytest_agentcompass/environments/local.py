@@ -21,8 +21,8 @@ from pathlib import Path, PurePosixPath
 from pydantic import Field
 
 from ..config import ConfigPath, ParamsModel
-from ..errors import SessionError, WorkspacePathError
-from ..types import ExecResult
+from ..vocabulary.errors import SessionError, WorkspacePathError
+from ..vocabulary.types import ExecResult
 from .base import BaseEnvironment, EnvironmentSession, HostRoute, SessionConfig, argv_list
 from .process import DEFAULT_OUTPUT_LIMIT, MARKER, ExecControls, host_environment, kill_marked, run_reaped
 from .workspaces import (

@@ -199,7 +199,7 @@ class _Reaped:
         report = self.reported.result()
         return "returncode" in report or "errno" in report
 
-    def stop(self) -> None:
+    def kill_tree(self) -> None:
         """Ask the reaper to kill the command's tree (it sees its control socket close)."""
         if self.control is None:
             return
@@ -225,7 +225,7 @@ class _Reaped:
         while not self.reported.done() and loop.time() < deadline:
             await asyncio.wait([self.reported], timeout=_STOPPED_CHECK)
             if not self.reported.done() and self.reaper and _stopped(self.reaper):
-                _kill_reaper(self.reaper)  # stopped after stop() looked (a SIGSTOP lands late)
+                _kill_reaper(self.reaper)  # stopped after kill_tree() looked (a SIGSTOP lands late)
         if not self.reported.done() and self.reaper:
             # No answer in time (stuck): the reaper goes too.
             _kill_reaper(self.reaper)
@@ -262,7 +262,7 @@ def _kill_reaper(pid: int) -> None:
 
 
 class ExecControls:
-    """A session's running commands; stopping one makes its reaper kill everything it started."""
+    """A session's running commands; killing one makes its reaper kill everything it started."""
 
     def __init__(self) -> None:
         self._open: dict[int, _Reaped] = {}
@@ -274,7 +274,7 @@ class ExecControls:
 
     def kill(self, command: _Reaped) -> None:
         if self._open.pop(id(command), None) is not None:
-            command.stop()
+            command.kill_tree()
 
     async def kill_all(self) -> bool:
         """Kill every running command of the session and wait until its reaper says it is done.

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..types import ExecResult
+from ..vocabulary.types import ExecResult
 from .base import EnvironmentSession
 
 __all__ = ["run_as_root", "trusted", "upload_tree"]

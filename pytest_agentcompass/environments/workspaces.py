@@ -16,26 +16,23 @@ task's path (figures in docs/performance.md):
 A removal never reaches through a mount point: a command running as root
 may mount anything in its workspace (``mount --bind /data cache``), and
 ``rmtree`` would delete the files the mount shows, which are not ours. The
-walk detaches such mounts first, or removes nothing and says which one stays.
+walk detaches such mounts first (``mounts.py``), or removes nothing and says
+which one stays.
 """
 
 from __future__ import annotations
 
-import errno
 import itertools
 import os
-import re
 import secrets
 import shutil
 import stat
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from ..errors import SessionError
-
-if TYPE_CHECKING:
-    from ..runtime.threads import BlockingCallPool
+from ..concurrency.threads import BlockingCallPool, shared_pool
+from ..vocabulary.errors import SessionError
+from .mounts import detach_mounts
 
 __all__ = [
     "FLAT_REMOVAL_ENTRIES",
@@ -45,7 +42,6 @@ __all__ = [
     "Spares",
     "identity",
     "inline_removal",
-    "mount_points",
     "remove_flat",
     "remove_spares",
     "remove_workspace",
@@ -224,9 +220,6 @@ def removal_pool() -> BlockingCallPool:
     # Shared: a run's loop waits for its removals at the end, also for tasks cancelled meanwhile.
     global _removals
     if _removals is None:
-        # Here, on first use: a provider module must not load the runtime above it.
-        from ..runtime.threads import shared_pool
-
         _removals = shared_pool(REMOVAL_THREADS, "agentcompass-rm")
     return _removals
 
@@ -353,7 +346,7 @@ def _remove_tree(root: Path) -> None:
         except OSError as exc:
             raise SessionError(f"workspace {root} was not removed: {exc.strerror or exc}") from None
         return
-    _detach_mounts(root)
+    detach_mounts(root)
     failures: list[tuple[str, BaseException]] = []
 
     def failed(_function: object, path: str, exc_info: tuple[type[BaseException], BaseException, object]) -> None:
@@ -366,80 +359,3 @@ def _remove_tree(root: Path) -> None:
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         raise SessionError(f"workspace {root} was not removed: {path}: {reason}{more}")
-
-
-#: Rounds of detaching before a mount that keeps coming back (a process still mounting) is reported.
-_DETACH_ROUNDS = 8
-#: ``umount2`` flags: detach lazily (whoever uses the mount keeps it), and not through a link in its place.
-_MNT_DETACH = 2
-_UMOUNT_NOFOLLOW = 8
-_OCTAL_ESCAPE = re.compile(rb"\\([0-7]{3})")
-_umount2: Any = None
-
-
-def _detach_mounts(root: Path) -> None:
-    """Detach every mount at or under ``root``, deepest first, before the walk removes anything.
-
-    Only here, on the walk's path: a flat workspace that is still the
-    directory its session made holds no mount point (see :func:`remove_flat`).
-
-    :raises SessionError: naming a mount point that stays; then nothing is removed.
-    """
-    refused: dict[bytes, int] = {}
-    for _ in range(_DETACH_ROUNDS):
-        mounts = mount_points(root)
-        if not mounts:
-            return
-        if refused.keys() >= set(mounts):
-            break  # every one left refused already: trying again changes nothing
-        refused = {point: code for point in mounts if (code := _detach(point))}
-    else:
-        mounts = mount_points(root)  # a process still mounting: what it left now
-        if not mounts:
-            return
-    point = next((point for point in mounts if point in refused), mounts[0])
-    reason = os.strerror(refused[point]) if point in refused else "mounted again after each detach"
-    raise SessionError(
-        f"workspace {root} holds a mount point that cannot be detached: {os.fsdecode(point)} ({reason}): not removed"
-    )
-
-
-def mount_points(root: Path) -> list[bytes]:
-    """Mount points at or under ``root`` in this process's mount namespace, deepest first.
-
-    From ``/proc/self/mountinfo``: a bind mount of the same file system
-    keeps ``st_dev``, so a walk comparing devices would not see it. Empty
-    where there is no such file (not Linux): nothing else lists them.
-    """
-    try:
-        with open("/proc/self/mountinfo", "rb") as info:
-            lines = info.read().splitlines()
-    except OSError:
-        return []
-    top = os.fsencode(root)
-    found = []
-    for line in lines:
-        fields = line.split(b" ")
-        if len(fields) < 5:
-            continue
-        # The fifth field is the mount point, with space, tab, newline and backslash octal-escaped.
-        point = _OCTAL_ESCAPE.sub(lambda match: bytes([int(match[1], 8)]), fields[4])
-        if point == top or point.startswith(top + b"/"):
-            found.append(point)
-    return sorted(set(found), key=lambda point: point.count(b"/"), reverse=True)
-
-
-def _detach(point: bytes) -> int:
-    """``umount2(point, MNT_DETACH)``: 0, or the ``errno`` (``EPERM`` without the right to)."""
-    # Imported here: it takes milliseconds, and only a workspace that holds a mount needs it.
-    import ctypes
-
-    global _umount2
-    if _umount2 is None:
-        try:
-            _umount2 = ctypes.CDLL(None, use_errno=True).umount2
-        except (OSError, AttributeError):
-            return errno.ENOSYS  # not Linux
-    if _umount2(point, _MNT_DETACH | _UMOUNT_NOFOLLOW) == 0:
-        return 0
-    return ctypes.get_errno() or errno.EPERM

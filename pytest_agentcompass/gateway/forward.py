@@ -9,9 +9,9 @@ import zlib
 from typing import Any
 from urllib.parse import urlencode
 
-from ..limits import capacity_for
+from ..concurrency.limits import capacity_for
 from ..models.ledger import ModelCall, Protocol
-from ..redact import MIN_SECRET_LENGTH
+from ..vocabulary.redact import MIN_SECRET_LENGTH
 from .grant import Grant
 from .protocols import Route, error_body, prepare_body, response_headers, upstream_headers
 from .reading import AnswerReader, SSEParser, error_message

@@ -6,11 +6,11 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from ..artifacts import save_artifact
 from ..models.ledger import CallLedger, ModelCall, Protocol
 from ..models.trajectory import Trajectory
 from ..models.usage import Usage
-from ..types import RunResult, RunStatus
+from ..vocabulary.artifacts import save_artifact
+from ..vocabulary.types import RunResult, RunStatus
 
 __all__ = ["TRAJECTORY_FILE", "Grant"]
 

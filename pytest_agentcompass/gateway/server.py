@@ -21,11 +21,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from .._shield import uncancellable
-from ..errors import PreflightError, SessionError
+from ..concurrency.shield import uncancellable
 from ..models.client import guard_secrets
 from ..models.ledger import CallLedger, Protocol
 from ..models.trajectory import Trajectory
+from ..vocabulary.errors import PreflightError, SessionError
 from .forward import error_response, forward
 from .grant import Grant
 from .protocols import find_route, offered_token

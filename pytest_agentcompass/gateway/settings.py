@@ -1,4 +1,5 @@
-"""``model.params`` of a request whose harness reaches the model through the gateway.
+"""The gateway's upstreams: ``model.params`` of a request whose harness reaches the model
+through the gateway (:class:`GatewaySettings`, kept with the config).
 
 Validated when the config is loaded (problems name the file and line); keys
 are read from the process environment only when the gateway starts, so a
@@ -12,10 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from ..errors import PreflightError
+from ..config.model_params import GatewaySettings
 from ..models.ledger import Protocol
+from ..vocabulary.errors import PreflightError
 
 __all__ = ["FAMILIES", "Family", "GatewaySettings", "Upstream", "family_of"]
 
@@ -38,57 +38,6 @@ _KEY_VARIABLES: dict[Family, tuple[str, ...]] = {
 
 def family_of(protocol: Protocol) -> Family:
     return "openai" if protocol.startswith("openai") else protocol  # type: ignore[return-value]
-
-
-class GatewaySettings(BaseModel):
-    """Everything ``model.params`` may hold when the model is reached through the gateway.
-
-    Unknown keys are errors. Sampling parameters are not among them: the
-    gateway passes each request through as the agent wrote it.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
-    #: OpenAI-compatible upstream (chat completions and Responses), as the OpenAI SDK's base URL (with ``/v1``).
-    base_url: str | None = None
-    #: Anthropic Messages upstream, as ``ANTHROPIC_BASE_URL`` (without ``/v1``).
-    anthropic_base_url: str | None = None
-    #: Gemini API upstream, as ``GOOGLE_GEMINI_BASE_URL`` (without the version).
-    gemini_base_url: str | None = None
-    #: The key of every upstream that has none of its own; else ``$OPENAI_API_KEY``,
-    #: ``$ANTHROPIC_API_KEY``, ``$GEMINI_API_KEY`` / ``$GOOGLE_API_KEY`` per upstream.
-    api_key: str | None = Field(default=None, repr=False)
-    anthropic_api_key: str | None = Field(default=None, repr=False)
-    gemini_api_key: str | None = Field(default=None, repr=False)
-    #: Sent to every upstream with each request.
-    headers: dict[str, str] = Field(default_factory=dict)
-    #: Seconds an upstream may stay silent (before its answer starts, or between two pieces of a stream).
-    timeout: float = Field(default=600.0, gt=0)
-    #: Requests in flight per upstream endpoint, process-wide (run-wide under pytest-xdist); 0 = no cap.
-    max_connections: int = Field(default=0, ge=0)
-    #: Per attempt: once spent, the gateway refuses further calls (``stop_reason: token_budget``).
-    max_total_tokens: int | None = Field(default=None, ge=1)
-    max_cost: float | None = Field(default=None, gt=0)
-    #: Prices in currency units per million tokens; both set = a cost in the usage.
-    input_price_per_million: float | None = Field(default=None, ge=0)
-    output_price_per_million: float | None = Field(default=None, ge=0)
-    #: Pass the model an agent names through; by default every request is sent for ``model.id``.
-    allow_other_models: bool = False
-    #: Bytes of each request and response body kept in the trajectory (0: none).
-    record_bodies: int = Field(default=64 * 1024, ge=0)
-
-    @field_validator("base_url", "anthropic_base_url", "gemini_base_url")
-    @classmethod
-    def _http(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError(f"{value!r} is not an http:// or https:// URL")
-        return value.rstrip("/") if value else value
-
-    @model_validator(mode="after")
-    def _cost_needs_prices(self) -> GatewaySettings:
-        if self.max_cost is not None and None in (self.input_price_per_million, self.output_price_per_million):
-            raise ValueError("max_cost needs input_price_per_million and output_price_per_million")
-        return self
 
 
 @dataclass(frozen=True)

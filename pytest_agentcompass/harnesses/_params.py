@@ -11,14 +11,14 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import ComponentError
+from ..vocabulary.errors import ComponentError
 
-__all__ = ["validate_params"]
+__all__ = ["parse_harness_params"]
 
 M = TypeVar("M", bound=BaseModel)
 
 
-def validate_params(model: type[M], params: dict[str, Any], harness: str) -> M:
+def parse_harness_params(model: type[M], params: dict[str, Any], harness: str) -> M:
     """:raises ComponentError: one line per problem, each naming ``harness.params.<key>``."""
     try:
         return model.model_validate(params)

@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..types import ExecutionPlan, PreparedTask, TaskSpec
+from ..vocabulary.types import ExecutionPlan, PreparedTask, TaskSpec
 
 if TYPE_CHECKING:
     from ..config import RunRequest
     from ..environments.base import EnvironmentSession
     from ..gateway import ModelGateway
     from ..models.ledger import Protocol
+    from ..vocabulary.artifacts import RunFiles
 
 __all__ = ["BaseHarness"]
 
@@ -28,8 +29,12 @@ class BaseHarness:
     """
 
     id: ClassVar[str] = ""
-    #: The request's run directory, set before the first attempt.
+    #: The request's run directory, set before the first attempt: to read (a benchmark reads back
+    #: the artifacts it saved). Nothing writes there but the store: save files with
+    #: :func:`~pytest_agentcompass.save_artifact` (an attempt's) or :attr:`run_files` (the request's).
     run_dir: Path | None = None
+    #: The request's own files in its run directory (``RunFiles``), set with :attr:`run_dir`.
+    run_files: RunFiles | None = None
     #: The agent calls the model over HTTP from inside the task Environment (an agent CLI): the
     #: runtime then serves a model gateway for the request and sets :attr:`gateway` (when the
     #: request names a ``model``). An instance may set it in ``__init__`` from its params.

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from ..artifacts import save_artifact
 from ..models.client import guard_secrets
-from ..redact import Redactor
-from ..types import ExecResult, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
-from ._params import validate_params
+from ..vocabulary.artifacts import save_artifact
+from ..vocabulary.redact import Redactor
+from ..vocabulary.types import ExecResult, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
+from ._params import parse_harness_params
 from .base import BaseHarness
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class CommandHarness(BaseHarness):
     needs_gateway = True
 
     def __init__(self, **params: Any) -> None:
-        options = validate_params(CommandParams, params, self.id)
+        options = parse_harness_params(CommandParams, params, self.id)
         super().__init__(**options.model_dump())
         self.options = options
         self.argv = _argv(options.command, "the command")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel
 
 from ..config import ParamsModel
-from ..types import ExecutionPlan, PreparedTask, RunResult, TaskSpec
+from ..vocabulary.types import ExecutionPlan, PreparedTask, RunResult, TaskSpec
 from .base import BaseHarness
 
 if TYPE_CHECKING:

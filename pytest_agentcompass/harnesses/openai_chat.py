@@ -6,14 +6,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from pydantic import BaseModel, ConfigDict
 
-from ..artifacts import save_artifact
-from ..errors import PreflightError
 from ..models.client import ChatModel, ModelCallError, guard_secrets, require_openai
 from ..models.settings import ModelSettings, resolve_model
 from ..models.trajectory import Trajectory
-from ..redact import Redactor
-from ..types import ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
-from ._params import validate_params
+from ..vocabulary.artifacts import save_artifact
+from ..vocabulary.errors import PreflightError
+from ..vocabulary.redact import Redactor
+from ..vocabulary.types import ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
+from ._params import parse_harness_params
 from .base import BaseHarness
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ class ModelHarness(BaseHarness):
     model_settings: ClassVar[type[Any] | None] = ModelSettings
 
     def __init__(self, **params: Any) -> None:
-        validated = validate_params(self.params_model, params, self.id)
+        validated = parse_harness_params(self.params_model, params, self.id)
         super().__init__(**validated.model_dump())
         self.config = validated
         self._model: ChatModel | None = None

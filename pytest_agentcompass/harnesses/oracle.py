@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from ..config import ParamsModel
 from ..environments.transfer import run_as_root, upload_tree
-from ..types import ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
+from ..vocabulary.types import ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
 from .base import BaseHarness
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..models.client import ChatModel, ModelCallError
 from ..models.trajectory import Trajectory
-from ..types import ExecResult, ExecutionPlan, PreparedTask, RunResult, TaskSpec
+from ..vocabulary.types import ExecResult, ExecutionPlan, PreparedTask, RunResult, TaskSpec
 from .openai_chat import ModelHarness
 
 if TYPE_CHECKING:

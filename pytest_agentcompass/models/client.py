@@ -15,9 +15,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import PreflightError
-from ..limits import CapacityPermits, capacity_for
-from ..redact import SecretLogFilter, add_runtime_secret
+from ..concurrency.limits import CapacityPermits, capacity_for
+from ..vocabulary.errors import PreflightError
+from ..vocabulary.redact import SecretLogFilter, add_runtime_secret
 from .reply import ChatReply, ReplyShapeError, ToolCall, parse_reply
 from .settings import ResolvedModel
 

@@ -1,4 +1,5 @@
-"""``model.params`` as a strict model, and the endpoint a request talks to."""
+"""The endpoint a request talks to: ``model.params`` (:class:`ModelSettings`, a strict model kept
+with the config, which is checked against it when it loads) with its key and base URL found."""
 
 from __future__ import annotations
 
@@ -7,52 +8,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from ..errors import PreflightError
+from ..config.model_params import ModelSettings
+from ..vocabulary.errors import PreflightError
 
 __all__ = ["DEFAULT_BASE_URL", "ModelSettings", "ResolvedModel", "resolve_model"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
-class ModelSettings(BaseModel):
-    """Everything ``model.params`` may hold for an OpenAI-compatible endpoint.
-
-    Unknown keys are errors: a misspelt ``temprature`` must not be dropped in
-    silence. Parameters this list lacks go through ``extra_body``.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
-    base_url: str | None = None  # default: $OPENAI_BASE_URL, else OpenAI's own
-    api_key: str | None = Field(default=None, repr=False)  # default: $OPENAI_API_KEY
-    timeout: float = Field(default=120.0, gt=0)  # seconds per request, as the client counts it
-    max_retries: int = Field(default=2, ge=0)  # the client's own retries (429, 5xx, timeouts)
-    max_connections: int = Field(default=0, ge=0)  # concurrent requests per endpoint, process-wide; 0 = no cap
-    headers: dict[str, str] = Field(default_factory=dict)
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)  # what reasoning models take instead
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    extra_body: dict[str, Any] = Field(default_factory=dict)
-    #: Prices in currency units per million tokens; both set = a cost estimate in the usage.
-    input_price_per_million: float | None = Field(default=None, ge=0)
-    output_price_per_million: float | None = Field(default=None, ge=0)
-
-    def sampling(self) -> dict[str, Any]:
-        """The keyword arguments every chat completion request carries."""
-        fields = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop")
-        out = {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
-        if self.extra_body:
-            out["extra_body"] = dict(self.extra_body)
-        return out
-
-
 class _Spec(Protocol):
-    """A ``model:`` of the config (``config.ModelSpec``, which loads this module to check its params)."""
+    """A ``model:`` of the config (``config.ModelSpec``)."""
 
     @property
     def id(self) -> str: ...

@@ -20,13 +20,14 @@ The folder's modules, each with one job:
   ``scheduling`` (``--dist load`` with a deeper queue).
 - ``fixtures``: session fixtures as component factories, and ``agentcompass_results``.
 - ``progress``: the live status line.
-- ``ci``: baselines and gates applied to the reports pytest makes.
-- ``gates``: the per-request gate item.
+- ``verdicts``: baselines and gates applied to the reports pytest makes.
+- ``gate_items``: the per-request gate item.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -46,11 +47,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run the benchmarks of this agentcompass YAML config as tests",
     )
     group.addoption(
+        "--agentcompass-carry-over",
+        dest="agentcompass_carry_over",
+        metavar="latest|RUN_DIR",
+        default=None,
+        help="carry over finished task results of an earlier run (every request)",
+    )
+    group.addoption(
         "--agentcompass-reuse",
         dest="agentcompass_reuse",
         metavar="latest|RUN_DIR",
         default=None,
-        help="reuse finished task results of an earlier run (every request)",
+        help="the old name of --agentcompass-carry-over (until 0.3.0)",
     )
     group.addoption(
         "--agentcompass-new-run",
@@ -119,7 +127,7 @@ def _task_concurrency(value: str) -> int:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from .. import hookspecs
+    from . import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
 
@@ -131,7 +139,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     # Imported here, not at module level: without the option nothing loads.
     from ..config import load_config
-    from ..errors import ConfigError
+    from ..vocabulary.errors import ConfigError
     from .run import AgentCompassRun
 
     path = Path(raw)
@@ -149,6 +157,7 @@ def pytest_configure(config: pytest.Config) -> None:
         loaded = load_config(path.resolve())
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
+    _warn_old_names(config, loaded.deprecations)
     run = AgentCompassRun(config, loaded)
     config.stash[run_key] = run
     run.register()
@@ -176,3 +185,22 @@ def pytest_agentcompass_make_run_id(config: pytest.Config) -> str | None:
     from ..runtime.store import new_run_id
 
     return new_run_id()
+
+
+def _warn_old_names(config: pytest.Config, deprecations: Sequence[str]) -> None:
+    """Warn once per session about options and config keys given under their old names (in
+    the process that owns the run: an xdist worker reads the same command line and file)."""
+    old = config.getoption("agentcompass_reuse")
+    if old is not None:
+        if config.getoption("agentcompass_carry_over") is not None:
+            raise pytest.UsageError("give --agentcompass-carry-over only (--agentcompass-reuse is its old name)")
+        config.option.agentcompass_carry_over = old
+        deprecations = [
+            "--agentcompass-reuse is now --agentcompass-carry-over (the same values); "
+            "the old name stops working in 0.3.0",
+            *deprecations,
+        ]
+    if hasattr(config, "workerinput"):
+        return
+    for message in deprecations:
+        config.issue_config_time_warning(DeprecationWarning(message), stacklevel=2)

@@ -1,12 +1,12 @@
 """The xdist controller (``-n``): it runs no task, but owns every request's run.
 
 Before any worker starts it builds each request and claims its run directory
-(a new one, or the newest unfinished one to resume; ``--agentcompass-reuse``
+(a new one, or the newest unfinished one to resume; ``--agentcompass-carry-over``
 as in process) and starts the permit service that makes ``task_concurrency``,
 ``capacity`` and ``open_qps`` run-wide. Once the first worker's collection is
-in, and before any item is sent, it prepares each run for the tasks pytest
+in, and before any item is sent, it opens each run for the tasks pytest
 selected (``run_info.json``, the sweep of what a killed run left behind,
-reused details copied in). When xdist's loop ends it finalizes each request
+carried-over details copied in). When xdist's loop ends it finalizes each request
 once, from the details the workers wrote, then reports the gate items the
 workers left to it; an interrupted loop is finalized at the session's end.
 Every one of those steps is a method of the request's runtime
@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..errors import AgentCompassError
-from ..runtime.collector import fewer_collections
 from ..runtime.driver import sigterm_interrupts
+from ..runtime.gc_tuning import fewer_collections
 from ..runtime.orchestrator import OrchestrationResult
 from ..runtime.request import INTERRUPTED_BY_USER, RequestRuntime
-from ..types import OrchestrationStatus
+from ..vocabulary.errors import AgentCompassError
+from ..vocabulary.types import OrchestrationStatus
 from .keys import PERMITS, RUN_DIRS, RUN_ID, WORKER_NOTES
 
 if TYPE_CHECKING:
-    from ..permit_service import PermitService
+    from ..concurrency.permits import PermitService
     from .keys import RunHandle
 
 __all__ = ["ControllerRun", "task_ids_by_request"]
@@ -53,7 +53,7 @@ class ControllerRun:
         self.gates: dict[str, str] = {}
         #: What the workers noted mid-run, by request (an engine that stopped answering, a failed close).
         self.worker_notes: dict[str, list[str]] = {}
-        self.prepared = False
+        self.opened = False
         self.finalized = False
         #: ``<status>: <reason>`` of the first task a worker cancelled (its deadline), if any.
         self.cancelled: str | None = None
@@ -99,7 +99,7 @@ class ControllerRun:
                     state.release()
                 self.states.clear()
                 raise self.run.usage_error(exc) from None
-        from ..permit_service import PermitService
+        from ..concurrency.permits import PermitService
 
         self.service = PermitService()
 
@@ -120,17 +120,17 @@ class ControllerRun:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
-        """The first worker's collection is in: prepare the runs before xdist sends any item (every ``--dist``)."""
-        if self.prepared or not ids:
+        """The first worker's collection is in: open the runs before xdist sends any item (every ``--dist``)."""
+        if self.opened or not ids:
             return
-        self.prepared = True
+        self.opened = True
         wanted = task_ids_by_request(ids, self.run.loaded.path.name, self.states)
         self.task_nodeids = [nodeid for nodeid in ids if _task_of(nodeid, self.run.loaded.path.name, self.states)]
         for name, state in self.states.items():
             state.want(wanted[name])
             # The workers' tasks only point at the summary: a preflight's reason is
             # found here, once, and printed there (as without xdist).
-            asyncio.run(state.prepare_for_others())
+            asyncio.run(state.open_run_for_others())
             self.run.say_resuming(state)
 
     # -- while the workers run -------------------------------------------------------
@@ -155,7 +155,7 @@ class ControllerRun:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        from .gates import WORKER_GATES
+        from .gate_items import WORKER_GATES
 
         output = getattr(node, "workeroutput", {})
         if output.get("exitstatus") == pytest.ExitCode.INTERRUPTED and self.service is not None:
@@ -180,7 +180,7 @@ class ControllerRun:
 
     def _report_gates(self, session: pytest.Session) -> None:
         """The gate items the workers left to the controller, judged on the finalized requests."""
-        from .gates import report_gate
+        from .gate_items import report_gate
 
         # xdist counted the items the workers kept: the gates come on top.
         session.testscollected += len(self.gates)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..errors import ComponentError
+from ..vocabulary.errors import ComponentError
 from .keys import run_key
 
 if TYPE_CHECKING:

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..runtime.driver import TERMINATED_REASON, Terminated, say
+from ..runtime.driver import TERMINATED_REASON, Terminated, write_stderr
 from .outcomes import NotRunText
 
 if TYPE_CHECKING:
-    from ..types import TaskSpec
+    from ..vocabulary.types import TaskSpec
     from .controller import ControllerRun
 
 __all__ = ["ControllerInterrupts"]
@@ -65,7 +65,7 @@ class ControllerInterrupts:
         self._held += 1
         if self._held > 1:
             raise KeyboardInterrupt
-        say("\nagentcompass: exiting as soon as the workers stop; recording the run\n")
+        write_stderr("\nagentcompass: exiting as soon as the workers stop; recording the run\n")
 
     def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
         """The workers cancel their tasks, within the cleanup grace (a Ctrl-C or a SIGTERM here).
@@ -88,7 +88,7 @@ class ControllerInterrupts:
             return
 
         def on_sigterm(signum: int, frame: object) -> None:
-            say("\nagentcompass: terminated (SIGTERM); recording the run as soon as the workers stop\n")
+            write_stderr("\nagentcompass: terminated (SIGTERM); recording the run as soon as the workers stop\n")
 
         if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
             self._previous_sigterm = signal.signal(signal.SIGTERM, on_sigterm)

@@ -18,11 +18,11 @@ import pytest
 
 if TYPE_CHECKING:
     from ..config import LoadedConfig, Orchestration, RunRequest
-    from ..redact import Redactor
     from ..runtime.assembly import RequestSetup
     from ..runtime.orchestrator import OrchestrationResult, Orchestrator
     from ..runtime.request import RequestRuntime
     from ..runtime.task import TaskOutcome
+    from ..vocabulary.redact import Redactor
 
 __all__ = ["NOT_RUN", "PERMITS", "RUN_DIRS", "RUN_ID", "WORKER_NOTES", "RunHandle", "run_key"]
 
@@ -48,8 +48,8 @@ class RunHandle(Protocol):
     result: OrchestrationResult | None
     #: Masks the config's ``${VAR}`` values in whatever pytest prints.
     redactor: Redactor
-    #: Baselines, gates and the session's reports (``ci.CiRun``); its ``gates`` judges each request once.
-    ci: Any
+    #: Baselines, gates and the session's reports (``verdicts.Verdicts``); its ``gates`` judges each request once.
+    verdicts: Any
     #: Each request built in this process (components and tasks), by name.
     setups: dict[str, RequestSetup]
 

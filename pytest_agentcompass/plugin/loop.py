@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..errors import AgentCompassError
-from ..runtime.collector import fewer_collections
 from ..runtime.driver import drive
-from ..types import OrchestrationEvent, OrchestrationStatus
-from .gates import GateItem
+from ..runtime.gc_tuning import fewer_collections
+from ..vocabulary.errors import AgentCompassError
+from ..vocabulary.types import OrchestrationEvent, OrchestrationStatus
+from .gate_items import GateItem
 from .nodes import TaskItem
 from .outcomes import emit_reports
 from .progress import Progress
@@ -95,7 +95,7 @@ class InProcessLoop:
         def on_event(event: OrchestrationEvent, state: RequestRuntime) -> None:
             if event is OrchestrationEvent.FINALIZED:
                 run.request_finalized(state)
-            elif event is OrchestrationEvent.PREPARED and state.resumed:
+            elif event is OrchestrationEvent.OPENED and state.resumed:
                 progress.clear()
                 run.say_resuming(state)
 

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..config import RunRequest
-from ..errors import AgentCompassError
 from ..runtime.assembly import RequestSetup
 from ..runtime.traces import format_trace
-from ..types import TaskSpec
+from ..vocabulary.errors import AgentCompassError
+from ..vocabulary.types import TaskSpec
 from .keys import RunHandle, run_key
 from .outcomes import NotRunText, TaskNotRun, TaskProblem, phase_problems, set_properties
 
@@ -114,7 +114,7 @@ class RequestNode(pytest.Collector):
                     item.add_marker(category_marker(label))
             yield item
         if self.req.gates:
-            from .gates import GATE_NAME, GateItem
+            from .gate_items import GATE_NAME, GateItem
 
             # A task may be called "gates" too: the node ids must stay distinct.
             taken = {task.task_id for task in setup.tasks}

@@ -15,12 +15,12 @@ import pytest
 
 from ..runtime.integrity import findings, summarize
 from ..runtime.task import TaskOutcome
-from ..types import RunStatus
+from ..vocabulary.types import RunStatus
 
 if TYPE_CHECKING:
     from _pytest.reports import TestReport
 
-    from ..redact import Redactor
+    from ..vocabulary.redact import Redactor
 
 __all__ = [
     "NotRunText",
@@ -130,8 +130,8 @@ def _footer(outcome: TaskOutcome) -> list[str]:
     found = findings(outcome.result)
     if found and outcome.result.status is not RunStatus.EVALUATION_ERROR:  # strict says it in the error
         lines.append(f"integrity: {summarize(found)}")
-    if outcome.reused:
-        lines.append("reused from an earlier run")
+    if outcome.carried_over:
+        lines.append("carried over from an earlier run")
     elif outcome.resumed:
         lines.append("kept from the interrupted run this one resumes")
     if outcome.detail_path:
@@ -148,7 +148,7 @@ def set_properties(item: pytest.Item, outcome: TaskOutcome) -> None:
         ("agentcompass.attempts", outcome.attempts),
         ("agentcompass.retries", outcome.retries),
         ("agentcompass.evaluation_environment_mode", outcome.evaluation_environment_mode),
-        ("agentcompass.reused", outcome.reused),
+        ("agentcompass.carried_over", outcome.carried_over),
         ("agentcompass.detail", str(outcome.detail_path or "")),
         # Empty when nothing was found: what a benchmark saw the agent tamper with otherwise.
         ("agentcompass.integrity", _integrity(outcome)),

@@ -82,7 +82,10 @@ class Progress:
             line += f", permits: {used}"
         line += f" | {'; '.join(parts)} | {format_duration(elapsed)}"
         new = done - sum(
-            1 for s in states for o in s.outcomes.values() if (o.reused or o.resumed) and o.task.task_id in s.wanted
+            1
+            for s in states
+            for o in s.outcomes.values()
+            if (o.carried_over or o.resumed) and o.task.task_id in s.wanted
         )
         if 0 < new and done < total:
             eta = elapsed / max(new, 1) * (total - done)

@@ -22,14 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..concurrency.limits import task_slots
 from ..config import SAFE_NAME, LoadedConfig, RunRequest
-from ..limits import task_slots
-from ..registry import Registry
-from ..reports.gates import check_gate_names
 from ..reports.terminal import write_terminal_summary
 from ..runtime.assembly import RequestSetup, RunOptions, build_request, own_runtime, shared_runtime
 from ..runtime.logs import capture_task_output
 from ..runtime.orchestrator import OrchestrationResult, Orchestrator
+from ..runtime.registry import Registry
 from ..runtime.request import RequestRuntime
 from .nodes import ConfigFile, TaskItem
 from .outcomes import redact_longrepr, redact_report
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
 
     from ..runtime.summary import RequestSummary
     from ..runtime.task import TaskOutcome
-    from .ci import CiRun
+    from .verdicts import Verdicts
 
 __all__ = ["AgentCompassRun"]
 
@@ -59,9 +58,9 @@ class AgentCompassRun:
         self.items: list[TaskItem] = []
         self.result: OrchestrationResult | None = None
         self.run_id = self._make_run_id()
-        self.ci: CiRun | None = None
+        self.verdicts: Verdicts | None = None
         self._registered = False
-        from ..redact import Redactor
+        from ..vocabulary.redact import Redactor
 
         self.redactor = Redactor(loaded.secrets)
 
@@ -82,14 +81,14 @@ class AgentCompassRun:
     def register(self) -> None:
         """Register this run's hooks (and the xdist glue when ``-n`` is in use)."""
         from . import fixtures
-        from .ci import CiRun
+        from .verdicts import Verdicts
 
         manager = self.config.pluginmanager
         manager.register(self, "agentcompass-run")
         manager.register(fixtures, "agentcompass-fixtures")
         # Before the xdist glue: its (trylast) sessionfinish then finalizes first.
-        self.ci = CiRun(self)
-        manager.register(self.ci, "agentcompass-ci")
+        self.verdicts = Verdicts(self)
+        manager.register(self.verdicts, "agentcompass-verdicts")
         if not hasattr(self.config, "workerinput"):
             from .loop import InProcessLoop
 
@@ -102,7 +101,7 @@ class AgentCompassRun:
             register_side(self)
 
     def unregister(self) -> None:
-        from ..limits import reset_limits
+        from ..concurrency.limits import reset_limits
 
         reset_limits()
         # The summary is printed: release every outcome before pytest's final
@@ -119,7 +118,7 @@ class AgentCompassRun:
         for name in (
             *PLUGIN_NAMES,
             "agentcompass-loop",
-            "agentcompass-ci",
+            "agentcompass-verdicts",
             "agentcompass-fixtures",
             "agentcompass-run",
         ):
@@ -159,7 +158,7 @@ class AgentCompassRun:
             run_id=self.run_id,
             redactor=self.redactor,
             config_dump=self.loaded.redacted_dump(),
-            reuse=self.config.getoption("agentcompass_reuse"),
+            carry_over=self.config.getoption("agentcompass_carry_over"),
             new_run=self.config.getoption("agentcompass_new_run"),
             rerun_selected=bool(self.config.getoption("lf", False)),
         )
@@ -178,7 +177,6 @@ class AgentCompassRun:
 
             resolver = fixture_resolver(node)
         setup = build_request(index, req, self.registry, recipes, loaded=self.loaded, fixtures=resolver)
-        check_gate_names(self.loaded, index, req, setup.benchmark)
         self.setups[req.name] = setup
         return setup
 
@@ -222,10 +220,10 @@ class AgentCompassRun:
     def request_finalized(self, state: RequestRuntime, details: Sequence[Mapping[str, Any]] | None = None) -> None:
         from ..reports.html import write_run_report
 
-        if self.ci is not None:
-            self.ci.gates.record(state)  # the verdict goes into summary.json, which the page shows
+        if self.verdicts is not None:
+            self.verdicts.gates.record(state)  # the verdict goes into summary.json, which the page shows
         try:
-            write_run_report(state.store, self.ci.baseline if self.ci else None, details)
+            write_run_report(state.store, self.verdicts.baseline if self.verdicts else None, details)
         except Exception as exc:  # the report is a view: never worth a result
             state.note(f"report.html was not written: {type(exc).__name__}: {exc}")
         self.config.hook.pytest_agentcompass_request_finalized(request=state.name, summary=state.summary or {})
@@ -292,10 +290,10 @@ class AgentCompassRun:
     # -- summary -------------------------------------------------------------------------
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         by_name = {state.name: state for state in self.runtimes}
-        ci = self.ci
+        verdicts = self.verdicts
 
         def extra(summary: RequestSummary) -> list[str]:
-            return ci.summary_lines(by_name[summary.name]) if ci is not None else []
+            return verdicts.summary_lines(by_name[summary.name]) if verdicts is not None else []
 
         write_terminal_summary(
             terminalreporter,

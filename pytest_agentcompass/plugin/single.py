@@ -5,7 +5,7 @@ The plugin's loops never take this path: without xdist the run's loop
 (:mod:`.worker`) does. It is taken only when something else runs the items
 through ``pytest_runtest_protocol``: another plugin's ``pytest_runtestloop``
 that runs before the plugin's own. Each task then runs alone, into the
-session's run directory, with no run-wide concurrency, resume, reuse or
+session's run directory, with no run-wide concurrency, resume, carry-over or
 summary (docs/how-it-works.md, "Three ways a task runs").
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from ..runtime.threads import run_with_pool, workers_for
+from ..concurrency.threads import run_with_pool, workers_for
 
 if TYPE_CHECKING:
     from ..runtime.request import RequestRuntime

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..limits import on_run_stop
+from ..concurrency.limits import on_run_stop
 from ..runtime.driver import TERMINATED_REASON, drive, sigterm_interrupts
 from ..runtime.orchestrator import OrchestrationResult
 from ..runtime.request import RequestRuntime

@@ -43,7 +43,7 @@ def register_side(run: RunHandle) -> None:
         from .worker import WorkerPlugin
 
         if workerinput.get(PERMITS):
-            from ..limits import use_permit_service
+            from ..concurrency.limits import use_permit_service
 
             use_permit_service(workerinput[PERMITS])
         manager.register(WorkerPlugin(run, workerinput.get(RUN_DIRS) or {}), WORKER)

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import AgentCompassError
-from ..types import RunStatus
+from ..vocabulary.errors import AgentCompassError
+from ..vocabulary.types import RunStatus
 
 __all__ = [
     "BASELINE_FORMAT",

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from ..errors import AgentCompassError
+from ..vocabulary.errors import AgentCompassError
 from .baseline import Baseline, Known, compare, load_baseline
 
 __all__ = ["main"]

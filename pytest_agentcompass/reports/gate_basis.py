@@ -4,7 +4,7 @@ A gate is a verdict on the request, not on a selection: under ``-k``, ``-m``
 or ``--lf`` a session runs some of its tasks, and a verdict on those alone
 would let a selection of passing tasks (or a ``--lf`` that reruns only the
 errors) turn a missed gate green. So each task of the request contributes
-its newest result: this session's (its run directory, resumed and reused
+its newest result: this session's (its run directory, resumed and carried-over
 tasks included), else the newest one an earlier run of the request with the
 same settings recorded (*carried over*; a cancelled try is no result). A
 task with no result anywhere is left out and named.
@@ -25,15 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._compat import call_user
-from ..benchmark import BaseBenchmark
+from ..benchmarks.base import BaseBenchmark
 from ..runtime.store import RunStore
 from ..runtime.store.files import read_json
 from ..runtime.store.runs import iter_runs
 from ..runtime.summary import StoredResults, checked_metrics
 from ..runtime.task import TaskOutcome, outcome_from_detail
-from ..types import RunResult, RunStatus, TaskSpec
-from .gates import GateCheck, check_gates
+from ..runtime.user_code import call_user
+from ..vocabulary.types import RunResult, RunStatus, TaskSpec
+from .gate_check import GateCheck, check_gates
 
 if TYPE_CHECKING:
     from ..config import RunRequest

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .gates import check_gates
+from .gate_check import check_gates
 
 __all__ = ["chart", "clip", "esc", "findings_of", "fmt", "request_block"]
 

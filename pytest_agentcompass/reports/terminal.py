@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..models.usage import format_usage
 from ..runtime.integrity import summarize
-from ..types import OrchestrationStatus
+from ..vocabulary.types import OrchestrationStatus
 
 if TYPE_CHECKING:
     from ..runtime.orchestrator import OrchestrationResult
@@ -49,8 +49,8 @@ def write_terminal_summary(
         kinds = [f"{counts[key]} {word}" for key, word in _ERROR_KINDS if counts.get(key)]
         if kinds:
             line += f" ({', '.join(kinds)})"
-        if counts["reused"]:
-            line += f", {counts['reused']} reused"
+        if counts["carried_over"]:
+            line += f", {counts['carried_over']} carried over"
         if counts.get("resumed"):
             line += f", {counts['resumed']} resumed"
         if counts["retries"]:

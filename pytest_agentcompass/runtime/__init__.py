@@ -1,8 +1,8 @@
 """The runtime: plans, attempts, retries, the run store and the Orchestrator.
 
 It knows nothing about pytest and can be driven by a plain ``asyncio.run``.
-Names load on first use: a provider that needs one runtime module (the
-thread pools of ``threads``) must not load the Orchestrator and the rest.
+Names load on first use: code that needs one runtime module must not load
+the Orchestrator and the rest.
 """
 
 from __future__ import annotations

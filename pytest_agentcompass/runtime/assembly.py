@@ -15,19 +15,20 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..analysis import BaseAnalyzer
-from ..benchmark import BaseBenchmark, HarnessFreeBenchmark
+from ..analyzers.base import BaseAnalyzer
+from ..benchmarks.base import BaseBenchmark, HarnessFreeBenchmark
+from ..benchmarks.metrics import check_gate_names
+from ..concurrency.limits import capacity_for
 from ..config import SAFE_NAME, ComponentRef, LoadedConfig, RunRequest, format_loc
 from ..environments.base import BaseEnvironment
-from ..errors import ComponentError, TaskIdError
 from ..harnesses.base import BaseHarness
-from ..limits import capacity_for
-from ..redact import Redactor
-from ..registry import ComponentKind, Registry
-from ..types import TaskSpec
+from ..vocabulary.errors import ComponentError, TaskIdError
+from ..vocabulary.redact import Redactor
+from ..vocabulary.types import TaskSpec
 from .context import RequestContext, request_fingerprint
 from .ownership import RunRole, claim, join
 from .planner import Planner, Recipe
+from .registry import ComponentKind, Registry
 from .request import RequestRuntime
 from .store import RunStore
 from .strategies import AttemptStrategy
@@ -175,7 +176,8 @@ def build_request(
 ) -> RequestSetup:
     """Resolve and instantiate every component of ``req``, then load and select its tasks.
 
-    :raises ConfigError: for params a component's ``params_model`` refuses.
+    :raises ConfigError: for params a component's ``params_model`` refuses, and for gates on metrics the
+        benchmark does not return or minimums outside their range (``benchmarks.metrics``).
     :raises ComponentError: for an id that does not resolve or a wrong type.
     :raises TaskIdError: for empty, unsafe or duplicate task ids.
     """
@@ -228,6 +230,7 @@ def build_request(
     setup = RequestSetup(index, req, benchmark, harness, provider, strategy, analyzers, recipes, selected)
     setup.loaded = len(all_tasks)
     setup.gateway = _gateway(req, harness, provider, loaded, loc)
+    check_gate_names(loaded, index, req, benchmark)
     return setup
 
 
@@ -306,7 +309,7 @@ class RunOptions:
     run_id: str
     redactor: Redactor = field(default_factory=Redactor)
     config_dump: dict[str, Any] = field(default_factory=dict)
-    reuse: str | None = None  # latest | <run dir>, for every request
+    carry_over: str | None = None  # latest | <run dir>, for every request
     new_run: bool = False  # do not resume an unfinished run
     rerun_selected: bool = False  # --lf: selected tasks run even when a reusable detail exists
 
@@ -320,10 +323,10 @@ def own_runtime(
     resume: bool = True,
     order: dict[str, int] | None = None,
 ) -> RequestRuntime:
-    """The runtime of a request whose run directory this process owns: resumed, reused into, or new.
+    """The runtime of a request whose run directory this process owns: resumed, carried over into, or new.
 
     :param resume: Continue the newest unfinished run with the same settings, if there is one.
-    :raises AgentCompassError: when ``reuse`` names nothing usable or the run is held by another process.
+    :raises AgentCompassError: when ``carry_over`` names nothing usable or the run is held by another process.
     """
     req = setup.req
     fingerprint = request_fingerprint(req)
@@ -334,7 +337,7 @@ def own_runtime(
         fingerprint,
         resume=resume,
         new_run=options.new_run,
-        reuse=options.reuse or req.reuse,
+        carry_over=options.carry_over or req.carry_over,
     )
     return _runtime(setup, run_dir, fingerprint, options, wanted, role, order)
 
@@ -362,9 +365,11 @@ def _runtime(
     order: dict[str, int] | None,
 ) -> RequestRuntime:
     req = setup.req
+    store = RunStore(run_dir, options.redactor, req.execution.max_stored_chars)
     for component in (setup.benchmark, setup.harness, setup.provider):
         if component is not None:
-            component.run_dir = run_dir  # files kept beside the details (artifacts, build logs)
+            component.run_dir = run_dir  # to read; what a component keeps there goes through the store:
+            component.run_files = store.component_files  # the request's files (an attempt's: save_artifact)
     if setup.harness is not None:
         setup.harness.gateway = setup.gateway
     ctx = RequestContext(
@@ -374,7 +379,7 @@ def _runtime(
         provider=setup.provider,
         planner=setup.planner(),
         strategy=setup.strategy,
-        store=RunStore(run_dir, options.redactor, req.execution.max_stored_chars),
+        store=store,
         capacity=capacity_for(req.environment.id, req.environment.capacity),
         run_id=run_dir.name,
         fingerprint=fingerprint,

@@ -17,15 +17,23 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from .._compat import call_user, maybe_await
-from .._shield import uncancellable
-from ..artifacts import artifact_sink
-from ..benchmark import HarnessFreeBenchmark
+from ..benchmarks.base import HarnessFreeBenchmark
+from ..concurrency.shield import uncancellable
 from ..environments.base import EnvironmentSession
-from ..types import ExecutionPlan, NetworkPolicy, PreparedTask, RunResult, RunStatus, TaskSpec, unserialisable
+from ..vocabulary.artifacts import artifact_sink
+from ..vocabulary.types import (
+    ExecutionPlan,
+    NetworkPolicy,
+    PreparedTask,
+    RunResult,
+    RunStatus,
+    TaskSpec,
+    unserialisable,
+)
 from .context import RequestContext
 from .retry import ErrorKind, RetryBudget, RetryPolicy, RetryScope, Stage, StageFailure, retry_scope
 from .traces import format_trace
+from .user_code import call_user, maybe_await
 
 __all__ = ["AttemptRecord", "AttemptRunner"]
 
@@ -354,10 +362,12 @@ class _AttemptArtifacts:
         runner = self.runner
         # The try in progress now: an evaluation retried within this try counts as a retry too.
         retry = runner.record.retries
-        return runner.ctx.store.save_artifact(runner.task.task_id, runner.plan.attempt_index, retry, name, data)
+        return runner.ctx.store.component_files.save_artifact(
+            runner.task.task_id, runner.plan.attempt_index, retry, name, data
+        )
 
     def save_stream(self, name: str, handle: IO[bytes], limit: int) -> tuple[str, int]:
         runner = self.runner
-        return runner.ctx.store.save_artifact_stream(
+        return runner.ctx.store.component_files.save_artifact_stream(
             runner.task.task_id, runner.plan.attempt_index, runner.record.retries, name, handle, limit
         )

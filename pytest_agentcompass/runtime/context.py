@@ -8,16 +8,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..types import TaskSpec, to_jsonable
+from ..vocabulary.types import TaskSpec, to_jsonable
 
 if TYPE_CHECKING:
-    from ..analysis import BaseAnalyzer
-    from ..benchmark import BaseBenchmark
+    from ..analyzers.base import BaseAnalyzer
+    from ..benchmarks.base import BaseBenchmark
+    from ..concurrency.limits import CapacityPermits
     from ..config import RunRequest
     from ..environments.base import BaseEnvironment
     from ..gateway import ModelGateway
     from ..harnesses.base import BaseHarness
-    from ..limits import CapacityPermits
     from .planner import Planner
     from .store import RunStore
     from .strategies import AttemptStrategy
@@ -89,7 +89,7 @@ def task_fingerprint(request_fingerprint: str, task: TaskSpec) -> str:
 def request_fingerprint(req: RunRequest) -> str:
     """A digest of every setting that can change a task's result.
 
-    Retry budget, backoff, ``keep_environment``, limits and reuse only change
+    Retry budget, backoff, ``keep_environment``, limits and carry_over only change
     how a result is reached, so they are left out: changing them keeps
     checkpoints usable.
     """

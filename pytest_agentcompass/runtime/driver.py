@@ -12,10 +12,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from ..concurrency.threads import BlockingCallPool, drain_shared_pools, use_pool, workers_for
 from .orchestrator import OrchestrationResult, Orchestrator
-from .threads import BlockingCallPool, drain_shared_pools, use_pool, workers_for
 
-__all__ = ["TERMINATED_REASON", "Terminated", "drive", "say", "sigterm_interrupts"]
+__all__ = ["TERMINATED_REASON", "Terminated", "drive", "sigterm_interrupts", "write_stderr"]
 
 log = logging.getLogger("pytest_agentcompass")
 
@@ -38,7 +38,7 @@ TERMINATED_MESSAGE = "\nagentcompass: terminated (SIGTERM); recording the run an
 TERMINATED_REASON = "terminated by a SIGTERM"
 
 
-def say(text: str) -> None:
+def write_stderr(text: str) -> None:
     """Write ``text`` to stderr from a signal handler.
 
     ``sys.stderr.write`` there can raise "reentrant call" when the signal came
@@ -67,7 +67,7 @@ def sigterm_interrupts(on_term: Callable[[], object] | None = None) -> Iterator[
     def on_sigterm(signum: int, frame: object) -> None:
         if on_term is not None:
             on_term()
-        say(TERMINATED_MESSAGE)
+        write_stderr(TERMINATED_MESSAGE)
         if on_term is None:
             raise Terminated
 

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..types import RunResult, RunStatus
+from ..vocabulary.types import RunResult, RunStatus
 
 __all__ = ["INTEGRITY_KEY", "enforce", "findings", "flagged", "merge_attempts", "summarize"]
 

@@ -1,14 +1,14 @@
 """The Orchestrator: one worker pool over all requests, in declaration order.
 
-Three groups cooperate: a preparer (requests in order, pipelined), the
-workers (``task_concurrency`` of them, pulling from the first prepared
+Three groups cooperate: an opener (each request's run, in order, pipelined), the
+workers (``task_concurrency`` of them, pulling from the first opened
 request with pending work), and a finalizer (each request as soon as it is
 eligible). The deadline and cancellation are handled here and only here.
 
 A *fed* orchestration is handed its tasks one by one through
 :meth:`Orchestrator.submit` until :meth:`Orchestrator.close_feed` (an xdist
 worker's share of a run); otherwise each request queues its own tasks when it
-is prepared. What a request's preparation and finalization write depends on
+is open. What opening and finalizing a request's run write depends on
 whether this process owns its run directory: the request's role decides that
 (``ownership``), not the Orchestrator.
 """
@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..types import OrchestrationEvent, OrchestrationStatus, RequestState, TaskSpec
+from ..vocabulary.types import OrchestrationEvent, OrchestrationStatus, RequestState, TaskSpec
 from .request import INTERRUPTED_BY_USER, RequestRuntime
 from .task import TaskOutcome
 
@@ -63,8 +63,8 @@ class Orchestrator:
     """Runs the tasks of several requests under one deadline.
 
     :param on_outcome: Called in the loop thread for every terminal task
-        (new, reused, cancelled), as soon as it is known.
-    :param on_event: Called in the loop thread as each request is prepared and finalized.
+        (new, carried over, cancelled), as soon as it is known.
+    :param on_event: Called in the loop thread as each request's run is opened and finalized.
     :param on_retry: Called with ``(task id, stage)`` for every runtime retry.
     :param fed: Tasks are handed over with :meth:`submit` until :meth:`close_feed` (see the module doc).
     :param slots: Permits every running task holds, shared with other processes (run-wide ``task_concurrency``).
@@ -100,7 +100,7 @@ class Orchestrator:
         self._stopping = False
         #: An exception raised by ``on_outcome``; re-raised once everything is finalized.
         self.observer_error: Exception | None = None
-        self._dispatchable = asyncio.Event()  # a request was prepared, or we stop
+        self._dispatchable = asyncio.Event()  # a request's run was opened, or we stop
         self._changed = asyncio.Event()  # pending or active work changed
         self._forced = asyncio.Event()  # a second Ctrl-C: stop waiting for cleanups
         self.started_at = 0.0
@@ -193,7 +193,7 @@ class Orchestrator:
         while self._inbox:
             state, task = self._inbox.popleft()
             outcome = state.accept(task)
-            if outcome is not None:  # recorded (resumed or reused), or its request failed: reported, not run
+            if outcome is not None:  # recorded (resumed or carried over), or its request failed: reported, not run
                 self._notify(outcome)
         self._dispatchable.set()
         self._changed.set()
@@ -227,7 +227,7 @@ class Orchestrator:
             await self._cancel_remaining([], OrchestrationStatus.INTERRUPTED, self.interrupt_reason)
             raise
         self.started_at = time.monotonic()
-        tasks = [asyncio.ensure_future(self._prepare_in_order())]
+        tasks = [asyncio.ensure_future(self._open_runs_in_order())]
         # Never more workers than tasks, each takes one at a time (a task_concurrency of a
         # billion started a billion coroutines for three tasks, and hung).
         workers = min(self.task_concurrency, max(1, sum(len(state.tasks) for state in self.requests)))
@@ -282,7 +282,7 @@ class Orchestrator:
             self.on_tick()
 
     # -- the three groups --------------------------------------------------------
-    async def _prepare_in_order(self) -> None:
+    async def _open_runs_in_order(self) -> None:
         for index, state in enumerate(self.requests):
             # Pipelining: start the next request only when the earlier ones
             # would soon leave workers idle.
@@ -291,10 +291,10 @@ class Orchestrator:
             if self._stopping:
                 return
             if state.failed is None:  # else its preflight failed
-                self.on_event(OrchestrationEvent.PREPARE, state)
-                taken = await state.prepare()
+                self.on_event(OrchestrationEvent.OPEN, state)
+                taken = await state.open_run()
                 if state.failed is None:
-                    self.on_event(OrchestrationEvent.PREPARED, state)
+                    self.on_event(OrchestrationEvent.OPENED, state)
                 self._notify_all(taken)
             if state.failed is not None:
                 self._notify_all(state.fail_unrun())
@@ -307,7 +307,7 @@ class Orchestrator:
                 self._drain()
             state = self._select_state()
             if state is None:
-                if self._stopping or (self._feed_closed and all(s.prepared for s in self.requests)):
+                if self._stopping or (self._feed_closed and all(s.opened for s in self.requests)):
                     return
                 await self._wait(self._dispatchable)
                 continue
@@ -349,21 +349,21 @@ class Orchestrator:
             self._notify(outcome)
 
     def _select_state(self) -> RequestRuntime | None:
-        """The first prepared request, in declaration order, with pending tasks."""
+        """The first request whose run is open, in declaration order, with pending tasks."""
         if self._stopping:
             return None
         for state in self.requests:
-            if state.prepared and state.pending:
+            if state.opened and state.pending:
                 return state
         return None
 
     async def _finalize_ready(self) -> None:
         while True:
             for index, state in enumerate(self.requests):
-                if state.finalized or not state.prepared or not state.drained:
+                if state.finalized or not state.opened or not state.drained:
                     continue
                 if not self._stopping and (
-                    not self._feed_closed or any(s.pending or not s.prepared for s in self.requests[:index])
+                    not self._feed_closed or any(s.pending or not s.opened for s in self.requests[:index])
                 ):
                     continue  # more of its tasks may come, or an earlier request is not done dispatching
                 await self._finalize(state)
@@ -374,10 +374,10 @@ class Orchestrator:
                 for state in self.requests:
                     if state.finalized:
                         continue
-                    if state.prepared:
+                    if state.opened:
                         await self._finalize(state)
-                    else:  # never prepared: its run directory still says so, and is resumable
-                        state.close_unprepared(self.result.reason or "stopped")
+                    else:  # never opened: its run directory still says so, and is resumable
+                        state.close_unopened(self.result.reason or "stopped")
                 return
             await self._wait(self._changed)
 

@@ -1,12 +1,12 @@
 """Who owns a request's run directory: this process, or another one it shares the run with.
 
 Exactly one process owns a run directory (:class:`OwnRun`): it claims it (a
-new run, the newest unfinished one to resume, or a new one that ``reuse``
-copies results into), prepares it before any task runs, and writes how it
+new run, the newest unfinished one to resume, or a new one that ``carry_over``
+copies results into), opens it before any task runs, and writes how it
 ended. In process that is the process running the tasks. Under pytest-xdist
 it is the controller, which runs no task, and the workers share the run
 (:class:`SharedRun`): each runs the tasks handed to it, takes a task whose
-usable detail the owner already put on disk for done, and leaves preparing
+usable detail the owner already put on disk for done, and leaves opening
 and finishing the run to the owner.
 
 A request's runtime (``request.RequestRuntime``) asks its role at
@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from ..errors import AgentCompassError
-from ..types import RequestState, RunStatus, TaskSpec
+from ..vocabulary.errors import AgentCompassError
+from ..vocabulary.types import RequestState, RunStatus, TaskSpec
 from .context import RequestContext
 from .store import (
     claim_run_dir,
     copy_details,
+    find_carry_over_source,
     find_resumable_run,
-    find_reusable_run,
     killed_runs,
     now,
     read_json,
@@ -83,11 +83,11 @@ class RunRole(Protocol):
     #: The run directory continues an interrupted run of the same request.
     resumed: bool
 
-    async def prepare(self, request: RequestView) -> dict[str, TaskOutcome] | None:
+    async def open_run(self, request: RequestView) -> dict[str, TaskOutcome] | None:
         """Make the run directory ready for the request's tasks.
 
         Returns the usable recorded outcome of each task that has one (resumed
-        or reused), or ``None`` when this process prepares nothing and its
+        or carried over), or ``None`` when this process opens nothing and its
         tasks are handed to it one by one (:meth:`recorded` checks each).
         """
         ...
@@ -113,20 +113,20 @@ def claim(
     *,
     resume: bool,
     new_run: bool,
-    reuse: str | None,
+    carry_over: str | None,
 ) -> tuple[OwnRun, Path]:
-    """Claim the run directory this process will own: resumed, reused into, or new.
+    """Claim the run directory this process will own: resumed, carried over into, or new.
 
     :param resume: Continue the newest unfinished run with the same settings, if there is one.
-    :raises AgentCompassError: when ``reuse`` names nothing usable or a live process holds the run.
+    :raises AgentCompassError: when ``carry_over`` names nothing usable or a live process holds the run.
     """
     resumable = None
-    if resume and not reuse and not new_run:
+    if resume and not carry_over and not new_run:
         resumable = find_resumable_run(request_dir, fingerprint)
     run_dir = resumable or request_dir / run_id
     _claim(run_dir, name, fingerprint, shared=False)
-    reuse_dir = find_reusable_run(request_dir, reuse, current=run_dir) if reuse else None
-    return OwnRun(resumed=resumable is not None, reuse_dir=reuse_dir), run_dir
+    source = find_carry_over_source(request_dir, carry_over, current=run_dir) if carry_over else None
+    return OwnRun(resumed=resumable is not None, carry_over_from=source), run_dir
 
 
 def join(run_dir: Path, name: str, fingerprint: str) -> SharedRun:
@@ -148,14 +148,14 @@ def _claim(run_dir: Path, name: str, fingerprint: str, *, shared: bool) -> None:
 class OwnRun:
     """This process owns the run directory.
 
-    :param reuse_dir: An earlier run whose compatible results are copied in (``reuse``).
+    :param carry_over_from: An earlier run whose compatible results are copied in (``carry_over``).
     """
 
     resumed: bool = False
-    reuse_dir: Path | None = None
+    carry_over_from: Path | None = None
 
-    async def prepare(self, request: RequestView) -> dict[str, TaskOutcome]:
-        """Write ``run_info.json``, sweep what killed runs left, copy reused details in; the recorded outcomes."""
+    async def open_run(self, request: RequestView) -> dict[str, TaskOutcome]:
+        """Write ``run_info.json``, sweep what killed runs left, copy carried-over details in; the recorded outcomes."""
         store = request.store
         ctx = request.ctx
         info = store.read_run_info() if self.resumed else {}
@@ -170,8 +170,9 @@ class OwnRun:
             config=request.config_dump,
             tasks_selected=len(request.tasks),
             tasks_wanted=len(request.wanted),
-            reused_from=str(self.reuse_dir) if self.reuse_dir else None,
+            carried_over_from=str(self.carry_over_from) if self.carry_over_from else None,
         )
+        info.pop("reused_from", None)  # its name in runs made by 0.1 (resumed here)
         store.write_run_info(info)
         if self.resumed:
             store.remove_stale_temp_files()
@@ -184,14 +185,14 @@ class OwnRun:
             if run_id != store.run_dir.name:  # swept once: later runs leave it alone
                 reason = f"its process was killed; run {ctx.run_id} removed what it left behind"
                 record_killed(store.run_dir.parent / run_id, reason)
-        # What the interrupted run already finished, told apart from what ``reuse`` copies in.
+        # What the interrupted run already finished, told apart from what ``carry_over`` copies in.
         own = {p.stem for p in store.details_dir.glob("*.json")} if self.resumed else set()
-        if self.reuse_dir is not None:
-            self._copy_reused(request, self.reuse_dir)
+        if self.carry_over_from is not None:
+            self._carry_over(request, self.carry_over_from)
         return self._load_recorded(request, own)
 
     @staticmethod
-    def _copy_reused(request: RequestView, source: Path) -> None:
+    def _carry_over(request: RequestView, source: Path) -> None:
         """Copy compatible, non-error details of ``source`` into this run."""
         by_id = {t.task_id: t for t in request.tasks}
 
@@ -205,9 +206,9 @@ class OwnRun:
             )
 
         copied, skipped = copy_details(source, request.store, wanted, keep)
-        request.note(f"reused {copied} task(s) from {source}")
+        request.note(f"carried over {copied} task(s) from {source}")
         if skipped:
-            request.note(f"{skipped} detail(s) in {source} not reused (errors or a changed config/task)")
+            request.note(f"{skipped} detail(s) in {source} not carried over (errors or a changed config/task)")
 
     @staticmethod
     def _load_recorded(request: RequestView, own: set[str]) -> dict[str, TaskOutcome]:
@@ -229,7 +230,7 @@ class OwnRun:
         return out
 
     def recorded(self, request: RequestView, task: TaskSpec) -> TaskOutcome | None:
-        return None  # what was recorded was taken when the run was prepared
+        return None  # what was recorded was taken when the run was opened
 
     async def finalize(self, request: RequestView, status: RequestState) -> None:
         await request.write_summary(status)
@@ -237,7 +238,7 @@ class OwnRun:
 
     def end(self, request: RequestView, status: RequestState, **extra: Any) -> None:
         store = request.store
-        kept = [e for o in request.outcomes.values() if not (o.reused or o.resumed) for e in o.kept_environments]
+        kept = [e for o in request.outcomes.values() if not (o.carried_over or o.resumed) for e in o.kept_environments]
         store.close()
         try:
             store.update_run_info(
@@ -260,11 +261,11 @@ class SharedRun:
     """Another process owns the run directory; this one runs the tasks handed to it."""
 
     resumed: bool = field(default=False, init=False)
-    #: The owner's ``reuse`` source, read once from ``run_info.json`` (False: none).
-    _reuse_source: Path | Literal[False] | None = field(default=None, init=False, repr=False)
+    #: The owner's ``carry_over`` source, read once from ``run_info.json`` (False: none).
+    _source: Path | Literal[False] | None = field(default=None, init=False, repr=False)
 
-    async def prepare(self, request: RequestView) -> None:
-        return None  # the owner prepared the run before it handed out a task
+    async def open_run(self, request: RequestView) -> None:
+        return None  # the owner opened the run before it handed out a task
 
     def recorded(self, request: RequestView, task: TaskSpec) -> TaskOutcome | None:
         """A detail made with other settings, or of a task ``--lf`` reruns, does not count."""
@@ -278,20 +279,21 @@ class SharedRun:
             return None  # none yet (the common case), or cut short by a kill
         if not isinstance(detail, dict) or detail.get("fingerprint") != request.ctx.task_fingerprint(task):
             return None
-        return outcome_from_detail(request.name, task, detail, path, resumed=not self._copied_by_reuse(request, path))
+        return outcome_from_detail(request.name, task, detail, path, resumed=not self._carried_over(request, path))
 
-    def _copied_by_reuse(self, request: RequestView, path: Path) -> bool:
-        """Whether the owner copied the detail at ``path`` from a ``reuse`` source (else this run made it).
+    def _carried_over(self, request: RequestView, path: Path) -> bool:
+        """Whether the owner copied the detail at ``path`` from a ``carry_over`` source (else this run made it).
 
         The owner names the source in ``run_info.json``; a copy is byte for byte.
         """
-        if self._reuse_source is None:
+        if self._source is None:
             info = request.store.read_run_info()
-            self._reuse_source = Path(info["reused_from"]) if info.get("reused_from") else False
-        if self._reuse_source is False:
+            source = info.get("carried_over_from") or info.get("reused_from")  # its name in runs made by 0.1
+            self._source = Path(source) if source else False
+        if self._source is False:
             return False
         try:
-            return (self._reuse_source / "details" / path.name).read_bytes() == path.read_bytes()
+            return (self._source / "details" / path.name).read_bytes() == path.read_bytes()
         except OSError:
             return False
 

@@ -12,12 +12,12 @@ import numbers
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .._compat import call_user
-from ..errors import ComponentError
-from ..types import EVALUATION_MODES, EvaluationMode, ExecutionPlan, TaskSpec
+from ..vocabulary.errors import ComponentError
+from ..vocabulary.types import EVALUATION_MODES, EvaluationMode, ExecutionPlan, TaskSpec
+from .user_code import call_user
 
 if TYPE_CHECKING:
-    from ..benchmark import BaseBenchmark
+    from ..benchmarks.base import BaseBenchmark
     from ..config import RunRequest
     from ..environments.base import BaseEnvironment
     from ..harnesses.base import BaseHarness

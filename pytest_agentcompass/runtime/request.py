@@ -1,6 +1,6 @@
 """One request's life in a run, and the one owner of its state.
 
-A request is checked (preflight), prepared, has its tasks run and recorded,
+A request is checked (preflight), has its run opened, has its tasks run and recorded,
 and is finalized, or ended early (failed, stopped, timed out, interrupted).
 Every change of its state is a method here, whoever drives it: the
 Orchestrator, in process or on an xdist worker, and the xdist controller,
@@ -17,16 +17,16 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .._compat import call_user
-from ..errors import AgentCompassError, PreflightError
-from ..types import OrchestrationStatus, RequestState, RunResult, RunStatus, TaskSpec, to_jsonable
+from ..vocabulary.errors import AgentCompassError, PreflightError
+from ..vocabulary.types import OrchestrationStatus, RequestState, RunResult, RunStatus, TaskSpec, to_jsonable
 from .context import RequestContext
 from .logs import capture_task_logs
 from .ownership import OwnRun, RunRole
 from .planner import BenchmarkPlanError
 from .store import RunStore, release_run_dir
 from .summary import RequestSummary, aggregate, count_outcomes, flagged_tasks, summary_record
-from .task import TaskOutcome, outcome_from_detail, run_task
+from .task import TaskOutcome, outcome_from_detail, run_attempts
+from .user_code import call_user
 
 __all__ = ["RequestRuntime"]
 
@@ -34,7 +34,7 @@ log = logging.getLogger("pytest_agentcompass")
 
 #: Why a request ran nothing, as each of its tasks says it ("not run: request 'r' <how>").
 FAILED_PREFLIGHT = "failed its preflight"
-NOT_PREPARED = "could not be prepared"
+NOT_OPENED = "could not be prepared"  # its run could not be opened (the words users know)
 INTERRUPTED_BY_USER = "interrupted by the user"
 
 
@@ -71,11 +71,11 @@ class RequestRuntime:
         self.pending: deque[TaskSpec] = deque()
         self.active: dict[str, TaskSpec] = {}
         self.outcomes: dict[str, TaskOutcome] = {}
-        self.prepared = False
+        self.opened = False
         self.finalized = False
-        #: Why the request ran nothing (its preflight or preparation failed), printed once in the summary.
+        #: Why the request ran nothing (its preflight failed, or its run could not be opened), said once in the summary.
         self.failed: str | None = None
-        #: How it failed, as each of its tasks says it (``FAILED_PREFLIGHT``, ``NOT_PREPARED``).
+        #: How it failed, as each of its tasks says it (``FAILED_PREFLIGHT``, ``NOT_OPENED``).
         self.failed_how = FAILED_PREFLIGHT
         self.failed_status = RunStatus.INFERENCE_ERROR  # the status of the tasks of a failed request
         self.metrics: dict[str, Any] | None = None
@@ -88,7 +88,7 @@ class RequestRuntime:
         self.closing_notes: list[str] = []
         #: Run-directory files that could not be written at the end (see :meth:`unwritten_file`).
         self.unwritten: list[str] = []
-        #: Wanted tasks the resumed run had already finished (set by :meth:`prepare`).
+        #: Wanted tasks the resumed run had already finished (set by :meth:`open_run`).
         self.resumed_done = 0
         #: Resources of the request as a whole (a model gateway, say), entered on the loop
         #: that runs its tasks: :meth:`aclose` closes them after the harness and the provider.
@@ -150,17 +150,17 @@ class RequestRuntime:
         except Exception as exc:
             raise PreflightError(f"request {self.name!r}: {_reason(exc)}") from None
 
-    async def prepare(self) -> list[TaskOutcome]:
-        """Prepare the run (the role's part) and queue what is left to run here.
+    async def open_run(self) -> list[TaskOutcome]:
+        """Open the run (the role's part: its directory made ready) and queue what is left to run here.
 
-        Returns the outcomes of wanted tasks taken from resumed or reused details.
+        Returns the outcomes of wanted tasks taken from resumed or carried-over details.
         A failure fails the request (:attr:`failed`) and returns nothing.
         """
         try:
-            recorded = await self.role.prepare(self)
+            recorded = await self.role.open_run(self)
         except Exception as exc:  # a broken request fails alone
             log.error("request %s: preparation failed: %s", self.name, exc)
-            self._fail(f"request {self.name!r}: preparation failed: {type(exc).__name__}: {exc}", NOT_PREPARED)
+            self._fail(f"request {self.name!r}: preparation failed: {type(exc).__name__}: {exc}", NOT_OPENED)
             return []
         taken: list[TaskOutcome] = []
         if recorded is not None:  # else its tasks are handed over one by one (:meth:`accept`)
@@ -176,11 +176,11 @@ class RequestRuntime:
             if self.order:
                 # pytest's item order wins (``--ff``, ``-p randomly``, reordering plugins).
                 self.pending = deque(sorted(self.pending, key=lambda t: self.order.get(t.task_id, 0)))
-        self.prepared = True
+        self.opened = True
         return taken
 
-    async def prepare_for_others(self) -> None:
-        """Check and prepare a run whose tasks other processes run (the xdist controller), on one loop.
+    async def open_run_for_others(self) -> None:
+        """Check and open a run whose tasks other processes run (the xdist controller), on one loop.
 
         What the checks opened on that loop (a harness's model client, the provider's
         clients, :attr:`resources`) is closed before the loop ends: no task runs here.
@@ -188,19 +188,19 @@ class RequestRuntime:
         try:
             await self.preflight()
             if self.failed is None:
-                await self.prepare()  # a failure is recorded; the other processes run the tasks all the same
+                await self.open_run()  # a failure is recorded; the other processes run the tasks all the same
         finally:
             await self.aclose()
 
     def _fail(self, message: str, how: str) -> None:
-        self.failed, self.failed_how, self.prepared = message, how, True
+        self.failed, self.failed_how, self.opened = message, how, True
 
     # -- tasks ---------------------------------------------------------------------
     def accept(self, task: TaskSpec) -> TaskOutcome | None:
         """Take ``task``, handed over to run here; its outcome if it is not to run (recorded, or the request failed)."""
         self.wanted.add(task.task_id)
         recorded = self.role.recorded(self, task)
-        if recorded is not None:  # resumed or reused: reported, not run
+        if recorded is not None:  # resumed or carried over: reported, not run
             self.outcomes[task.task_id] = recorded
             return recorded
         if self.failed is not None:  # handed over after its request failed
@@ -228,7 +228,7 @@ class RequestRuntime:
 
     async def _run(self, task: TaskSpec) -> TaskOutcome:
         with capture_task_logs() as capture:
-            outcome = await run_task(self.ctx, task)
+            outcome = await run_attempts(self.ctx, task)
         redactor = self.store.redactor
         if redactor:  # a key read at run time is no ${VAR}: mask it in what the report shows
             outcome.logs = [redactor.text(line) for line in capture.logs]
@@ -256,11 +256,11 @@ class RequestRuntime:
     def cancel_unfinished(
         self, status: OrchestrationStatus, reason: str, running: Sequence[TaskSpec]
     ) -> list[TaskOutcome]:
-        """Record as cancelled what is pending and ``running`` (every wanted task, if not prepared yet).
+        """Record as cancelled what is pending and ``running`` (every wanted task, if its run is not open yet).
 
         A cancelled task counts as an error, not as nothing. The run records how it ended.
         """
-        if self.prepared:
+        if self.opened:
             unfinished = [*self.pending, *running]
         else:  # a Ctrl-C during the preflights
             unfinished = [t for t in self.tasks if t.task_id in self.wanted and t.task_id not in self.outcomes]
@@ -362,8 +362,8 @@ class RequestRuntime:
         self.end(RequestState.FAILED, self.failed)
         self.finalized = True
 
-    def close_unprepared(self, reason: str) -> None:
-        """A request the run stopped before preparing it: its run says so (and is resumable)."""
+    def close_unopened(self, reason: str) -> None:
+        """A request the run stopped before its run was opened: the run directory says so (and is resumable)."""
         self.end(RequestState.STOPPED, reason)
         self.finalized = True
 
@@ -378,22 +378,20 @@ class RequestRuntime:
         """Finalize a run other processes ran (the xdist controller), from the details they wrote, once.
 
         Returns every detail read (the run's page is rendered from them), or
-        ``None`` when there is nothing to report: the request was never prepared
+        ``None`` when there is nothing to report: the request's run was never opened
         and no task of it was left to record. The request is :attr:`finalized`
         only when its summary was written (completed, or stopped by ``-x``).
 
         :param notes: What the other processes noted mid-run (an engine that stopped answering).
         """
-        if not self.prepared and (
-            ending is OrchestrationStatus.COMPLETED or not self.wanted or self.failed is not None
-        ):
+        if not self.opened and (ending is OrchestrationStatus.COMPLETED or not self.wanted or self.failed is not None):
             if ending is OrchestrationStatus.INTERRUPTED and self.failed is None:
                 # A Ctrl-C before any task was handed out: recorded, not left "created".
                 self.end(RequestState.INTERRUPTED, reason or INTERRUPTED_BY_USER)
             else:
                 self.release()
             return None
-        # (Unprepared but with tasks chosen: a Ctrl-C during the preflights. Its
+        # (Not opened but with tasks chosen: a Ctrl-C during the preflights. Its
         # tasks are recorded as cancelled below, as in process.)
         self.notes.extend(n for n in notes if n not in self.notes)
         by_id = {t.task_id: t for t in self.tasks}
@@ -405,10 +403,10 @@ class RequestRuntime:
             if task is None or detail.get("fingerprint") != self.ctx.task_fingerprint(task):
                 continue
             outcome = outcome_from_detail(self.name, task, detail, self.store.detail_path(task.task_id))
-            # Recorded before this session (taken when the run was prepared): resumed, or copied by reuse.
+            # Recorded before this session (taken when the run was opened): resumed, or carried over.
             before = self.outcomes.get(task.task_id)
             outcome.resumed = before is not None and before.resumed
-            outcome.reused = before is not None and before.reused
+            outcome.carried_over = before is not None and before.carried_over
             outcome.slim()
             self.outcomes[task.task_id] = outcome
         missing = {t for t in self.wanted if t not in self.outcomes}
@@ -436,7 +434,7 @@ class RequestRuntime:
         self.notes.append(text)
 
     def unwritten_file(self, name: str, exc: Exception) -> None:
-        """``name`` could not be written: said in the summary, and the session fails (plugin/ci.py)."""
+        """``name`` could not be written: said in the summary, and the session fails (plugin/verdicts.py)."""
         message = f"could not write {name} in {self.store.run_dir}: {type(exc).__name__}: {exc}"
         log.warning("request %s: %s", self.name, message)
         self.notes.append(message)
@@ -459,7 +457,7 @@ class RequestRuntime:
             kept_environments=tuple(
                 (outcome.task.task_id, env)
                 for outcome in self.outcomes.values()
-                if not (outcome.reused or outcome.resumed)
+                if not (outcome.carried_over or outcome.resumed)
                 for env in outcome.kept_environments
             ),
             flagged=tuple(flagged_tasks(self.tasks, self.outcomes)),

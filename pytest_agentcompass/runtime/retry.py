@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import EnvironmentLost, WorkspacePathError
-from ..types import EvaluationMode
+from ..vocabulary.errors import EnvironmentLost, WorkspacePathError
+from ..vocabulary.types import EvaluationMode
 
 __all__ = [
     "AGENT_STAGES",

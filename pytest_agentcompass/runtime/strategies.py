@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from ..types import RunResult, RunStatus
+from ..vocabulary.types import RunResult, RunStatus
 
 __all__ = ["AttemptScheduler", "AttemptStrategy", "AverageStrategy", "PassStrategy", "STRATEGIES"]
 

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
-from .._compat import call_user
-from ..benchmark import BaseBenchmark
+from ..benchmarks.base import BaseBenchmark
 from ..models.usage import sum_usage
-from ..types import RunResult, RunStatus, TaskSpec, TaskState
+from ..vocabulary.types import RunResult, RunStatus, TaskSpec, TaskState
 from .context import RequestContext
 from .integrity import findings, flagged
 from .store import read_json
 from .task import TaskOutcome
+from .user_code import call_user
 
 __all__ = [
     "RequestSummary",
@@ -70,7 +70,7 @@ def count_outcomes(outcomes: Iterable[TaskOutcome]) -> dict[str, int]:
             "environment_errors",
             "task_errors",
             "integrity_flagged",
-            "reused",
+            "carried_over",
             "resumed",
             "retries",
         ),
@@ -85,7 +85,7 @@ def count_outcomes(outcomes: Iterable[TaskOutcome]) -> dict[str, int]:
         counts["environment_errors"] += outcome.result.status is RunStatus.ENVIRONMENT_ERROR
         counts["task_errors"] += outcome.result.status is RunStatus.TASK_ERROR
         counts["integrity_flagged"] += flagged(outcome.result)
-        counts["reused"] += outcome.reused
+        counts["carried_over"] += outcome.carried_over
         counts["resumed"] += outcome.resumed
         counts["retries"] += outcome.retries
     return counts
@@ -110,7 +110,7 @@ def summary_record(outcome: TaskOutcome) -> dict[str, Any]:
         "status": outcome.result.status.value,
         "score": outcome.result.score,
         "passed": outcome.passed,
-        "reused": outcome.reused,
+        "carried_over": outcome.carried_over,
         "resumed": outcome.resumed,
     }
 

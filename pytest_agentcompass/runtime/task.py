@@ -5,24 +5,25 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from .._compat import call_user
-from ..analysis import select_analyzers
+from ..analyzers.base import select_analyzers
 from ..models.usage import sum_usage
-from ..types import RunResult, RunStatus, TaskSpec
+from ..vocabulary.types import RunResult, RunStatus, TaskSpec
 from .attempt import AttemptRecord, AttemptRunner
 from .context import RequestContext
 from .integrity import INTEGRITY_KEY, enforce, merge_attempts
 from .planner import BenchmarkPlanError
 from .strategies import AttemptScheduler
 from .traces import format_trace
+from .user_code import call_user
 
-__all__ = ["TaskOutcome", "outcome_from_detail", "run_task"]
+__all__ = ["TaskOutcome", "outcome_from_detail", "run_attempts"]
 
 log = logging.getLogger("pytest_agentcompass")
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -46,8 +47,8 @@ class TaskOutcome:
     duration: float = 0.0
     #: The task's detail file (a ``str``: ten thousand ``Path`` objects are megabytes).
     detail_path: str | None = None
-    #: Taken from an earlier run's record (``reuse``), or from the interrupted run this one resumes.
-    reused: bool = False
+    #: Taken from an earlier run's record (``carry_over``), or from the interrupted run this one resumes.
+    carried_over: bool = False
     resumed: bool = False
     logs: list[str] = field(default_factory=list)
     #: What the task printed (stdout and stderr), shown with its report.
@@ -57,6 +58,16 @@ class TaskOutcome:
     #: Why its request ran nothing (a failed preflight): printed once in the
     #: summary, and carried by each task's junit error.
     not_run_reason: str | None = None
+
+    @property
+    def reused(self) -> bool:
+        """The name :attr:`carried_over` had before (until 0.3.0)."""
+        warnings.warn(
+            "TaskOutcome.reused is now TaskOutcome.carried_over; the old name stops working in 0.3.0",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.carried_over
 
     def slim(self) -> None:
         """Drop what only reporting needed, once reported: output, artifacts,
@@ -80,7 +91,7 @@ class TaskOutcome:
         self.trace = None
 
 
-async def run_task(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
+async def run_attempts(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
     """Run the missing attempts of ``task`` and write its detail record."""
     started = time.monotonic()
     execution = ctx.req.execution
@@ -238,7 +249,7 @@ def _detail(
 def outcome_from_detail(
     request: str, task: TaskSpec, detail: dict[str, Any], path: str | Path, *, resumed: bool = False
 ) -> TaskOutcome:
-    """Rebuild a :class:`TaskOutcome` from a recorded detail (reuse and resume)."""
+    """Rebuild a :class:`TaskOutcome` from a recorded detail (carried over, or resumed)."""
     result = RunResult.from_dict(detail)
     return TaskOutcome(
         request=request,
@@ -254,6 +265,6 @@ def outcome_from_detail(
         trace=detail.get("trace"),
         duration=float(detail.get("duration", 0.0)),
         detail_path=str(path),
-        reused=not resumed,
+        carried_over=not resumed,
         resumed=resumed,
     )

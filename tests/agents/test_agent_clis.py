@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_agentcompass.registry import AGENT_IDS
+from pytest_agentcompass.runtime.registry import AGENT_IDS
 
 from agent_scripts import AGENT_PARAMS, agent_task, fill_agent_cache, offline, responder_for
 from conftest import write_config

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from pytest_agentcompass.agents_cache.recipe import AgentInstall
 from pytest_agentcompass.environments.base import SessionConfig
 from pytest_agentcompass.environments.docker_derived import AgentImages, with_agent
-from pytest_agentcompass.errors import SessionError
+from pytest_agentcompass.vocabulary.agent_install import AgentInstall
+from pytest_agentcompass.vocabulary.errors import SessionError
 
 from conftest import docker_has
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from store_writes import not_through_the_store, writes_under
 
 from agent_scripts import COMMAND, IMAGE, NO_AGENT_DOCKER, agent_task, offline
 from conftest import docker_has, write_config
@@ -130,7 +131,9 @@ def test_a_sixth_agent_is_one_small_class(
     pytester: pytest.Pytester, registry: LocalRegistry, server: ScriptedServer
 ) -> None:
     config(pytester, server, "MyAgent")
-    pytester.runpytest(*RUN).assert_outcomes(passed=1)
+    with writes_under(pytester.path / "runs") as writes:
+        pytester.runpytest(*RUN).assert_outcomes(passed=1)
+    assert not_through_the_store(writes) == [], "the install, the gateway and the agent write through the store"
     record = detail(pytester)
     assert record["metadata"]["agent_install"]["installed"] is True
     assert record["metadata"]["usage"] == server.reported() == {

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentcompass.agents_cache import (
+from pytest_agentcompass.harnesses.agents.cache import (
     FetchError,
     NpmPackage,
     PackageCache,

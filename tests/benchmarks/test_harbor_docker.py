@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from harbor_tasks import (
     run_dir,
     write_task,
 )
+from store_writes import not_through_the_store, writes_under
 
 from conftest import write_config
 
@@ -318,3 +320,17 @@ print("ok")
     context.mkdir()
     done = subprocess.run([sys.executable, "-c", script, str(context)], capture_output=True, text=True, check=False)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_only_the_store_writes_in_the_run_directory(pytester: pytest.Pytester, own_images: list[Path]) -> None:
+    """An image build, the agent's run and the verifier: every file and folder under the run
+    directory is made by the store (the build log through the provider's ``run_files``)."""
+    own_images.append(write_task(pytester.path / "tasks", "built", unique=True))
+    write_config(pytester, [harbor_request("written", "tasks")])
+    with writes_under(pytester.path / "runs") as writes:
+        pytester.runpytest("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    (log,) = (run_dir(pytester.path, "written") / "images").glob("*.log")
+    assert "Successfully built" in log.read_text()
+    written = {w.path.split(os.sep)[2] for w in writes if w.path.count(os.sep) >= 2}
+    assert {"images", "details", "artifacts"} <= written, "the hook saw the run's files"
+    assert not_through_the_store(writes) == []

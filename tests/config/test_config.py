@@ -122,11 +122,11 @@ def test_variable_defaults_apply_when_unset_and_are_no_secret(tmp_path: Path) ->
 
 
 def test_an_unset_variable_without_default_names_its_line(tmp_path: Path) -> None:
-    text = GOOD + "    reuse: '${RUN_TO_REUSE}'\n    harness: {id: '${HARNESS:-none}'}\n"
+    text = GOOD + "    carry_over: '${RUN_TO_CARRY_OVER}'\n    harness: {id: '${HARNESS:-none}'}\n"
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as info:
         load_config(path, environ={})
-    assert str(info.value) == f"{path}:4: requests[0].reuse: environment variable RUN_TO_REUSE is not set"
+    assert str(info.value) == f"{path}:4: requests[0].carry_over: environment variable RUN_TO_CARRY_OVER is not set"
 
 
 def test_a_typo_in_model_params_is_a_config_error(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcompass.config import load_config
-from pytest_agentcompass.errors import ConfigError
+from pytest_agentcompass.vocabulary.errors import ConfigError
 
 BENCH = """
 import dataclasses

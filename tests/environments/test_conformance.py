@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_agentcompass import BaseEnvironment, EnvironmentSpec, LocalEnvironment
-from pytest_agentcompass.testing import EnvironmentConformance
+from pytest_agentcompass.environments.conformance import EnvironmentConformance
 
 from tracing import TracingEnvironment
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from pytest_agentcompass import BaseEnvironment, EnvironmentSpec
+from pytest_agentcompass.environments.conformance import EnvironmentConformance
 from pytest_agentcompass.environments.docker import DockerEnvironment
-from pytest_agentcompass.testing import EnvironmentConformance
 
 from conftest import start_pytest, tracing_request, write_config
 from tracing import read_trace
@@ -183,7 +183,7 @@ def test_second_interrupt_still_removes_this_runs_containers(pytester: pytest.Py
 def test_sweep_removes_what_a_killed_run_left() -> None:
     import asyncio
 
-    from pytest_agentcompass.testing import make_plan
+    from pytest_agentcompass.environments.conformance import make_plan
 
     provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE}))
     run_id = f"sweep-{uuid.uuid4().hex[:8]}"
@@ -202,7 +202,7 @@ def test_cancel_while_the_exec_is_starting_kills_it() -> None:
     """A cancel that lands while ``exec_start`` is in flight still kills the exec once it runs."""
     import asyncio
 
-    from pytest_agentcompass.testing import make_plan
+    from pytest_agentcompass.environments.conformance import make_plan
 
     provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE}))
     mark = uuid.uuid4().hex
@@ -211,7 +211,7 @@ def test_cancel_while_the_exec_is_starting_kills_it() -> None:
     async def scenario() -> str:
         session = await provider.open(provider.build_config(make_plan(), "task", {"agentcompass.conformance": mark}))
         try:
-            from pytest_agentcompass.environments import docker as docker_module
+            from pytest_agentcompass.environments import docker_session as docker_module
 
             real_start = docker_module.exec_output
             loop = asyncio.get_running_loop()
@@ -246,7 +246,7 @@ def run_in_session(scenario: Any) -> Any:
     """Run ``scenario(session)`` in a new container, removed after."""
     import asyncio
 
-    from pytest_agentcompass.testing import make_plan
+    from pytest_agentcompass.environments.conformance import make_plan
 
     provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE}))
     mark = uuid.uuid4().hex

@@ -21,8 +21,8 @@ import pytest
 from test_docker import IMAGE, containers
 
 from pytest_agentcompass import EnvironmentSpec
+from pytest_agentcompass.environments.conformance import make_plan
 from pytest_agentcompass.environments.docker import DockerEnvironment, DockerSession
-from pytest_agentcompass.testing import make_plan
 
 from conftest import write_config
 

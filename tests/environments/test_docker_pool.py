@@ -20,9 +20,9 @@ from engines import IMAGE, Engines, SshLoopback, TcpProxy, Unavailable, make_cer
 
 from pytest_agentcompass import BaseEnvironment, EnvironmentSpec
 from pytest_agentcompass.environments.base import SessionConfig
+from pytest_agentcompass.environments.conformance import EnvironmentConformance
 from pytest_agentcompass.environments.docker import DockerEnvironment
-from pytest_agentcompass.errors import SessionError
-from pytest_agentcompass.testing import EnvironmentConformance
+from pytest_agentcompass.vocabulary.errors import SessionError
 
 from conftest import SUITES, write_config
 

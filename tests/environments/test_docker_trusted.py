@@ -16,9 +16,9 @@ import pytest
 from test_docker import IMAGE, containers
 
 from pytest_agentcompass import EnvironmentSpec
+from pytest_agentcompass.environments.conformance import make_plan
 from pytest_agentcompass.environments.docker import DockerEnvironment
-from pytest_agentcompass.errors import SessionError
-from pytest_agentcompass.testing import make_plan
+from pytest_agentcompass.vocabulary.errors import SessionError
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ import pytest
 
 from pytest_agentcompass import EnvironmentSpec, ExecutionPlan, LocalEnvironment, PolicyError, WorkspacePathError
 from pytest_agentcompass.environments.local import LocalSession
-from pytest_agentcompass.errors import SessionError
+from pytest_agentcompass.vocabulary.errors import SessionError
 
 
 def plan(**policies: str) -> ExecutionPlan:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentcompass.environments import workspaces
+from pytest_agentcompass.environments import mounts
 from pytest_agentcompass.environments.local import LocalSession
-from pytest_agentcompass.errors import SessionError
+from pytest_agentcompass.vocabulary.errors import SessionError
 
 from local_workspaces import local_provider, open_session
 
@@ -40,7 +40,7 @@ def victim(tmp_path: Path) -> Iterator[Path]:
     try:
         yield data
     finally:
-        for point in workspaces.mount_points(tmp_path):
+        for point in mounts.mount_points(tmp_path):
             subprocess.run(["umount", "-l", os.fsdecode(point)], check=False)
 
 
@@ -74,7 +74,7 @@ def test_a_mount_in_a_workspace_is_detached_never_emptied(tmp_path: Path, victim
 
     asyncio.run(main())
     assert intact(victim)
-    assert workspaces.mount_points(base) == []
+    assert mounts.mount_points(base) == []
 
 
 def test_a_mount_that_cannot_be_detached_is_named_and_nothing_is_removed(
@@ -83,7 +83,7 @@ def test_a_mount_that_cannot_be_detached_is_named_and_nothing_is_removed(
     """No right to detach (``EPERM``): one clear error naming the mount point, the workspace and the data stay."""
     base = tmp_path / "ws"
     base.mkdir()
-    monkeypatch.setattr(workspaces, "_detach", lambda point: errno.EPERM)
+    monkeypatch.setattr(mounts, "_detach", lambda point: errno.EPERM)
 
     async def main() -> LocalSession:
         provider = local_provider(base)

@@ -18,7 +18,7 @@ import pytest
 
 from pytest_agentcompass.environments.local import LocalSession
 from pytest_agentcompass.environments.workspaces import FLAT_REMOVAL_ENTRIES, InlineRemoval
-from pytest_agentcompass.errors import SessionError
+from pytest_agentcompass.vocabulary.errors import SessionError
 
 from conftest import start_pytest, write_config
 from local_workspaces import local_provider, lock, locked, open_session, unlock

@@ -19,7 +19,7 @@ import pytest
 from pytest_agentcompass import EnvironmentSpec, LocalEnvironment
 from pytest_agentcompass.environments import process, workspaces
 from pytest_agentcompass.environments.workspaces import InlineRemoval
-from pytest_agentcompass.errors import SessionError
+from pytest_agentcompass.vocabulary.errors import SessionError
 
 from local_workspaces import local_provider, lock, open_session, unlock
 

@@ -17,7 +17,7 @@ from pytest_agentcompass import (
     apply_verifier_result,
     read_artifact,
 )
-from pytest_agentcompass.testing import make_plan
+from pytest_agentcompass.environments.conformance import make_plan
 
 
 async def session_with(tmp_path: Path, files: dict[str, bytes]):  # type: ignore[no-untyped-def]

@@ -9,7 +9,8 @@ import pytest
 
 from pytest_agentcompass.gateway.reading import AnswerReader, SSEParser
 
-from model_upstream import PROTOCOLS, render, stream_events, tool
+from model_rendering import render, stream_events
+from model_script import PROTOCOLS, tool
 
 TURN = tool("search", {"query": "größe", "limit": 3}, content="Looking it up.", prompt_tokens=321, completion_tokens=54)
 USAGE = {"prompt_tokens": 321, "completion_tokens": 54, "total_tokens": 375}

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from pytest_agentcompass.concurrency.limits import reset_limits
 from pytest_agentcompass.config import ModelSpec
-from pytest_agentcompass.errors import PreflightError
-from pytest_agentcompass.limits import reset_limits
 from pytest_agentcompass.models import ChatModel, ModelCallError, resolve_model
 from pytest_agentcompass.models.client import MalformedResponseError, require_openai
 from pytest_agentcompass.models.usage import Usage, sum_usage
+from pytest_agentcompass.vocabulary.errors import PreflightError
 
 from openai_server import ScriptedServer, answer, error, garbage, scripted_server, slow, tool_call
 
@@ -284,7 +284,7 @@ def test_client_loggers_mask_the_key(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_short_placeholder_keys_are_not_masked() -> None:
-    from pytest_agentcompass.redact import Redactor, add_runtime_secret
+    from pytest_agentcompass.vocabulary.redact import Redactor, add_runtime_secret
 
     add_runtime_secret("none")
     assert Redactor().text("none of this is secret") == "none of this is secret"

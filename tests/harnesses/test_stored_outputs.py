@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcompass.runtime.store import RunStore
-from pytest_agentcompass.types import RunResult
+from pytest_agentcompass.vocabulary.types import RunResult
 
 from agent_helpers import detail, run_dir, trajectory, write_agent_config
 from openai_server import ScriptedServer, answer, error, scripted_server, tool_call

@@ -105,7 +105,7 @@ def test_no_heavy_imports_without_the_option(pytester: pytest.Pytester) -> None:
 
 
 def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
-    """No import cycle hides behind the usual import order (``_compat`` first failed)."""
+    """No import cycle hides behind the usual import order (the user-code caller, then ``_compat``, first failed)."""
     package = Path(pytest_agentcompass.__file__).parent
     names = sorted(
         "pytest_agentcompass." + ".".join(path.relative_to(package).with_suffix("").parts)
@@ -227,8 +227,8 @@ def test_installed_components_resolve_through_entry_points(
 def test_entry_points_are_read_only_for_an_id_that_is_not_built_in(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_agentcompass import registry
-    from pytest_agentcompass.errors import ComponentError
+    from pytest_agentcompass.runtime import registry
+    from pytest_agentcompass.vocabulary.errors import ComponentError
 
     scans: list[int] = []
     real = importlib.metadata.entry_points

@@ -40,7 +40,8 @@ import json, os
 
 def pytest_agentcompass_task_finished(item, outcome):
     with open(os.environ["HOOK_LOG"], "a") as fh:
-        fh.write(json.dumps({"hook": "task", "task": outcome.task.task_id, "reused": outcome.reused}) + "\\n")
+        line = {"hook": "task", "task": outcome.task.task_id, "carried_over": outcome.carried_over}
+        fh.write(json.dumps(line) + "\\n")
 
 def pytest_agentcompass_request_finalized(request, summary):
     with open(os.environ["HOOK_LOG"], "a") as fh:
@@ -73,10 +74,10 @@ def calls(log: Path) -> list[dict[str, object]]:
     return lines
 
 
-def check(lines: list[dict[str, object]], *, reused: bool) -> None:
+def check(lines: list[dict[str, object]], *, carried_over: bool) -> None:
     tasks = Counter(str(c["task"]) for c in lines if c["hook"] == "task")
     assert tasks == {"e0": 1, "e1": 1, "e2": 1}
-    assert all(c["reused"] is reused for c in lines if c["hook"] == "task")
+    assert all(c["carried_over"] is carried_over for c in lines if c["hook"] == "task")
     (request,) = [c for c in lines if c["hook"] == "request"]
     summary = request["summary"]
     assert isinstance(summary, dict)
@@ -84,18 +85,18 @@ def check(lines: list[dict[str, object]], *, reused: bool) -> None:
     assert summary["counts"]["tasks"] == 3
 
 
-def test_hooks_fire_in_process_for_run_and_reused_tasks(pytester: pytest.Pytester, suite: Path) -> None:
+def test_hooks_fire_in_process_for_run_and_carried_over_tasks(pytester: pytest.Pytester, suite: Path) -> None:
     pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml").assert_outcomes(passed=1, failed=2)
-    check(calls(suite), reused=False)
-    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "--agentcompass-reuse=latest")
+    check(calls(suite), carried_over=False)
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "--agentcompass-carry-over=latest")
     result.assert_outcomes(passed=1, failed=2)
-    check(calls(suite), reused=True)
+    check(calls(suite), carried_over=True)
 
 
 def test_hooks_fire_under_xdist(pytester: pytest.Pytester, suite: Path) -> None:
     result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2")
     result.assert_outcomes(passed=1, failed=2)
-    check(calls(suite), reused=False)
+    check(calls(suite), carried_over=False)
 
 
 def test_print_in_a_task_goes_to_its_report(pytester: pytest.Pytester, suite: Path) -> None:

@@ -316,7 +316,7 @@ def test_a_secret_cut_by_an_output_cap_is_masked_in_pieces(
 
 def test_a_secret_quoted_in_json_is_masked_whole() -> None:
     """JSON escapes a secret's quotes and backslashes: ``P@ss<w>&\\"r\\\\d1234`` kept three characters."""
-    from pytest_agentcompass.redact import Redactor
+    from pytest_agentcompass.vocabulary.redact import Redactor
 
     secret = 'P@ss<w>&"r\\d1234'
     message = "bad payload " + json.dumps({"k": secret}) + " and " + json.dumps({"k": secret}, ensure_ascii=False)

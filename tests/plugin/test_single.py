@@ -43,6 +43,6 @@ def test_tasks_run_one_by_one_under_pytests_own_protocol(pytester: pytest.Pytest
     assert runs == ["t0", "t1", "t2"], "in item order"
     (run_dir,) = (pytester.path / "runs/a").iterdir()
     assert sorted(p.stem for p in (run_dir / "details").glob("*.json")) == ["t0", "t1", "t2"]
-    # As docs/how-it-works.md says: the run directory is claimed, never prepared or finalized.
+    # As docs/how-it-works.md says: the run directory is claimed, never opened or finalized.
     assert json.loads((run_dir / "run_info.json").read_text())["status"] == "created"
     assert not (run_dir / "summary.json").exists()

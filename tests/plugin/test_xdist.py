@@ -1,5 +1,5 @@
 """``-n`` through pytest-xdist: workers run their tasks concurrently under run-wide limits,
-the controller owns the run directories (resume, reuse, finalization, hooks)."""
+the controller owns the run directories (resume, carry-over, finalization, hooks)."""
 
 from __future__ import annotations
 
@@ -114,22 +114,22 @@ def test_plain_tests_and_tasks_together_under_xdist(pytester: pytest.Pytester, t
     result.stdout.fnmatch_lines(["*PASSED test_unit.py::test_unit?0?*", "*PASSED agentcompass.yaml::a::t5*"])
 
 
-def test_reuse_resume_and_last_failed_under_xdist(pytester: pytest.Pytester, trace: Path) -> None:
+def test_carry_over_resume_and_last_failed_under_xdist(pytester: pytest.Pytester, trace: Path) -> None:
     write_config(pytester, [tracing_request("a", trace, n=6, wrong=["t2"])])
     first = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)
     first.assert_outcomes(passed=5, failed=1)
     ran = len([e for e in read_trace(trace) if e["event"] == "run_task"])
     assert ran == 6
 
-    reused = pytester.runpytest_subprocess(
-        "--agentcompass=agentcompass.yaml", "-n", "2", "--agentcompass-reuse=latest", timeout=GUARD
+    carried = pytester.runpytest_subprocess(
+        "--agentcompass=agentcompass.yaml", "-n", "2", "--agentcompass-carry-over=latest", timeout=GUARD
     )
-    reused.assert_outcomes(passed=5, failed=1)
-    reused.stdout.fnmatch_lines(["*a: 6 tasks, 5 passed, 1 failed, 0 errors, 6 reused*"])
+    carried.assert_outcomes(passed=5, failed=1)
+    carried.stdout.fnmatch_lines(["*a: 6 tasks, 5 passed, 1 failed, 0 errors, 6 carried over*"])
     assert len([e for e in read_trace(trace) if e["event"] == "run_task"]) == ran, "nothing ran again"
 
     last_failed = pytester.runpytest_subprocess(
-        "--agentcompass=agentcompass.yaml", "-n", "2", "--lf", "--agentcompass-reuse=latest", timeout=GUARD
+        "--agentcompass=agentcompass.yaml", "-n", "2", "--lf", "--agentcompass-carry-over=latest", timeout=GUARD
     )
     last_failed.assert_outcomes(failed=1)
     runs = [e["task"] for e in read_trace(trace) if e["event"] == "run_task"][ran:]
@@ -260,13 +260,13 @@ def test_a_fixture_supplied_benchmark_under_xdist(pytester: pytest.Pytester, tra
     assert run_info(only_run(pytester, "a"))["status"] == "completed"
 
 
-def test_reuse_of_nothing_under_xdist_is_one_clear_error(pytester: pytest.Pytester, trace: Path) -> None:
+def test_carry_over_of_nothing_under_xdist_is_one_clear_error(pytester: pytest.Pytester, trace: Path) -> None:
     write_config(pytester, [tracing_request("a", trace, n=2)])
     result = pytester.runpytest_subprocess(
-        "--agentcompass=agentcompass.yaml", "-n", "2", "--agentcompass-reuse=latest", timeout=GUARD
+        "--agentcompass=agentcompass.yaml", "-n", "2", "--agentcompass-carry-over=latest", timeout=GUARD
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*reuse: latest: no earlier run with results under*"])
+    result.stderr.fnmatch_lines(["*carry_over: latest: no earlier run with results under*"])
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
     assert not read_trace(trace) or not [e for e in read_trace(trace) if e["event"] == "run_task"]
 
@@ -333,7 +333,7 @@ def test_dist_each_is_refused(pytester: pytest.Pytester, trace: Path) -> None:
     assert not read_trace(trace) and not (pytester.path / "runs").exists()
 
 
-def test_a_resumed_run_under_xdist_says_resumed_not_reused(pytester: pytest.Pytester, trace: Path) -> None:
+def test_a_resumed_run_under_xdist_says_resumed_not_carried_over(pytester: pytest.Pytester, trace: Path) -> None:
     write_config(pytester, [tracing_request("a", trace, n=6, wrong=["t1"])], task_concurrency=1)
     first = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-x", timeout=GUARD)
     first.assert_outcomes(passed=1, failed=1)  # t0, t1, then -x stops the run
@@ -344,9 +344,9 @@ def test_a_resumed_run_under_xdist_says_resumed_not_reused(pytester: pytest.Pyte
     resumed.stdout.fnmatch_lines(
         ["*agentcompass: a: resuming *(2 of 6 tasks done)*", "*a: 6 tasks, 5 passed, 1 failed, 0 errors, 2 resumed*"]
     )
-    assert " reused" not in resumed.stdout.str() and "reused from" not in resumed.stdout.str()
+    assert " carried over" not in resumed.stdout.str() and "carried over from" not in resumed.stdout.str()
     props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "j.xml").iter("property")}
-    assert props.get("agentcompass.reused") in (None, "False")
+    assert props.get("agentcompass.carried_over") in (None, "False")
 
 
 def test_ctrl_c_on_the_controller_alone_cancels_the_workers_tasks(pytester: pytest.Pytester, trace: Path) -> None:

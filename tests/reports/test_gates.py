@@ -141,3 +141,25 @@ def test_gate_item_under_xdist(
     assert (cases["gates"].find("failure") is not None) == bool(code)
     if code:
         result.stdout.fnmatch_lines(["*pass@1 = 0.5 is below the minimum 0.7*"])
+
+
+def test_gate_names_are_checked_where_the_runtime_builds_the_request(tmp_path: Path) -> None:
+    """Not in the pytest face: any caller of ``build_request`` gets the config error."""
+    from pytest_agentcompass import ComponentRef, ConfigError, HarnessFreeBenchmark, RunRequest, TaskSpec
+    from pytest_agentcompass.runtime.assembly import build_request
+    from pytest_agentcompass.runtime.registry import Registry
+
+    class TwoTasks(HarnessFreeBenchmark):
+        def load_tasks(self, req: RunRequest) -> list[TaskSpec]:
+            return [TaskSpec("a"), TaskSpec("b")]
+
+    registry = Registry(tmp_path)
+    registry.register("benchmark", "two", TwoTasks)
+    req = RunRequest(name="r", benchmark=ComponentRef(id="two"), gates={"accuracy": 0.5, "pass@1": 1.5})
+    with pytest.raises(ConfigError) as caught:
+        build_request(0, req, registry)
+    assert str(caught.value).splitlines() == [
+        "r: gates.accuracy: unknown metric 'accuracy'; TwoTasks returns: errors, k, mean_score, pass@1, passed,"
+        " scored, tasks",
+        "r: gates.pass@1: minimum 1.5 can never be met: pass@1 is at most 1",
+    ]

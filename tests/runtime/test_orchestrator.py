@@ -22,7 +22,7 @@ from pytest_agentcompass import (
     RunResult,
     TaskSpec,
 )
-from pytest_agentcompass.limits import CapacityPermits, capacity_for, rate_limiter_for, reset_limits
+from pytest_agentcompass.concurrency.limits import CapacityPermits, capacity_for, rate_limiter_for, reset_limits
 from pytest_agentcompass.runtime import Orchestrator, Planner, RequestRuntime, RunStore
 from pytest_agentcompass.runtime.context import RequestContext
 from pytest_agentcompass.runtime.strategies import STRATEGIES
@@ -106,7 +106,7 @@ def orchestrate(
 
     def on_event(event: str, state: RequestRuntime) -> None:
         events.append((event, state.name, time.monotonic()))
-        if event == "prepare":
+        if event == "open":
             events.append(("pending-before", ",".join(str(len(s.pending)) for s in states), time.monotonic()))
 
     orchestrator = Orchestrator(states, task_concurrency=workers, on_event=on_event, **kwargs)
@@ -144,19 +144,19 @@ def test_not_round_robin(tmp_path: Path) -> None:
     assert [t[0] for t in order] == sorted(t[0] for t in order)
 
 
-def test_pipelined_preparation(tmp_path: Path) -> None:
+def test_runs_are_opened_pipelined(tmp_path: Path) -> None:
     log: Log = []
     a = Recorder(log, "a", [0.05] * 10)
     b = Recorder(log, "b", [0.05] * 2)
     _, events = orchestrate([make_state(tmp_path, a), make_state(tmp_path, b)], workers=3)
-    prepares = [e for e in events if e[0] == "prepare"]
-    assert [e[1] for e in prepares] == ["a", "b"]
-    pending_a_when_b_prepares = int(
-        next(e for e in events if e[0] == "pending-before" and e[2] >= prepares[1][2])[1].split(",")[0]
+    opens = [e for e in events if e[0] == "open"]
+    assert [e[1] for e in opens] == ["a", "b"]
+    pending_a_when_b_opens = int(
+        next(e for e in events if e[0] == "pending-before" and e[2] >= opens[1][2])[1].split(",")[0]
     )
-    assert pending_a_when_b_prepares < 3
+    assert pending_a_when_b_opens < 3
     first_b = next(t for kind, task, t in log if kind == "start" and task.startswith("b"))
-    assert prepares[1][2] <= first_b
+    assert opens[1][2] <= first_b
 
 
 def test_finalization_waits_for_earlier_pending_but_not_their_active_tasks(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentcompass.limits import RemotePermits, RemoteRateLimiter
-from pytest_agentcompass.permit_service import PermitClient, PermitService
+from pytest_agentcompass.concurrency.limits import RemotePermits, RemoteRateLimiter
+from pytest_agentcompass.concurrency.permits import PermitClient, PermitService
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def service() -> Iterator[PermitService]:
 
 def test_a_service_killed_by_sigkill_leaves_no_file(tmp_path: Path) -> None:
     code = (
-        "from pytest_agentcompass.permit_service import PermitService\n"
+        "from pytest_agentcompass.concurrency.permits import PermitService\n"
         "s = PermitService()\nprint(s.address, flush=True)\ninput()"
     )
     proc = subprocess.Popen(
@@ -101,7 +101,7 @@ def test_a_killed_holder_frees_its_permits(service: PermitService) -> None:
             textwrap.dedent(
                 f"""
                 import asyncio, sys
-                from pytest_agentcompass.permit_service import PermitClient
+                from pytest_agentcompass.concurrency.permits import PermitClient
 
                 async def main():
                     client = PermitClient({service.address!r})

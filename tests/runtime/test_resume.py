@@ -1,4 +1,4 @@
-"""Checkpoints, resume, reuse and finalization: results are never lost, duplicated or double-counted."""
+"""Checkpoints, resume, carry-over and finalization: results are never lost, duplicated or double-counted."""
 
 from __future__ import annotations
 
@@ -101,54 +101,56 @@ def test_incompatible_checkpoints_are_ignored_with_a_note(pytester: pytest.Pytes
     assert sorted((pytester.path / "ran.log").read_text().split("\n")[:-1]) == ["t0 1", "t1 0", "t1 1"]
 
 
-def test_reuse_latest_skips_finished_tasks(pytester: pytest.Pytester, trace: Path) -> None:
+def test_carry_over_latest_skips_finished_tasks(pytester: pytest.Pytester, trace: Path) -> None:
     write_config(pytester, [tracing_request("r", trace, n=3, wrong=["t1"])])
     pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=2, failed=1)
     trace.unlink()
-    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-reuse=latest", "--junitxml=j.xml")
+    result = pytester.runpytest(
+        "--agentcompass=agentcompass.yaml", "--agentcompass-carry-over=latest", "--junitxml=j.xml"
+    )
     result.assert_outcomes(passed=2, failed=1)
     assert [e for e in read_trace(trace) if e["event"] == "run_task"] == []
     first, second = run_dirs(pytester)
     assert sorted(details(second)) == ["t0", "t1", "t2"]
-    assert 'name="agentcompass.reused" value="True"' in (pytester.path / "j.xml").read_text()
+    assert 'name="agentcompass.carried_over" value="True"' in (pytester.path / "j.xml").read_text()
     result.stdout.fnmatch_lines(
-        ["r: 3 tasks, 2 passed, 1 failed, 0 errors, 3 reused", f"  note: reused 3 task(s) from {first}"]
+        ["r: 3 tasks, 2 passed, 1 failed, 0 errors, 3 carried over", f"  note: carried over 3 task(s) from {first}"]
     )
-    assert json.loads((second / "run_info.json").read_text())["reused_from"] == str(first)
+    assert json.loads((second / "run_info.json").read_text())["carried_over_from"] == str(first)
 
 
-def test_errors_are_not_reused(pytester: pytest.Pytester, trace: Path) -> None:
+def test_errors_are_not_carried_over(pytester: pytest.Pytester, trace: Path) -> None:
     write_config(pytester, [tracing_request("r", trace, n=2, fail={"run": {"t1": 1}})])
     pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=1, errors=1)
     trace.unlink()
-    # t1 errors again (the injected failure is per process), but it was run again, not reused.
-    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-reuse=latest")
+    # t1 errors again (the injected failure is per process), but it was run again, not carried over.
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-carry-over=latest")
     result.assert_outcomes(passed=1, errors=1)
     assert [e["task"] for e in read_trace(trace) if e["event"] == "run_task"] == ["t1"]
 
 
-def test_last_failed_with_reuse_reruns_failures_and_keeps_the_rest(pytester: pytest.Pytester, trace: Path) -> None:
+def test_last_failed_with_carry_over_reruns_failures_and_keeps_the_rest(pytester: pytest.Pytester, trace: Path) -> None:
     write_config(pytester, [tracing_request("r", trace, n=4, wrong=["t2"])])
     pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=3, failed=1)
     trace.unlink()
-    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--lf", "--agentcompass-reuse=latest")
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--lf", "--agentcompass-carry-over=latest")
     result.assert_outcomes(failed=1, deselected=3)
     assert [e["task"] for e in read_trace(trace) if e["event"] == "run_task"] == ["t2"]
     _, second = run_dirs(pytester)
     summary = json.loads((second / "summary.json").read_text())
     assert [t["task_id"] for t in summary["tasks"]] == ["t0", "t1", "t2", "t3"]
-    assert summary["counts"]["reused"] == 3
+    assert summary["counts"]["carried_over"] == 3
     first_run, _ = run_dirs(pytester)
     for task_id in ("t0", "t1", "t3"):  # taken over as they were, not run again
         assert (second / f"details/{task_id}.json").read_bytes() == (first_run / f"details/{task_id}.json").read_bytes()
     assert details(second)["t2"]["status"] == "scored" and details(second)["t2"]["score"] == 0.0
 
 
-def test_reuse_of_a_missing_run_is_a_clear_error(pytester: pytest.Pytester, trace: Path) -> None:
+def test_carry_over_of_a_missing_run_is_a_clear_error(pytester: pytest.Pytester, trace: Path) -> None:
     write_config(pytester, [tracing_request("r", trace, n=1)])
-    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-reuse=latest")
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-carry-over=latest")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*reuse: latest: no earlier run with results under*"])
+    result.stderr.fnmatch_lines(["*carry_over: latest: no earlier run with results under*"])
 
 
 def test_summary_is_in_task_order_with_pass_at_k(pytester: pytest.Pytester, trace: Path) -> None:
@@ -301,23 +303,23 @@ def test_two_runs_in_one_second_are_told_apart_by_their_recorded_start(pytester:
             pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml").assert_outcomes(passed=1, failed=1)
         finally:
             del os.environ["RUN_ID"]
-    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-reuse=latest")
-    result.stdout.fnmatch_lines(["*note: reused 2 task(s) from */runs/r/20260101T000000-0000"])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-carry-over=latest")
+    result.stdout.fnmatch_lines(["*note: carried over 2 task(s) from */runs/r/20260101T000000-0000"])
 
 
-def test_a_resume_says_what_it_resumes_and_does_not_call_it_reuse(pytester: pytest.Pytester, trace: Path) -> None:
+def test_a_resume_says_what_it_resumes_not_carried_over(pytester: pytest.Pytester, trace: Path) -> None:
     write_config(pytester, [tracing_request("r", trace, n=4, wrong=["t1"])], task_concurrency=1)
     pytester.runpytest("--agentcompass=agentcompass.yaml", "-x").assert_outcomes(passed=1, failed=1)
     (run_dir,) = run_dirs(pytester)
     result = pytester.runpytest("--agentcompass=agentcompass.yaml", "-rA", "--junitxml=j.xml")
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines([f"agentcompass: r: resuming {run_dir} (2 of 4 tasks done)"])
-    assert "reused from an earlier run" not in result.stdout.str()
+    assert "carried over from an earlier run" not in result.stdout.str()
     result.stdout.fnmatch_lines(["*kept from the interrupted run this one resumes*"])
     result.stdout.fnmatch_lines(["r: 4 tasks, 3 passed, 1 failed, 0 errors, 2 resumed"])
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert (summary["counts"]["reused"], summary["counts"]["resumed"]) == (0, 2)
-    assert 'name="agentcompass.reused" value="False"' in (pytester.path / "j.xml").read_text()
+    assert (summary["counts"]["carried_over"], summary["counts"]["resumed"]) == (0, 2)
+    assert 'name="agentcompass.carried_over" value="False"' in (pytester.path / "j.xml").read_text()
 
 
 def test_cancelled_tasks_count_as_errors(pytester: pytest.Pytester, trace: Path) -> None:

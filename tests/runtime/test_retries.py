@@ -214,7 +214,7 @@ def test_retries_stay_out_of_details(pytester: pytest.Pytester, trace: Path) -> 
         "environment_errors": 0,
         "task_errors": 0,
         "integrity_flagged": 0,
-        "reused": 0,
+        "carried_over": 0,
         "resumed": 0,
         "retries": 3,
     }

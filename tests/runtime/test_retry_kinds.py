@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from pytest_agentcompass.errors import EnvironmentLost, SessionError, UserExit, WorkspacePathError
 from pytest_agentcompass.runtime.retry import (
     TRANSIENT_KINDS,
     ErrorKind,
@@ -23,13 +22,14 @@ from pytest_agentcompass.runtime.retry import (
     declared_kind,
     should_retry,
 )
+from pytest_agentcompass.vocabulary.errors import EnvironmentLost, SessionError, UserExit, WorkspacePathError
 
 from conftest import SUITES, tracing_request, write_config
 
 HEAD = """
 import dataclasses
 from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
-from pytest_agentcompass.errors import EnvironmentLost, SessionError
+from pytest_agentcompass.vocabulary.errors import EnvironmentLost, SessionError
 """
 
 

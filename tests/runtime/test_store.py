@@ -176,8 +176,8 @@ def test_a_detail_the_disk_refuses_is_a_teardown_error_and_the_result_stands(pyt
 
 
 def _claim(run_dir: str, barrier: Any, wins: Any) -> None:
-    from pytest_agentcompass.errors import AgentCompassError
     from pytest_agentcompass.runtime.store import claim_run_dir
+    from pytest_agentcompass.vocabulary.errors import AgentCompassError
 
     barrier.wait()
     try:
@@ -205,3 +205,25 @@ def test_only_one_process_claims_a_run(tmp_path: Path) -> None:
         for proc in procs:
             proc.join(timeout=60)
         assert wins.value == 1, f"round {round_}: {wins.value} processes hold the same run"
+
+
+def test_a_request_file_is_written_by_the_store_redacted_and_never_over_its_own_records(tmp_path: Path) -> None:
+    """``RunFiles`` (a component's ``run_files``): lines are masked as they are written, even a secret
+    that arrives in pieces; the store's own names are refused."""
+    from pytest_agentcompass.vocabulary.redact import Redactor
+
+    secret = "s3cr3t-value-of-the-run"
+    files = RunStore(tmp_path, Redactor([secret])).component_files
+    with files.open_text("images/build.log") as log:
+        assert log.path == tmp_path / "images" / "build.log"
+        log.write(f"step 1: {secret[:6]}")
+        log.write(f"{secret[6:]} used\nstep 2")
+        assert (tmp_path / "images" / "build.log").read_text() == "step 1: *** used\n"  # whole lines so far
+        log.write(" done")
+    assert (tmp_path / "images" / "build.log").read_text() == "step 1: *** used\nstep 2 done"
+    assert files.save("notes/a.json", {"key": secret}) == "notes/a.json"
+    assert secret not in (tmp_path / "notes" / "a.json").read_text()
+    for name in ("details/x.json", "summary.json", "artifacts/t/a", "run_info.json", "../up", "/abs"):
+        with pytest.raises(ValueError):
+            files.save(name, "x")
+    assert not (tmp_path / "details").exists() and not (tmp_path / "summary.json").exists()

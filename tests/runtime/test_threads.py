@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pytest_agentcompass.runtime.threads import BlockingCallPool, drain_shared_pools, run_with_pool, shared_pool
+from pytest_agentcompass.concurrency.threads import BlockingCallPool, drain_shared_pools, run_with_pool, shared_pool
 
 
 def test_every_queued_call_gets_its_own_thread() -> None:
@@ -24,7 +24,7 @@ def test_every_queued_call_gets_its_own_thread() -> None:
 
 def test_idle_workers_stay_for_the_next_burst(monkeypatch: pytest.MonkeyPatch) -> None:
     # A long linger: only a worker woken for nothing and leaving could start a third thread.
-    monkeypatch.setattr("pytest_agentcompass.runtime.threads.IDLE_SECONDS", 60.0)
+    monkeypatch.setattr("pytest_agentcompass.concurrency.threads.IDLE_SECONDS", 60.0)
     pool = BlockingCallPool(64, grace=1)
     for _ in range(20):
         barrier = threading.Barrier(2, timeout=10)  # each round needs two threads at once

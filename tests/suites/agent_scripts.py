@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from pytest_agentcompass.agents_cache import default_cache_dir
-from pytest_agentcompass.registry import AGENT_IDS, Registry
+from pytest_agentcompass.harnesses.agents.cache import default_cache_dir
+from pytest_agentcompass.runtime.registry import AGENT_IDS, Registry
 
 from conftest import docker_has
 from model_upstream import Seen, Turn, text, tool

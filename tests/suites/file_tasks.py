@@ -13,7 +13,7 @@ from pytest_agentcompass import (
     RunResult,
     TaskSpec,
 )
-from pytest_agentcompass.errors import SessionError
+from pytest_agentcompass.vocabulary.errors import SessionError
 
 
 class FileTasks(BaseBenchmark):

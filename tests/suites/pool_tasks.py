@@ -10,7 +10,7 @@ from typing import Any
 
 from pytest_agentcompass import HarnessFreeBenchmark, PreparedTask, RunRequest, RunResult, TaskSpec
 from pytest_agentcompass.environments.base import EnvironmentSession
-from pytest_agentcompass.types import ExecutionPlan
+from pytest_agentcompass.vocabulary.types import ExecutionPlan
 
 
 class PoolTasks(HarnessFreeBenchmark):

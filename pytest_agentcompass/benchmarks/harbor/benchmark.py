@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field, field_validator
 
-from ...benchmark import BaseBenchmark, MeanOf
 from ...config import ConfigPath, ParamsModel
-from ...errors import ComponentError
-from ...types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
+from ...vocabulary.errors import ComponentError
+from ...vocabulary.types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
+from ..base import BaseBenchmark, MeanOf
 from .discovery import files_digest, find_task_dirs, task_id_for
 from .handoff import restore_artifacts, take_artifacts
 from .modes import (

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ...artifacts import safe_slug
+from ...vocabulary.artifacts import safe_slug
 from .taskdir import INSTRUCTION_FILE, TASK_FILE
 
 __all__ = ["files_digest", "find_task_dirs", "task_id_for"]
@@ -37,7 +37,7 @@ def task_id_for(name: str) -> str:
 
 
 def files_digest(path: Path) -> str:
-    """A digest of every file of the task: part of its fingerprint, so a reused or resumed
+    """A digest of every file of the task: part of its fingerprint, so a carried-over or resumed
     result never outlives an edit of the task, however deep in its folders.
 
     ``task.toml``, ``instruction.md``, ``tests/`` and ``solution/`` are small

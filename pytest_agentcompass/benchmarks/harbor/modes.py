@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from ...errors import ComponentError
-from ...types import EvaluationMode, NetworkPolicy
+from ...vocabulary.errors import ComponentError
+from ...vocabulary.types import EvaluationMode, NetworkPolicy
 from .taskdir import HarborTask
 
 if TYPE_CHECKING:

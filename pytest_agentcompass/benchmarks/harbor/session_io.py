@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from ...artifacts import artifact_name, save_artifact, save_artifact_stream
 from ...environments.base import EnvironmentSession
 from ...environments.transfer import run_as_root, trusted, upload_tree
-from ...errors import SessionError
+from ...vocabulary.artifacts import artifact_name, save_artifact, save_artifact_stream
+from ...vocabulary.errors import SessionError
 from .rewards import REWARD_FILES, REWARD_MAX_BYTES
 
 __all__ = [

@@ -113,7 +113,7 @@ def expand_env(env: Mapping[str, str], table: str, task: HarborTask) -> dict[str
     :raises TaskFileError: naming the task file, the table and the variable that is not set.
     """
     from ...config import expand_variables
-    from ...redact import add_runtime_secret
+    from ...vocabulary.redact import add_runtime_secret
 
     expanded: dict[str, str] = {}
     for key, value in env.items():

@@ -21,7 +21,7 @@ from typing import IO, Any
 
 from ...environments.base import EnvironmentSession
 from ...environments.transfer import run_as_root, trusted
-from ...types import ExecResult
+from ...vocabulary.types import ExecResult
 from .integrity import WORKDIR_CONFIG, finding, is_startup_code, path_dirs_of, path_findings
 
 __all__ = ["VerifierRun", "agent_processes", "changed_path_findings", "run_verifier", "tail", "tests_findings"]

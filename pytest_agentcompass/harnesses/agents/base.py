@@ -36,18 +36,18 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import Field
 
-from ...agents_cache import FetchError, PackageCache, PackageSource, default_cache_dir, ensure_packages
-from ...agents_cache.recipe import MARKER, AgentInstall
-from ...artifacts import save_artifact
 from ...config import ConfigPath, ParamsModel
-from ...errors import PreflightError, SessionError
 from ...models.usage import Usage
-from ...redact import Redactor
-from ...types import ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
-from .._params import validate_params
+from ...vocabulary.agent_install import MARKER, AgentInstall
+from ...vocabulary.artifacts import save_artifact
+from ...vocabulary.errors import PreflightError, SessionError
+from ...vocabulary.redact import Redactor
+from ...vocabulary.types import ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
+from .._params import parse_harness_params
 from ..base import BaseHarness
 from ..command import LOGS_DIR, collect_logs, exec_facts, make_logs_dir
 from ..shell_agent import _deadline
+from .cache import FetchError, PackageCache, PackageSource, default_cache_dir, ensure_packages
 
 if TYPE_CHECKING:
     from ...config import RunRequest
@@ -172,7 +172,7 @@ class AgentHarness(BaseHarness):
         cls.gateway_protocols = frozenset({cls.protocol})
 
     def __init__(self, **params: Any) -> None:
-        options: Any = validate_params(self.params_model, params, self.id)
+        options: Any = parse_harness_params(self.params_model, params, self.id)
         super().__init__(**options.model_dump())
         self.options = options
         self.agent_version: str = options.version or self.version

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from ...agents_cache import NpmPackage, PackageSource, tarball_name
 from ...models.usage import Usage
 from .base import AgentHarness, AgentReport, AgentRun, json_lines, untar
+from .cache import NpmPackage, PackageSource, tarball_name
 
 __all__ = ["CodexHarness"]
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from ...agents_cache import PackageSource, PipWheels
 from ...models.usage import Usage
 from .base import AgentHarness, AgentParams, AgentReport, AgentRun
+from .cache import PackageSource, PipWheels
 
 __all__ = ["MiniSweAgentHarness", "MiniSweAgentParams"]
 

@@ -9,8 +9,8 @@ from .files import PLANS_KEY, RUN_INFO, RunStore, read_json, read_run_info_head
 from .runs import (
     claim_run_dir,
     copy_details,
+    find_carry_over_source,
     find_resumable_run,
-    find_reusable_run,
     iter_runs,
     killed_runs,
     new_run_id,
@@ -26,7 +26,7 @@ __all__ = [
     "claim_run_dir",
     "copy_details",
     "find_resumable_run",
-    "find_reusable_run",
+    "find_carry_over_source",
     "iter_runs",
     "killed_runs",
     "new_run_id",

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...config import MAX_STORED_CHARS
-from ...types import to_jsonable
+from ...vocabulary.types import to_jsonable
 
 __all__ = ["DEFAULT_FIELD_LIMIT", "TRUNCATED_KEY", "bound_fields", "cut_note", "same_as_task"]
 

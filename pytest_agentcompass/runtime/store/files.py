@@ -9,6 +9,9 @@ Layout of ``<output_dir>/<request>/<run id>/``::
     checkpoints/<task>/    evaluated attempts of unfinished tasks
     summary.json           aggregate metrics, written by finalization
     report.html            the page of the run (``reports.html``), written after the summary
+    artifacts/<task>/      what components save for an attempt (``component_files``)
+    blobs/<task>/          ``bytes`` values of results, as files
+    <folder>/...           what components save for the request (``component_files``, e.g. ``images/``)
 
 Every JSON file but a detail is written to a temporary name and renamed, so a
 killed run never leaves half of it; a detail is written in place (see
@@ -29,18 +32,15 @@ import secrets
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import Any
 
-from ...redact import Redactor
-from ...types import ExecutionPlan, RunResult, to_jsonable
+from ...vocabulary.redact import Redactor
+from ...vocabulary.types import ExecutionPlan, RunResult, to_jsonable
 from .bounds import DEFAULT_FIELD_LIMIT, TRUNCATED_KEY, bound_fields, cut_note, same_as_task
+from .component_files import ComponentFiles
+from .run_info import PLANS_KEY, RUN_INFO, fold_plans, read_run_info_head
 
 __all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "read_json", "read_run_info_head"]
-
-RUN_INFO = "run_info.json"
-#: Bytes per write when an artifact is streamed to its file.
-_STREAM_CHUNK = 1024 * 1024
-PLANS_KEY = "resolved_execution_plans"
 
 
 def _fallback(value: Any) -> Any:
@@ -64,31 +64,6 @@ def _readable(value: Any, depth: int = 2, indent: str = "") -> str:
 def read_json(path: str | os.PathLike[str]) -> Any:
     with open(path, "rb") as fh:  # bytes: json decodes UTF-8 itself, without a text layer
         return json.loads(fh.read())
-
-
-#: Where :meth:`RunStore.write_run_info` starts the folded plans: always last, at the top level.
-_PLANS_START = f',\n  "{PLANS_KEY}": {{'.encode()
-
-
-def read_run_info_head(path: str | os.PathLike[str]) -> Any:
-    """``run_info.json`` without its folded plans: what a run is, without what it planned.
-
-    A finished run of 10,000 tasks has megabytes of plans in its
-    ``run_info.json``; choosing a run to resume or reuse reads every earlier
-    run's file, and parsing them whole cost seconds (and full garbage
-    collections over the parsed plans). Reading the bytes is cheap; only the
-    part before the plans is parsed. JSON strings hold no raw newline, so the
-    marker is structure, and when no top-level key follows it (a key line
-    starts with exactly two spaces, a plan with four) the plans are the last
-    key, as :meth:`RunStore._run_info_lines` writes them; otherwise (an older
-    layout) the file is parsed whole.
-    """
-    with open(path, "rb") as fh:
-        data = fh.read()
-    cut = data.find(_PLANS_START)
-    if cut >= 0 and data.find(b'\n  "', cut + len(_PLANS_START)) < 0:
-        return json.loads(data[:cut] + b"\n}")
-    return json.loads(data)
 
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
@@ -125,6 +100,23 @@ MARKER_TEXT = (
     "# is given), so a later plain `pytest` never collects or imports them.\n"
 )
 
+#: The top-level names of a run directory the store writes itself: no component file goes there.
+OWN_NAMES = frozenset(
+    {
+        RUN_INFO,
+        "plans.jsonl",
+        "details",
+        "retry_details",
+        "checkpoints",
+        "summary.json",
+        "report.html",
+        "artifacts",
+        "blobs",
+        COLLECTION_MARKER,
+        "run.lock",  # runs.LOCK_FILE
+    }
+)
+
 
 class RunStore:
     """Reads and writes one run directory."""
@@ -148,6 +140,8 @@ class RunStore:
         self._serial = 0
         # Most runs never checkpoint: remember that instead of probing per task.
         self._checkpoints_seen = self.checkpoint_dir.is_dir()
+        #: What components write: each attempt's artifacts, and the request's files (its ``RunFiles``).
+        self.component_files = ComponentFiles(self, OWN_NAMES)
 
     # -- plumbing ------------------------------------------------------
     def _encode(self, data: Any, pretty: bool) -> str:
@@ -281,7 +275,9 @@ class RunStore:
     def write_run_info(self, info: Mapping[str, Any], *, with_plans: bool = False) -> None:
         """Write ``run_info.json``; ``with_plans`` folds every recorded plan into it."""
         if with_plans:
-            self._write_chunks(self.run_dir / RUN_INFO, self._run_info_lines(info))
+            self._write_chunks(
+                self.run_dir / RUN_INFO, fold_plans(self._encode(dict(info), pretty=True), self.plans_path)
+            )
         else:
             self.write_json(self.run_dir / RUN_INFO, dict(info), pretty=True)
 
@@ -313,43 +309,6 @@ class RunStore:
         line = json.dumps(self.redactor.apply(data), default=_fallback)
         self._plans_file.write(line + "\n")
         self._plans_file.flush()
-
-    @staticmethod
-    def _plan_offsets(fh: BinaryIO) -> dict[str, dict[int, int]]:
-        """Where the last plan of each attempt starts in ``plans.jsonl``, tasks in first-seen order.
-
-        Each line is read as JSON; a line a kill cut short (or any line that
-        is not a plan) is skipped, since its attempt was re-planned when the
-        run resumed.
-        """
-        index: dict[str, dict[int, int]] = {}
-        offset = 0
-        for raw in fh:
-            try:
-                plan = json.loads(raw)
-                task_id, attempt = str(plan["task_id"]), int(plan["attempt_index"])
-            except (ValueError, TypeError, KeyError):
-                pass
-            else:
-                index.setdefault(task_id, {})[attempt] = offset
-            offset += len(raw)
-        return index
-
-    def _run_info_lines(self, info: Mapping[str, Any]) -> Iterator[str]:
-        """``run_info.json`` with the recorded plans streamed in under ``resolved_execution_plans``."""
-        text = self._encode(dict(info), pretty=True)
-        yield text[: text.rindex("}")].rstrip() + ("," if info else "") + f'\n  "{PLANS_KEY}": {{'
-        if self.plans_path.exists():
-            with self.plans_path.open("rb") as fh:
-                separator = "\n"
-                for task, attempts in self._plan_offsets(fh).items():
-                    parts = []
-                    for attempt, offset in attempts.items():
-                        fh.seek(offset)
-                        parts.append(f'"{attempt}": ' + fh.readline().decode("utf-8", "replace").rstrip("\n"))
-                    yield f"{separator}    {json.dumps(task)}: {{" + ", ".join(parts) + "}"
-                    separator = ",\n"
-        yield "\n  }\n}"
 
     # -- details -------------------------------------------------------
     def detail_path(self, task_id: str) -> Path:
@@ -414,58 +373,6 @@ class RunStore:
                 yield read_json(f"{self._details}/{name}")
             except (OSError, ValueError):
                 continue
-
-    def save_artifact(self, task_id: str, attempt_index: int, retry_number: int, name: str, data: Any) -> str:
-        """Write a harness artifact under ``artifacts/<task>/attempt-<i>[-retry-<r>]/<name>``, redacted.
-
-        Text (and bytes that decode as UTF-8) is written exactly, with secrets
-        masked; other bytes as they are; any other value as indented JSON.
-        Returns the path relative to the run directory.
-        """
-        folder = f"attempt-{attempt_index}" + (f"-retry-{retry_number}" if retry_number else "")
-        relative = f"artifacts/{task_id}/{folder}/{name}"
-        if isinstance(data, bytes):
-            try:
-                data = data.decode("utf-8")
-            except UnicodeDecodeError:
-                pass
-        if isinstance(data, str):
-            data = (self.redactor.text(data) if self.redactor else data).encode("utf-8")
-        elif isinstance(data, Mapping):  # a JSON record (a trajectory): its fields bounded like a detail's
-            data = self._bounded(data, self._people_json)[0].encode("utf-8")
-        elif not isinstance(data, bytes):
-            data = self._people_json(data).encode("utf-8")
-        with self._replacing(f"{self.run_dir}/{relative}") as tmp, open(tmp, "wb") as fh:
-            fh.write(data)
-        return relative
-
-    def _people_json(self, data: Any) -> str:
-        value = self.redactor.apply(data) if self.redactor else data
-        return json.dumps(value, indent=1, default=_fallback)  # read by people
-
-    def save_artifact_stream(
-        self, task_id: str, attempt_index: int, retry_number: int, name: str, handle: IO[bytes], limit: int
-    ) -> tuple[str, int]:
-        """Like :meth:`save_artifact` for ``handle``'s content, of which at most ``limit`` bytes are
-        read: chunk by chunk straight to the file, or, when the run has secrets to mask, held (up to
-        ``limit``) to be redacted whole. Returns the relative path and the bytes stored."""
-        folder = f"attempt-{attempt_index}" + (f"-retry-{retry_number}" if retry_number else "")
-        relative = f"artifacts/{task_id}/{folder}/{name}"
-        written = 0
-        with self._replacing(f"{self.run_dir}/{relative}") as tmp, open(tmp, "wb") as fh:
-            if self.redactor:
-                data = handle.read(limit)
-                try:
-                    data = self.redactor.text(data.decode("utf-8")).encode("utf-8")
-                except UnicodeDecodeError:
-                    pass  # binary: stored as it is
-                fh.write(data)
-                written = len(data)
-            else:
-                while written < limit and (chunk := handle.read(min(_STREAM_CHUNK, limit - written))):
-                    fh.write(chunk)
-                    written += len(chunk)
-        return relative, written
 
     def save_retry_detail(self, task_id: str, attempt_index: int, retry_number: int, payload: Any) -> Path:
         path = self.retry_dir / task_id / f"attempt-{attempt_index}-retry-{retry_number}.json"

@@ -1,4 +1,4 @@
-"""Whole run directories: naming, finding, claiming, locking, and copying reused details.
+"""Whole run directories: naming, finding, claiming, locking, and copying carried-over details.
 
 ``<output_dir>/<request>/`` holds one folder per run. A run is *claimed* by one
 process through an exclusive ``flock`` on ``run.lock``; it is resumable while its
@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..._flock import try_lock
-from ...errors import AgentCompassError
-from ...types import RequestState
+from ...concurrency.flock import try_lock
+from ...vocabulary.errors import AgentCompassError
+from ...vocabulary.types import RequestState
 from .files import RUN_INFO, RunStore, read_json, read_run_info_head
 
 __all__ = [
@@ -29,7 +29,7 @@ __all__ = [
     "claim_run_dir",
     "copy_details",
     "find_resumable_run",
-    "find_reusable_run",
+    "find_carry_over_source",
     "iter_runs",
     "killed_runs",
     "new_run_id",
@@ -116,20 +116,20 @@ def record_killed(run_dir: Path, reason: str) -> bool:
         release_run_dir(run_dir)
 
 
-def find_reusable_run(request_dir: Path, spec: str, current: Path | None = None) -> Path:
-    """Resolve ``reuse: latest | <dir>`` to a run directory.
+def find_carry_over_source(request_dir: Path, spec: str, current: Path | None = None) -> Path:
+    """Resolve ``carry_over: latest | <dir>`` to a run directory.
 
-    :raises AgentCompassError: when there is nothing to reuse.
+    :raises AgentCompassError: when there is nothing to carry over.
     """
     if spec != "latest":
         path = Path(spec)
         if not (path / "details").is_dir():
-            raise AgentCompassError(f"reuse: {path} is not a run directory (no details/ folder)")
+            raise AgentCompassError(f"carry_over: {path} is not a run directory (no details/ folder)")
         return path
     for path, _ in iter_runs(request_dir):
         if path != current and (path / "details").is_dir():
             return path
-    raise AgentCompassError(f"reuse: latest: no earlier run with results under {request_dir}")
+    raise AgentCompassError(f"carry_over: latest: no earlier run with results under {request_dir}")
 
 
 def find_resumable_run(request_dir: Path, fingerprint: str) -> Path | None:

@@ -118,8 +118,8 @@ class OrchestrationStatus(enum.StrEnum):
 class OrchestrationEvent(enum.StrEnum):
     """What the Orchestrator tells its observer about a request, in this order."""
 
-    PREPARE = "prepare"  # about to prepare it (its run directory, its queue)
-    PREPARED = "prepared"  # prepared, and not failed
+    OPEN = "open"  # about to open its run (its run directory, its queue)
+    OPENED = "opened"  # its run is open, and it did not fail
     FINALIZE = "finalize"  # about to finalize it (every task it ran here is done)
     FINALIZED = "finalized"  # finalized: its summary is written (when this process owns the run)
 

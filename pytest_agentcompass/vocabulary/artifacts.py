@@ -1,10 +1,15 @@
-"""Files a harness saves into the run directory while it runs (trajectories, agent logs).
+"""Files components keep in the run directory, always written by the run's store.
 
-The runtime installs a sink for the attempt being run (a context variable,
-so concurrent tasks never mix); harnesses and benchmarks call
-:func:`save_artifact`, or :func:`save_artifact_stream` for a file read from
-a stream (a container's logs) with a cap on what is stored. Both land in
-the try's own folder (``artifacts/<task>/attempt-<i>[-retry-<r>]/``).
+An attempt's files (trajectories, agent logs): the runtime installs a sink
+for the attempt being run (a context variable, so concurrent tasks never
+mix); harnesses and benchmarks call :func:`save_artifact`, or
+:func:`save_artifact_stream` for a file read from a stream (a container's
+logs) with a cap on what is stored. Both land in the try's own folder
+(``artifacts/<task>/attempt-<i>[-retry-<r>]/``).
+
+A request's files (a provider's image build logs, shared by its tasks):
+each component gets a :class:`RunFiles` from the runtime as ``run_files``.
+
 Everything saved passes through the run's secret redaction.
 """
 
@@ -15,11 +20,14 @@ import hashlib
 import re
 import unicodedata
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import IO, Any, Protocol
 
 __all__ = [
     "ArtifactSink",
+    "RunFiles",
+    "TextFile",
     "artifact_name",
     "artifact_sink",
     "check_artifact_name",
@@ -39,6 +47,33 @@ class ArtifactSink(Protocol):
 
     def save_stream(self, name: str, handle: IO[bytes], limit: int) -> tuple[str, int]:
         """Write at most ``limit`` bytes read from ``handle`` as ``name``; return the path and the bytes stored."""
+        ...
+
+
+class TextFile(Protocol):
+    """A text file written piece by piece (a build log), redacted as it goes."""
+
+    #: Where it is (for messages: "build log: <path>").
+    path: Path
+
+    def write(self, text: str) -> None: ...
+
+
+class RunFiles(Protocol):
+    """The request's own files in its run directory, written by the run's store.
+
+    ``name`` is a relative path of safe parts (:func:`check_artifact_name`)
+    outside the store's own files (``details/``, ``artifacts/``,
+    ``summary.json``, ...), for instance ``images/<tag>.log``. Nothing a
+    component writes there is counted or read back by the runtime.
+    """
+
+    def save(self, name: str, data: bytes | str | Any) -> str:
+        """Write ``data`` (bytes, text, or a JSON value) as ``name``; return the path relative to the run directory."""
+        ...
+
+    def open_text(self, name: str) -> AbstractContextManager[TextFile]:
+        """``name`` opened for writing text piece by piece (replacing what was there), closed with the block."""
         ...
 
 

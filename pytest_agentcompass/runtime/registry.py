@@ -18,12 +18,13 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Literal
 
-from .errors import ComponentError
+from ..harnesses.agents import AGENTS  # its names only: each agent's module loads when it is used
+from ..vocabulary.errors import ComponentError
 
 __all__ = ["KINDS", "ComponentKind", "Registry"]
 
-#: The built-in agent CLI harnesses (``harnesses/agents``).
-AGENT_IDS = ("claude-code", "codex", "gemini-cli", "opencode", "mini-swe-agent")
+#: The built-in agent CLI harnesses (``harnesses/agents``: ``AGENTS`` names each one's module).
+AGENT_IDS = tuple(AGENTS)
 
 ComponentKind = Literal["benchmark", "harness", "environment", "strategy", "analyzer", "recipe"]
 KINDS: tuple[ComponentKind, ...] = ("benchmark", "harness", "environment", "strategy", "analyzer", "recipe")
@@ -39,57 +40,55 @@ class _Lazy:
 def _builtins() -> dict[str, dict[str, Any]]:
     # Thunks keep heavy modules (docker, SDKs) out of an unrelated import.
     def harness_command() -> Any:
-        from .harnesses.command import CommandHarness
+        from ..harnesses.command import CommandHarness
 
         return CommandHarness
 
     def harness_openai() -> Any:
-        from .harnesses.openai_chat import OpenAIChatHarness
+        from ..harnesses.openai_chat import OpenAIChatHarness
 
         return OpenAIChatHarness
 
     def harness_shell_agent() -> Any:
-        from .harnesses.shell_agent import ShellAgentHarness
+        from ..harnesses.shell_agent import ShellAgentHarness
 
         return ShellAgentHarness
 
     def harness_oracle() -> Any:
-        from .harnesses.oracle import OracleHarness
+        from ..harnesses.oracle import OracleHarness
 
         return OracleHarness
 
     def harness_nop() -> Any:
-        from .harnesses.nop import NopHarness
+        from ..harnesses.nop import NopHarness
 
         return NopHarness
 
     def harness_agent(name: str) -> Callable[[], Any]:
         def load() -> Any:
-            from .harnesses import agents
-
-            module, cls = agents.AGENTS[name]
-            return getattr(importlib.import_module(f".harnesses.agents.{module}", __package__), cls)
+            module, cls = AGENTS[name]
+            return getattr(importlib.import_module(f"..harnesses.agents.{module}", __package__), cls)
 
         return load
 
     def benchmark_harbor() -> Any:
-        from .benchmarks.harbor import HarborBenchmark
+        from ..benchmarks.harbor import HarborBenchmark
 
         return HarborBenchmark
 
     def environment_local() -> Any:
-        from .environments.local import LocalEnvironment
+        from ..environments.local import LocalEnvironment
 
         return LocalEnvironment
 
     def environment_docker() -> Any:
-        from .environments.docker import DockerEnvironment
+        from ..environments.docker import DockerEnvironment
 
         return DockerEnvironment
 
     def strategy(name: str) -> Callable[[], Any]:
         def load() -> Any:
-            from .runtime.strategies import STRATEGIES
+            from .strategies import STRATEGIES
 
             return STRATEGIES[name]
 

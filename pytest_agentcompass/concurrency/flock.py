@@ -5,7 +5,7 @@ leaves a stale claim, and two processes cannot both win a race (a lock file
 written in two steps, create then pid, could be read empty by a rival, taken
 for stale and removed). Used for run directories (``runtime/store/runs.py``)
 for image builds that take turns across processes (``environments/docker_images.py``) and for agent
-installs and package fetches (``environments/docker_derived.py``, ``agents_cache``).
+installs and package fetches (``environments/docker_derived.py``, ``harnesses/agents/cache``).
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from .environments.base import BaseEnvironment, EnvironmentSession
-from .errors import PolicyError
-from .types import ExecutionPlan, NetworkPolicy
+from ..vocabulary.errors import PolicyError
+from ..vocabulary.types import ExecutionPlan, NetworkPolicy
+from .base import BaseEnvironment, EnvironmentSession
 
 __all__ = ["EnvironmentConformance", "make_plan"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .types import RunResult, TaskSpec
+from ..vocabulary.types import RunResult, TaskSpec
 
 if TYPE_CHECKING:
-    from .config import RunRequest
+    from ..config import RunRequest
 
 __all__ = ["BaseAnalyzer", "select_analyzers"]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .._flock import file_lock
+from ....concurrency.flock import file_lock
 from .store import CacheCorrupt, CachedSet, PackageCache
 
 __all__ = ["FetchError", "Fetched", "PackageSource", "cache_key", "ensure_packages", "run_tool"]

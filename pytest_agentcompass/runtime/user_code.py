@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from .errors import UserBaseException, UserExit
+from ..vocabulary.errors import UserBaseException, UserExit
 
 __all__ = ["call_user", "maybe_await"]
 
@@ -32,8 +32,8 @@ async def maybe_await(value: Any) -> Any:
 @functools.cache
 def _inline() -> frozenset[Any]:
     """The base classes' own defaults: they return at once, so a thread would only cost time."""
-    from .benchmark import BaseBenchmark
-    from .harnesses.base import BaseHarness
+    from ..benchmarks.base import BaseBenchmark
+    from ..harnesses.base import BaseHarness
 
     names = {
         BaseBenchmark: ("make_benchmark_plan", "adjust_plan", "prepare_task", "collect_artifacts"),
@@ -142,7 +142,7 @@ async def _call(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     work = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
     # Here, not at the top: the runtime imports this module, and importing the
     # runtime package from it first would be a cycle (this path hops a thread anyway).
-    from .runtime.threads import pool_of
+    from ..concurrency.threads import pool_of
 
     pool = pool_of(loop)
     call: asyncio.Future[Any] | Future[Any]

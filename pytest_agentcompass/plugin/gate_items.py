@@ -114,7 +114,7 @@ class GateJudge:
 
 def gate_verdict(run: RunHandle, req: RunRequest) -> tuple[str, str]:
     """``(outcome, message)`` of the gate item: ``passed``, ``failed`` or ``skipped`` (nothing to judge)."""
-    judge: GateJudge = run.ci.gates
+    judge: GateJudge = run.verdicts.gates
     judge.itemized.add(req.name)
     verdict = judge.verdict(req)
     if verdict is None:

@@ -7,11 +7,11 @@ from collections.abc import Iterable
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from .errors import ArtifactError
-from .types import ExecResult, RunResult, RunStatus
+from ..vocabulary.errors import ArtifactError
+from ..vocabulary.types import ExecResult, RunResult, RunStatus
 
 if TYPE_CHECKING:
-    from .environments.base import EnvironmentSession
+    from ..environments.base import EnvironmentSession
 
 __all__ = ["EVIDENCE_OUTPUT_LIMIT", "apply_verifier_result", "read_artifact", "verifier_evidence"]
 

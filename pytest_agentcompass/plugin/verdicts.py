@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 
 from ..reports.baseline import Baseline, BaselineError, Known, compare, load_baseline, save_baseline, state_of
-from .gates import GateJudge, drop_gate_items
+from .gate_items import GateJudge, drop_gate_items
 from .nodes import TaskItem
 from .progress import say_line
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ..runtime.task import TaskOutcome
     from .keys import RunHandle
 
-__all__ = ["CiRun", "Verdict", "verdict"]
+__all__ = ["Verdicts", "Verdict", "verdict"]
 
 log = logging.getLogger("pytest_agentcompass")
 
@@ -69,7 +69,7 @@ def _change(known: Known | None, outcome: TaskOutcome) -> str:
     return compare({"t": known}, {"t": Known(now)}).change_of().get("t", "unchanged")
 
 
-class CiRun:
+class Verdicts:
     """Registered with the active run; reads ``--agentcompass-baseline``, ``-save-baseline`` and ``-html``."""
 
     def __init__(self, run: RunHandle) -> None:

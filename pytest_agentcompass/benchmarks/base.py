@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
+from ..vocabulary.types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
 
 if TYPE_CHECKING:
-    from .config import RunRequest
-    from .environments.base import EnvironmentSession
+    from ..config import RunRequest
+    from ..environments.base import EnvironmentSession
+    from ..vocabulary.artifacts import RunFiles
 
 __all__ = ["BaseBenchmark", "HarnessFreeBenchmark", "MeanOf"]
 
@@ -30,8 +31,12 @@ class BaseBenchmark:
 
     #: Default evaluation mode; a task's own mode and the request's override it.
     evaluation_environment_mode: ClassVar[EvaluationMode] = "none"
-    #: The request's run directory, set before the first attempt (files kept next to the details go there).
+    #: The request's run directory, set before the first attempt: to read (a benchmark reads back
+    #: the artifacts it saved). Nothing writes there but the store: save files with
+    #: :func:`~pytest_agentcompass.save_artifact` (an attempt's) or :attr:`run_files` (the request's).
     run_dir: Path | None = None
+    #: The request's own files in its run directory (``RunFiles``), set with :attr:`run_dir`.
+    run_files: RunFiles | None = None
 
     def __init__(self, **params: Any) -> None:
         self.params = params

@@ -6,7 +6,7 @@ and waiters are woken with ``call_soon_threadsafe`` on their own loop.
 
 When several processes run one session (pytest-xdist workers), the limits
 are run-wide instead: :func:`use_permit_service` connects this process to
-the controller's :class:`~.permit_service.PermitService`, and the same
+the controller's :class:`~.permits.PermitService`, and the same
 functions then hand out :class:`RemotePermits` and :class:`RemoteRateLimiter`.
 """
 
@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .permit_service import PermitClient
+    from .permits import PermitClient
 
 __all__ = [
     "CapacityPermits",
@@ -183,7 +183,7 @@ _service: PermitClient | None = None
 
 def use_permit_service(address: str) -> None:
     """Count every limit of this process run-wide, through the service at ``address``."""
-    from .permit_service import PermitClient
+    from .permits import PermitClient
 
     global _service
     reset_limits()

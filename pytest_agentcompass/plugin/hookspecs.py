@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .config import RunRequest
-    from .registry import Registry
-    from .runtime.planner import Recipe
-    from .runtime.task import TaskOutcome
+    from ..config import RunRequest
+    from ..runtime.planner import Recipe
+    from ..runtime.registry import Registry
+    from ..runtime.task import TaskOutcome
 
 
 def pytest_agentcompass_register(registry: Registry) -> None:
@@ -73,8 +73,8 @@ def pytest_agentcompass_task_finished(item: pytest.Item, outcome: TaskOutcome) -
     """Called once per selected task when it is terminal, before its reports are sent.
 
     Called for every way a task ends: run in process, run on an xdist worker
-    (then in that worker), resumed from an interrupted run, or reused from an
-    earlier one (``outcome.reused``). In process it runs in the event-loop
+    (then in that worker), resumed from an interrupted run, or carried over from an
+    earlier one (``outcome.carried_over``). In process it runs in the event-loop
     thread: keep it quick.
 
     :param item: The task's pytest item.
@@ -91,5 +91,5 @@ def pytest_agentcompass_request_finalized(request: str, summary: Mapping[str, An
     :param request: The request name.
     :param summary: The summary as written: ``run_id``, ``status``,
         ``metrics``, ``counts`` and ``tasks`` (one line per task: ``task_id``,
-        ``status``, ``score``, ``passed``, ``reused``).
+        ``status``, ``score``, ``passed``, ``carried_over``).
     """

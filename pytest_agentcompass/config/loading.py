@@ -1,7 +1,7 @@
-"""The YAML config: pydantic models, ``${VAR}`` expansion and error messages.
+"""Loading a config file: YAML, ``${VAR}`` expansion, and every error as ``file:line: yaml.path: message``.
 
-Every validation error is reported as ``file:line: yaml.path: message`` so a
-user can jump straight to the offending key.
+Every validation error is reported that way, so a user can jump straight to
+the offending key.
 """
 
 from __future__ import annotations
@@ -11,46 +11,20 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import ValidationError
 
-from .errors import ConfigError
-from .types import EvaluationMode, NetworkPolicy
+from ..vocabulary.errors import ConfigError
+from .model_params import GatewaySettings, ModelSettings
+from .schema import Orchestration
 
-__all__ = [
-    "AttemptsSpec",
-    "ComponentRef",
-    "ConfigPath",
-    "ParamsModel",
-    "EnvironmentSpec",
-    "ExecutionSpec",
-    "LoadedConfig",
-    "ModelSpec",
-    "NetworkSpec",
-    "Orchestration",
-    "RunRequest",
-    "TimeoutsSpec",
-    "VARIABLE",
-    "expand_variables",
-    "load_config",
-]
+__all__ = ["RENAMED_REQUEST_KEYS", "VARIABLE", "LoadedConfig", "expand_variables", "format_loc", "load_config"]
 
-#: Characters a run directory keeps of one text field of a task's records (``execution.max_stored_chars``).
-MAX_STORED_CHARS = 1_000_000
+#: Keys of a request with a new name -> that name. The old one is read until 0.3.0, with a warning.
+RENAMED_REQUEST_KEYS = {"reuse": "carry_over"}
 
-#: Names used in file names and pytest node ids.
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 #: ``${NAME}`` or ``${NAME:-default}``: the default applies when ``NAME`` is not set (as in Harbor's task files).
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -78,172 +52,6 @@ def expand_variables(text: str, environ: Mapping[str, str]) -> tuple[str, list[s
     return VARIABLE.sub(substitute, text), read, missing
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
-
-class ParamsModel(BaseModel):
-    """Base for a component's ``params_model``: unknown keys are errors, as everywhere in the config."""
-
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, defer_build=True)
-
-
-def _relative_to_config(value: Path, info: ValidationInfo) -> Path:
-    context = info.context or {}
-    base, rootdir = context.get("config_dir"), context.get("rootdir")
-    if value.is_absolute() or base is None:
-        return value
-    resolved = Path(base) / value
-    if not resolved.exists() and rootdir is not None and (Path(rootdir) / value).exists():
-        return Path(rootdir) / value  # configs written before paths followed the config file
-    return resolved
-
-
-#: A path param: relative values are resolved against the config file's folder
-#: (when nothing is there but the path exists under the pytest rootdir, that is used).
-ConfigPath = Annotated[Path, AfterValidator(_relative_to_config)]
-
-
-class ComponentRef(_Model):
-    """A component by id (registry name, ``module:Class`` or ``file.py:Class``)."""
-
-    id: str = Field(min_length=1)
-    params: dict[str, Any] = Field(default_factory=dict)
-
-
-class ModelSpec(_Model):
-    """A model: the one under test, or a controller-side judge."""
-
-    id: str = Field(min_length=1)
-    version: str | None = None
-    params: dict[str, Any] = Field(default_factory=dict)
-
-
-class NetworkSpec(_Model):
-    """Network policy per phase; ``run``/``evaluation`` default to ``baseline``."""
-
-    baseline: NetworkPolicy = "full"
-    run: NetworkPolicy | None = None
-    evaluation: NetworkPolicy | None = None
-
-
-class EnvironmentSpec(_Model):
-    """Which provider opens task Environments, and its process-wide limits."""
-
-    id: str = "local"
-    params: dict[str, Any] = Field(default_factory=dict)
-    evaluation_environment_mode: EvaluationMode | None = None
-    capacity: int = Field(default=0, ge=0)
-    open_qps: float = Field(default=0, ge=0)
-    network: NetworkSpec = Field(default_factory=NetworkSpec)
-
-
-class AttemptsSpec(_Model):
-    """Semantic attempts: ``k`` independent tries combined by ``strategy``."""
-
-    k: int = Field(default=1, ge=1)
-    strategy: str = "avg"
-
-
-class TimeoutsSpec(_Model):
-    """Per-stage time limits in seconds; ``None`` means no limit."""
-
-    prepare: float | None = Field(default=None, gt=0)
-    run: float | None = Field(default=None, gt=0)
-    artifacts: float | None = Field(default=None, gt=0)
-    evaluate: float | None = Field(default=None, gt=0)
-
-
-class ExecutionSpec(_Model):
-    """How each task is attempted, retried and judged."""
-
-    attempts: AttemptsSpec = Field(default_factory=AttemptsSpec)
-    max_retries: int = Field(default=0, ge=0)
-    #: ``None`` (the spec's rule): any error retries; a list: errors matching one of the
-    #: regular expressions; ``[]``: none; ``"transient"``: infrastructure faults only, by kind.
-    retry_pattern_list: list[str] | Literal["transient"] | None = None
-    retry_backoff_seconds: float = Field(default=0.2, ge=0)
-    keep_environment: bool = False
-    pass_threshold: float = 1.0
-    timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
-    #: What an integrity finding (``RunResult.metadata["integrity"]``) does: ``flag`` reports the
-    #: task as flagged and keeps its score; ``strict`` makes it an ``evaluation_error``.
-    integrity: Literal["flag", "strict"] = "flag"
-    #: Characters kept of each text field (an output, a message) in the run directory's
-    #: per-task records: a longer one keeps its head and tail, and the record says so.
-    max_stored_chars: int = Field(default=MAX_STORED_CHARS, ge=100)
-
-    @field_validator("retry_pattern_list", mode="before")
-    @classmethod
-    def _patterns_compile(cls, value: Any) -> Any:
-        if isinstance(value, str) and value != "transient":
-            raise ValueError(
-                f"{value!r} is not a retry policy: use null (any error retries), a list of regular "
-                "expressions (errors that match one), [] (none) or 'transient' (infrastructure faults only)"
-            )
-        if isinstance(value, list):
-            for pattern in value:
-                if not isinstance(pattern, str):
-                    raise ValueError(f"pattern {pattern!r} is not a string (quote it)")
-                try:
-                    re.compile(pattern)
-                except re.error as exc:
-                    raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
-        return value
-
-
-class RunRequest(_Model):
-    """One named evaluation: a benchmark run through a harness in an environment."""
-
-    name: str
-    benchmark: ComponentRef
-    harness: ComponentRef = Field(default_factory=lambda: ComponentRef(id="none"))
-    environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec)
-    execution: ExecutionSpec = Field(default_factory=ExecutionSpec)
-    model: ModelSpec | None = None
-    judge: ModelSpec | None = None
-    analyzers: list[ComponentRef] = Field(default_factory=list)
-    recipes: list[ComponentRef] = Field(default_factory=list)
-    reuse: str | None = None
-    #: Minimum values of aggregate metrics (``{"pass@1": 0.7}``). With gates the
-    #: request is judged by them: one extra pytest item checks them after
-    #: finalization, and tasks below the pass threshold are expected failures.
-    gates: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(default_factory=dict)
-    #: How gates count a task that ended in an error: ``fail`` (a failed task scoring 0),
-    #: or ``exclude`` (judge only the tasks that were scored; errors an agent can cause
-    #: then make a gate easier to pass).
-    gate_errors: Literal["fail", "exclude"] = "fail"
-
-    @field_validator("name")
-    @classmethod
-    def _safe_name(cls, value: str) -> str:
-        if not SAFE_NAME.match(value):
-            raise ValueError(
-                f"request name {value!r} must start with a letter or digit and use only "
-                "letters, digits, '.', '_' and '-'"
-            )
-        return value
-
-
-class Orchestration(_Model):
-    """The whole config file: run-wide settings and requests in priority order."""
-
-    output_dir: str = ".agentcompass/runs"
-    task_concurrency: int = Field(default=8, ge=1)
-    timeout_seconds: float | None = Field(default=None, gt=0)
-    cleanup_grace_seconds: float = Field(default=30, ge=0)
-    requests: list[RunRequest] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> Orchestration:
-        seen: set[str] = set()
-        for request in self.requests:
-            if request.name in seen:
-                raise ValueError(f"duplicate request name {request.name!r}")
-            seen.add(request.name)
-        return self
-
-
 @dataclass(frozen=True)
 class LoadedConfig:
     """A validated config and what is needed to write it back safely."""
@@ -255,6 +63,8 @@ class LoadedConfig:
     secret_paths: frozenset[tuple[Any, ...]] = field(default_factory=frozenset)
     #: Line of every YAML path, for errors found after loading (component params).
     lines: Mapping[tuple[Any, ...], int] = field(default_factory=dict)
+    #: One ``file:line: ...`` line per key given under its old name (the pytest face warns with them).
+    deprecations: tuple[str, ...] = ()
 
     @property
     def directory(self) -> Path:
@@ -276,7 +86,7 @@ class LoadedConfig:
     def redacted_dump(self) -> dict[str, Any]:
         """The resolved config: every field a ``${VAR}`` was expanded into is ``***``, and long
         secret values are masked inside any other text."""
-        from .redact import MASK, Redactor
+        from ..vocabulary.redact import MASK, Redactor
 
         dump = self.orchestration.model_dump(mode="json")
         for path in self.secret_paths:
@@ -339,12 +149,35 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
     data = _expand(data, (), environ if environ is not None else dict(os.environ), secrets, problems, secret_paths)
     if problems:
         raise ConfigError("\n".join(f"{file}:{lines.get(loc, 1)}: {msg}" for loc, msg in problems))
+    deprecations = _renamed_keys(file, data, lines)
     try:
         orchestration = Orchestration.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_validation(file, exc, lines)) from None
     _check_model_params(file, orchestration, lines)
-    return LoadedConfig(file, orchestration, frozenset(secrets), frozenset(secret_paths), lines)
+    return LoadedConfig(file, orchestration, frozenset(secrets), frozenset(secret_paths), lines, tuple(deprecations))
+
+
+def _renamed_keys(file: Path, data: dict[str, Any], lines: dict[tuple[Any, ...], int]) -> list[str]:
+    """Rename each request key given under its old name (:data:`RENAMED_REQUEST_KEYS`), in place.
+
+    :returns: what to warn about, one ``file:line: ...`` each.
+    :raises ConfigError: when a request gives both names.
+    """
+    said: list[str] = []
+    requests = data.get("requests")
+    for index, request in enumerate(requests if isinstance(requests, list) else []):
+        for old, new in RENAMED_REQUEST_KEYS.items():
+            if not isinstance(request, dict) or old not in request:
+                continue
+            loc = ("requests", index, old)
+            where = f"{file}:{_closest_line(loc, lines)}: {format_loc(loc)}"
+            if new in request:
+                raise ConfigError(f"{where}: give {new} only ({old} is its old name)")
+            request[new] = request.pop(old)
+            lines.update({(*loc[:-1], new, *key[3:]): line for key, line in list(lines.items()) if key[:3] == loc})
+            said.append(f"{where} is now {new} (the same values); the old name stops working in 0.3.0")
+    return said
 
 
 def _check_model_params(file: Path, orchestration: Orchestration, lines: Mapping[tuple[Any, ...], int]) -> None:
@@ -352,9 +185,6 @@ def _check_model_params(file: Path, orchestration: Orchestration, lines: Mapping
     directory was made). Which schema applies depends on the harness, whose class is only imported
     when the request is built (where it is checked again, exactly): here a value must fit one of
     the two the built-ins read, the in-process client's or the model gateway's."""
-    from .gateway.settings import GatewaySettings  # pydantic only; aiohttp loads when a gateway starts
-    from .models.settings import ModelSettings  # pydantic only; the client loads on first call
-
     messages: list[str] = []
     for index, request in enumerate(orchestration.requests):
         if request.model is None:

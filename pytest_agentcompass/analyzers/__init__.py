@@ -1,0 +1,1 @@
+"""Analyzers: code that reads a finished task's result and adds findings (``BaseAnalyzer`` in :mod:`.base`)."""

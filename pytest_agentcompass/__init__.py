@@ -46,10 +46,8 @@ if TYPE_CHECKING:
     from .harnesses.shell_agent import ShellAgentHarness
     from .models import ModelSettings, Trajectory
     from .models.ledger import CallLedger, ModelCall
-    from .runtime.planner import Recipe
     from .runtime.registry import Registry
-    from .runtime.strategies import AttemptScheduler, AttemptStrategy
-    from .runtime.task import TaskOutcome
+    from .runtime.strategies import AttemptScheduler
     from .vocabulary.artifacts import RunFiles, artifact_name, save_artifact, save_artifact_stream
     from .vocabulary.errors import (
         AgentCompassError,
@@ -61,6 +59,8 @@ if TYPE_CHECKING:
         TaskIdError,
         WorkspacePathError,
     )
+    from .vocabulary.outcome import TaskOutcome
+    from .vocabulary.protocols import AttemptStrategy, Recipe
     from .vocabulary.types import (
         EvaluationMode,
         ExecResult,
@@ -85,7 +85,7 @@ _EXPORTS = {
     "untar": ".harnesses.agents",
     "ArtifactError": ".vocabulary.errors",
     "AttemptScheduler": ".runtime.strategies",
-    "AttemptStrategy": ".runtime.strategies",
+    "AttemptStrategy": ".vocabulary.protocols",
     "AttemptsSpec": ".config",
     "BaseAnalyzer": ".analyzers.base",
     "BaseBenchmark": ".benchmarks.base",
@@ -127,14 +127,14 @@ _EXPORTS = {
     "PolicyError": ".vocabulary.errors",
     "PreflightError": ".vocabulary.errors",
     "PreparedTask": ".vocabulary.types",
-    "Recipe": ".runtime.planner",
+    "Recipe": ".vocabulary.protocols",
     "Registry": ".runtime.registry",
     "RunRequest": ".config",
     "RunResult": ".vocabulary.types",
     "RunStatus": ".vocabulary.types",
     "SessionConfig": ".environments.base",
     "TaskIdError": ".vocabulary.errors",
-    "TaskOutcome": ".runtime.task",
+    "TaskOutcome": ".vocabulary.outcome",
     "TaskSpec": ".vocabulary.types",
     "TimeoutsSpec": ".config",
     "WorkspacePathError": ".vocabulary.errors",

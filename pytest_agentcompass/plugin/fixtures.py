@@ -31,7 +31,7 @@ from .keys import run_key
 
 if TYPE_CHECKING:
     from ..runtime.assembly import FixtureResolver
-    from ..runtime.task import TaskOutcome
+    from ..vocabulary.outcome import TaskOutcome
 
 __all__ = ["RequestResults", "agentcompass_results", "fixture_resolver"]
 

@@ -14,9 +14,9 @@ import pytest
 
 if TYPE_CHECKING:
     from ..config import RunRequest
-    from ..runtime.planner import Recipe
     from ..runtime.registry import Registry
-    from ..runtime.task import TaskOutcome
+    from ..vocabulary.outcome import TaskOutcome
+    from ..vocabulary.protocols import Recipe
 
 
 def pytest_agentcompass_register(registry: Registry) -> None:

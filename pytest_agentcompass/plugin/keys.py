@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..runtime.assembly import RequestSetup
     from ..runtime.orchestrator import OrchestrationResult, Orchestrator
     from ..runtime.request import RequestRuntime
-    from ..runtime.task import TaskOutcome
+    from ..vocabulary.outcome import TaskOutcome
     from ..vocabulary.redact import Redactor
 
 __all__ = ["NOT_RUN", "PERMITS", "RUN_DIRS", "RUN_ID", "WORKER_NOTES", "RunHandle", "run_key"]

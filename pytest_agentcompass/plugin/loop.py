@@ -28,7 +28,7 @@ from .progress import Progress
 
 if TYPE_CHECKING:
     from ..runtime.request import RequestRuntime
-    from ..runtime.task import TaskOutcome
+    from ..vocabulary.outcome import TaskOutcome
     from .keys import RunHandle
 
 __all__ = ["RESULTS_FIXTURE", "InProcessLoop"]

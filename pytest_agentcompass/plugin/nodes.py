@@ -25,7 +25,7 @@ from .outcomes import NotRunText, TaskNotRun, TaskProblem, phase_problems, set_p
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
 
-    from ..runtime.task import TaskOutcome
+    from ..vocabulary.outcome import TaskOutcome
 
 __all__ = ["ConfigFile", "RequestNode", "TaskItem", "category_marker", "register_category_markers"]
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 
 from ..runtime.integrity import findings, summarize
-from ..runtime.task import TaskOutcome
+from ..vocabulary.outcome import TaskOutcome
 from ..vocabulary.types import RunStatus
 
 if TYPE_CHECKING:

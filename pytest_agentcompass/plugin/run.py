@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from _pytest.reports import TestReport
 
     from ..runtime.summary import RequestSummary
-    from ..runtime.task import TaskOutcome
+    from ..vocabulary.outcome import TaskOutcome
     from .verdicts import Verdicts
 
 __all__ = ["AgentCompassRun"]

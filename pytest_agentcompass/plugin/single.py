@@ -18,7 +18,7 @@ from ..concurrency.threads import run_with_pool, workers_for
 
 if TYPE_CHECKING:
     from ..runtime.request import RequestRuntime
-    from ..runtime.task import TaskOutcome
+    from ..vocabulary.outcome import TaskOutcome
     from .keys import RunHandle
     from .nodes import TaskItem
 

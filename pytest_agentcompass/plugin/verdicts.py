@@ -31,7 +31,7 @@ from .progress import say_line
 
 if TYPE_CHECKING:
     from ..runtime.request import RequestRuntime
-    from ..runtime.task import TaskOutcome
+    from ..vocabulary.outcome import TaskOutcome
     from .keys import RunHandle
 
 __all__ = ["Verdicts", "Verdict", "verdict"]

@@ -48,7 +48,7 @@ from .nodes import TaskItem
 from .outcomes import emit_reports
 
 if TYPE_CHECKING:
-    from ..runtime.task import TaskOutcome
+    from ..vocabulary.outcome import TaskOutcome
     from .keys import RunHandle
 
 __all__ = ["WorkerLoop", "WorkerPlugin", "xdist_worker_plugin"]

@@ -30,8 +30,9 @@ from ..runtime.store import RunStore
 from ..runtime.store.files import read_json
 from ..runtime.store.runs import iter_runs
 from ..runtime.summary import StoredResults, checked_metrics
-from ..runtime.task import TaskOutcome, outcome_from_detail
+from ..runtime.task import outcome_from_detail
 from ..runtime.user_code import call_user
+from ..vocabulary.outcome import TaskOutcome
 from ..vocabulary.types import RunResult, RunStatus, TaskSpec
 from .gate_check import GateCheck, check_gates
 

@@ -19,12 +19,12 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..vocabulary.outcome import INTEGRITY_KEY
 from ..vocabulary.types import RunResult, RunStatus
 
 __all__ = ["INTEGRITY_KEY", "enforce", "findings", "flagged", "merge_attempts", "summarize"]
 
 #: The metadata key benchmarks record findings under.
-INTEGRITY_KEY = "integrity"
 
 
 def findings(result: RunResult) -> list[dict[str, Any]]:

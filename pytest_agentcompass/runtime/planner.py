@@ -10,9 +10,10 @@ import dataclasses
 import inspect
 import numbers
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from ..vocabulary.errors import ComponentError
+from ..vocabulary.protocols import Recipe
 from ..vocabulary.types import EVALUATION_MODES, EvaluationMode, ExecutionPlan, TaskSpec
 from .user_code import call_user
 
@@ -28,22 +29,6 @@ __all__ = ["BenchmarkPlanError", "Planner", "Recipe", "resolve_evaluation_mode"]
 class BenchmarkPlanError(Exception):
     """``make_benchmark_plan`` raised, or a planning hook returned no plan: the
     benchmark's fault, reported by the task it hit."""
-
-
-@runtime_checkable
-class Recipe(Protocol):
-    """A registered plan adjuster.
-
-    :attr overrides: The plan fields this recipe may change; the Planner
-        rejects an adjustment that touches any other field.
-    """
-
-    name: str
-    overrides: frozenset[str]
-
-    def matches(self, req: RunRequest, task: TaskSpec) -> bool: ...
-
-    def adjust(self, plan: ExecutionPlan, req: RunRequest, task: TaskSpec) -> ExecutionPlan: ...
 
 
 def resolve_evaluation_mode(req: RunRequest, task: TaskSpec, benchmark: BaseBenchmark) -> EvaluationMode:

@@ -8,26 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
+from ..vocabulary.protocols import AttemptStrategy
 from ..vocabulary.types import RunResult, RunStatus
 
 __all__ = ["AttemptScheduler", "AttemptStrategy", "AverageStrategy", "PassStrategy", "STRATEGIES"]
-
-
-@runtime_checkable
-class AttemptStrategy(Protocol):
-    """What a registered strategy provides."""
-
-    name: str
-
-    def needs_more(self, k: int, done: Mapping[int, RunResult], pass_threshold: float) -> bool:
-        """Whether any further attempt index should run."""
-        ...
-
-    def combine(self, k: int, done: Mapping[int, RunResult], pass_threshold: float) -> RunResult:
-        """The task's terminal result from its evaluated attempts (``done`` is non-empty)."""
-        ...
 
 
 def _scores(done: Mapping[int, RunResult]) -> dict[str, float | None]:

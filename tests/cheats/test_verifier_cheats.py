@@ -135,10 +135,17 @@ def test_an_honest_agent_with_a_running_service_passes(played: Played, mode: str
 
 
 def test_absurd_rewards_are_evaluation_errors_naming_the_value(played: Played) -> None:
+    # The daemon rewrites the reward every 10 ms, so the runner's read races the verifier's own
+    # write of 0: either value may be read (a verifier writing 1e300 itself is tested without a
+    # race in test_harbor_modes.py). Whichever is read, the task does not pass, and an absurd
+    # value read is an evaluation error that names it.
     for cheat, value in (("reward-huge", "1e300"), ("reward-negative", "-5")):
         detail = played.detail("shared", cheat)
-        assert detail["status"] == "evaluation_error" and value in detail["error"], detail["error"]
-        assert "outside the reward range [0, 1]" in detail["error"]
+        assert not detail["passed"], detail
+        if detail["status"] == "evaluation_error":
+            assert value in detail["error"] and "outside the reward range [0, 1]" in detail["error"], detail["error"]
+        else:
+            assert detail["status"] == "scored" and detail["score"] == 0.0, detail
 
 
 def test_processes_of_the_agent_do_not_reach_an_isolated_verifier(played: Played) -> None:

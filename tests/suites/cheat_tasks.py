@@ -83,12 +83,12 @@ CHEATS: dict[str, str] = {
     ),
     # The same, with rewards no verifier gives.
     "reward-huge": _daemon(
-        "while :; do mkdir -p /logs/verifier 2>/dev/null; echo 1e300 > /logs/verifier/reward.txt 2>/dev/null; "
-        "sleep 0.02; done"
+        "while :; do mkdir -p /logs/verifier 2>/dev/null; echo 1e300 > /logs/verifier/.r 2>/dev/null && "
+        "mv -f /logs/verifier/.r /logs/verifier/reward.txt 2>/dev/null; sleep 0.01; done"
     ),
     "reward-negative": _daemon(
-        "while :; do mkdir -p /logs/verifier 2>/dev/null; echo -5 > /logs/verifier/reward.txt 2>/dev/null; "
-        "sleep 0.02; done"
+        "while :; do mkdir -p /logs/verifier 2>/dev/null; echo -5 > /logs/verifier/.r 2>/dev/null && "
+        "mv -f /logs/verifier/.r /logs/verifier/reward.txt 2>/dev/null; sleep 0.01; done"
     ),
     # Rewrites the tests wherever the runner stages them.
     "test-rewriter": _daemon(

@@ -156,18 +156,23 @@ class _ReaperServer:
                     if attempt == 2:
                         raise
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout: float | None = None) -> None:
         """Stop the server and wait for it (and its reapers: call it with no command running).
 
-        The next spawn starts another. For measurements, so the server's CPU time is counted.
+        The next spawn starts another. Called when the plugin unconfigures (the server sees
+        its socket close and exits), and by measurements, so the server's CPU time is counted.
+        A server still busy after ``timeout`` is left to finish on its own (its own session).
         """
         with self._lock:
             if self._sock is not None:
                 self._sock.close()
                 self._sock = None
-            if self._proc is not None:
-                self._proc.wait()
-                self._proc = None
+            if self._proc is not None and self._owner == os.getpid():
+                try:
+                    self._proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    return  # still reaping: it exits when its reapers do
+            self._proc = None
 
 
 _server = _ReaperServer()

@@ -27,6 +27,7 @@ The folder's modules, each with one job:
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -175,6 +176,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if run is not None:
         run.unregister()
         del config.stash[run_key]
+    # The local provider's reaper server (one per process, started on first use) is stopped
+    # here rather than left to interpreter exit: its socket and process are closed and waited
+    # for, not reported as leaked. Looked up, not imported: a run that never used it loads nothing.
+    process = sys.modules.get("pytest_agentcompass.environments.process")
+    if process is not None:
+        process.shutdown_reaper(timeout=5.0)
 
 
 @pytest.hookimpl(trylast=True)

@@ -279,3 +279,41 @@ def test_the_marker_names_the_run(tmp_path: Path) -> None:
         await session.close()
 
     asyncio.run(main())
+
+
+def test_a_session_closes_its_reaper_server_before_the_interpreter_exits(tmp_path: Path) -> None:
+    """The reaper server is stopped at unconfigure: no socket or process is left to the
+    interpreter's exit (which ``-X dev`` reports as ResourceWarnings), and no server outlives pytest."""
+    (tmp_path / "suite.py").write_text(
+        textwrap.dedent(
+            """
+            from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+
+            class Echo(HarnessFreeBenchmark):
+                def load_tasks(self, req):
+                    return [TaskSpec(task_id="t")]
+
+                async def run_task(self, task, prepared, env, req, plan):
+                    done = await env.exec(["true"])
+                    return RunResult(task.task_id, metadata={"code": done.exit_code})
+
+                async def evaluate(self, task, prepared, result, req, plan, env=None):
+                    return RunResult(task.task_id, score=1.0)
+            """
+        )
+    )
+    (tmp_path / "agentcompass.yaml").write_text(
+        "output_dir: runs\nrequests:\n  - name: r\n    benchmark: {id: 'suite:Echo'}\n    environment: {id: local}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "default", "-m", "pytest", "--agentcompass=agentcompass.yaml", "-q"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "ResourceWarning" not in done.stdout + done.stderr, done.stderr[-2000:]
+    assert "still running" not in done.stderr

@@ -260,7 +260,9 @@ def test_env_tables_take_host_variables_and_keep_them_secret(
     write_config(pytester, [harbor_request("env", "tasks")])
     result = outcome(pytester)
     result.assert_outcomes(passed=1, errors=1)  # a task that cannot be verified is an error, not a 0
-    result.stdout.fnmatch_lines(["*[[]verifier[]] env needs the environment variable HARBOR_TEST_UNSET*"])
+    result.stdout.fnmatch_lines(
+        ["*task.toml:*: [[]verifier.env[]] JUDGE_KEY needs the environment variable HARBOR_TEST_UNSET*"]
+    )
     done = details(pytester.path, "env")
     assert done["set"]["score"] == 1.0
     assert "mode=fallback" in done["set"]["metadata"]["verifier"]["stdout_tail"]

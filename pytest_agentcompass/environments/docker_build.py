@@ -26,6 +26,11 @@ REWRITTEN = ".agentcompass.Dockerfile"
 #: Lines of the build log quoted in the error of a failed build.
 LOG_TAIL_LINES = 25
 _TERMINAL_CODES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+#: A build error of the Dockerfile's own making (classic builder wording): a step that
+#: exits non-zero, a COPY/ADD source that is not there, a line it cannot parse.
+_STEP_FAILED = re.compile(
+    r"returned a non-zero code|^(COPY|ADD) failed|dockerfile parse error|unknown instruction", re.IGNORECASE
+)
 _STEP_CONTAINER = re.compile(r"^\s*---> Running in ([0-9a-f]{12,64})\s*$")
 
 
@@ -58,6 +63,8 @@ class BuildJob:
         self.log = log
         self.lines: list[str] = []
         self.error: str | None = None
+        #: The error is the task's: its Dockerfile does not parse, a step of it fails, a file it copies is missing.
+        self.task_fault = False
         self._response: Any = None
         #: Containers the classic builder said it runs steps in ("---> Running in <id>").
         self.step_containers: list[str] = []
@@ -123,6 +130,8 @@ class BuildJob:
                     _shut_down(api, response)
                     return
                 if response.status_code >= 400:
+                    # 4xx: the request (the Dockerfile) is wrong; 5xx: the engine failed.
+                    self.task_fault = response.status_code < 500
                     self.error = f"the engine refused the build: {response.text.strip()}"
                     self._log(self.error + "\n")
                     return
@@ -130,6 +139,7 @@ class BuildJob:
                     text = chunk.get("stream") or chunk.get("status") or ""
                     if "error" in chunk:
                         self.error = str(chunk.get("error", "")).strip()
+                        self.task_fault = bool(_STEP_FAILED.search(self.error))
                         text = f"ERROR: {self.error}\n"
                     if text:
                         self._log(text)

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..concurrency.flock import file_lock
 from ..vocabulary.artifacts import RunFiles
-from ..vocabulary.errors import SessionError
+from ..vocabulary.errors import SessionError, TaskSetupError
 from .docker_bases import base_images, has_image, local_base, rewrite_bases
 from .docker_build import BuildJob, BuildSpec
 
@@ -173,7 +173,9 @@ class ImageBuilder:
                         await asyncio.shield(worker)
                         raise
         if job.error is not None:
-            raise SessionError(f"building the image of {spec.context} failed: {job.error}{job.where()}\n{job.tail()}")
+            # A Dockerfile that does not build is the task's fault: no retry builds it.
+            fault = TaskSetupError if job.task_fault else SessionError
+            raise fault(f"building the image of {spec.context} failed: {job.error}{job.where()}\n{job.tail()}")
         return tag
 
 
@@ -193,13 +195,15 @@ async def choose_image(client: Any, params: Mapping[str, Any], files: RunFiles |
     """The image a session starts from: ``image``; else the task's prebuilt ``task_image`` when
     the engine has it; else one built from the task's ``build`` context; else ``task_image`` pulled.
 
-    :raises SessionError: for a task that cannot run here (``unavailable``, GPUs) or has no image.
+    :raises TaskSetupError: for a task that cannot run here (``unavailable``, GPUs) or has no image
+        (``no_image``: the benchmark's reason).
+    :raises SessionError: for a build that failed for a reason outside the task.
     """
     if params.get("unavailable"):
-        raise SessionError(str(params["unavailable"]))
+        raise TaskSetupError(str(params["unavailable"]))
     gpus = int(params.get("gpus") or 0)
     if gpus > 0:
-        raise SessionError(f"the task needs {gpus} GPU(s), but the docker provider does not expose GPUs")
+        raise TaskSetupError(f"the task needs {gpus} GPU(s), but the docker provider does not expose GPUs")
     if params.get("image"):
         return str(params["image"])
     prebuilt = params.get("task_image")
@@ -212,10 +216,12 @@ async def choose_image(client: Any, params: Mapping[str, Any], files: RunFiles |
         await asyncio.to_thread(client.images.pull, prebuilt)
         return str(prebuilt)
     if prebuilt:
-        raise SessionError(
+        raise TaskSetupError(
             f"image {prebuilt!r} (the task's) is not on the engine and the task has no Dockerfile to build "
             "instead; pull it, or set environment.params.pull: true"
         )
-    raise SessionError(
+    if params.get("no_image"):  # the benchmark says why its task has none (a folder it lacks)
+        raise TaskSetupError(str(params["no_image"]))
+    raise TaskSetupError(
         "environment 'docker' needs params.image, or a benchmark that gives each task an image or a Dockerfile"
     )

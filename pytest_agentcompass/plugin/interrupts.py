@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..runtime.driver import TERMINATED_REASON, Terminated, write_stderr
-from .outcomes import NotRunText
+from .outcomes import NotRunText, shown
 
 if TYPE_CHECKING:
     from ..vocabulary.types import TaskSpec
@@ -134,7 +134,7 @@ class ControllerInterrupts:
                 task = tasks_of[request].get(task_id)
                 if task is not None:
                     failed = state.not_run(task)
-                    why = NotRunText(str(failed.result.error), controller.run.redactor.text(state.failed))
+                    why = NotRunText(shown(str(failed.result.error)), shown(controller.run.redactor.text(state.failed)))
             hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
             for when, outcome, longrepr in (
                 ("setup", "failed", why),

@@ -20,7 +20,7 @@ from ..runtime.traces import format_trace
 from ..vocabulary.errors import AgentCompassError
 from ..vocabulary.types import TaskSpec
 from .keys import RunHandle, run_key
-from .outcomes import NotRunText, TaskNotRun, TaskProblem, phase_problems, set_properties
+from .outcomes import NotRunText, TaskNotRun, TaskProblem, phase_problems, set_properties, shown
 
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
@@ -123,9 +123,10 @@ class RequestNode(pytest.Collector):
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
         if isinstance(excinfo.value, AgentCompassError):
-            return str(excinfo.value)
+            return shown(str(excinfo.value), where=None)
         exc = excinfo.value.escaped if isinstance(excinfo.value, _Escaped) else excinfo.value
-        return f"request {self.req.name!r}: loading tasks failed\n{format_trace(exc) or f'{type(exc).__name__}: {exc}'}"
+        trace = format_trace(exc) or f"{type(exc).__name__}: {exc}"
+        return f"request {self.req.name!r}: loading tasks failed\n{shown(trace, where=None)}"
 
 
 class TaskItem(pytest.Item):

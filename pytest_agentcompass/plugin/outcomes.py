@@ -34,9 +34,15 @@ __all__ = [
     "phase_problems",
     "redact_longrepr",
     "redact_report",
+    "shown",
 ]
 
 When = Literal["setup", "call", "teardown"]
+
+#: Characters of one piece of text (an error, a trace, captured output) a report shows.
+#: A benchmark's 10 MB exception message would otherwise fill the terminal and every junit
+#: ``<error>``; the detail file keeps the text up to ``execution.max_stored_chars``.
+SHOWN_CHARS = 10_000
 
 
 class TaskProblem(Exception):
@@ -87,6 +93,17 @@ class TaskStorageError(TaskProblem):
     """The run directory did not take the task's record (teardown phase; the result is kept)."""
 
 
+def shown(text: str, limit: int = SHOWN_CHARS, where: str | None = "the detail file") -> str:
+    """``text`` as a report shows it: past ``limit`` characters, its head and tail and how much was cut."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    cut = len(text) - 2 * half
+    rest = f"; the full text is in {where}" if where else ""
+    marker = f"\n[... {cut} characters not shown (a report shows {limit}){rest} ...]\n"
+    return text[:half] + marker + text[len(text) - half :]
+
+
 def _clip(value: object, limit: int) -> str:
     text = repr(value)  # quotes make stray whitespace visible
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
@@ -98,14 +115,15 @@ def phase_problems(outcome: TaskOutcome, pass_threshold: float) -> dict[When, Ta
     problems: dict[When, TaskProblem | None] = {"setup": None, "call": None, "teardown": None}
     if result.is_error:
         stage = result.metadata.get("failure_stage")
-        lines = [f"{result.status.value}" + (f" in the {stage} stage" if stage else "") + f": {result.error}"]
+        where = f" in the {stage} stage" if stage else ""
+        lines = [f"{result.status.value}{where}: {shown(str(result.error))}"]
         if outcome.retries:
             lines.append(f"after {outcome.retries} retr{'y' if outcome.retries == 1 else 'ies'}")
         if outcome.trace:
-            lines += ["", outcome.trace]
+            lines += ["", shown(outcome.trace)]
         text = "\n".join(lines + _footer(outcome))
         reason = outcome.not_run_reason
-        problems["setup"] = TaskError(text) if reason is None else TaskNotRun(text, reason)
+        problems["setup"] = TaskError(text) if reason is None else TaskNotRun(text, shown(reason))
     elif not outcome.passed:
         lines = [
             f"score {result.score} is below the pass threshold {pass_threshold}",
@@ -116,17 +134,18 @@ def phase_problems(outcome: TaskOutcome, pass_threshold: float) -> dict[When, Ta
         problems["call"] = TaskFailed("\n".join(lines + _footer(outcome)))
     if outcome.cleanup_errors:
         problems["teardown"] = TaskCleanupError(
-            "cleanup failed (the task's own result is kept):\n" + "\n".join(outcome.cleanup_errors)
+            "cleanup failed (the task's own result is kept):\n" + "\n".join(shown(e) for e in outcome.cleanup_errors)
         )
     if outcome.storage_error:
         cleanup = problems["teardown"]
-        text = outcome.storage_error if cleanup is None else f"{cleanup}\n\n{outcome.storage_error}"
+        storage = shown(outcome.storage_error)
+        text = storage if cleanup is None else f"{cleanup}\n\n{storage}"
         problems["teardown"] = TaskStorageError(text)
     return problems
 
 
 def _footer(outcome: TaskOutcome) -> list[str]:
-    lines = [f"note: {note}" for note in outcome.notes]
+    lines = [f"note: {shown(note)}" for note in outcome.notes]
     found = findings(outcome.result)
     if found and outcome.result.status is not RunStatus.EVALUATION_ERROR:  # strict says it in the error
         lines.append(f"integrity: {summarize(found)}")
@@ -166,17 +185,17 @@ def emit_reports(item: pytest.Item, outcome: TaskOutcome, pass_threshold: float)
     set_properties(item, outcome)
     if outcome.output:
         # Shown by pytest with a failed report (and by -rP), like its own "Captured stdout" sections.
-        item.add_report_section("call", "stdout", outcome.output)
+        item.add_report_section("call", "stdout", shown(outcome.output))
     if outcome.logs:
-        item.add_report_section("call", "log", "\n".join(outcome.logs))
+        item.add_report_section("call", "log", shown("\n".join(outcome.logs)))
     found = findings(outcome.result)
     if found:  # shown with the report (-rA, a failure), like captured output: one line per finding
         lines = [f"{f['check']}" + (f" {f['path']}" if f.get("path") else "") + f": {f['message']}" for f in found]
-        item.add_report_section("call", "integrity", "\n".join(lines))
+        item.add_report_section("call", "integrity", shown("\n".join(lines)))
     last_turns = outcome.result.metadata.get("last_turns")
     if isinstance(last_turns, str) and last_turns:
         # A model-calling harness's last turns: shown with a failed report, like captured output.
-        item.add_report_section("call", "agent turns", last_turns)
+        item.add_report_section("call", "agent turns", shown(last_turns))
     problems = phase_problems(outcome, pass_threshold)
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     # An errored task spent its time "in setup": that is where --durations shows it.

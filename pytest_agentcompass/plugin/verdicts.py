@@ -117,10 +117,13 @@ class Verdicts:
             report.longrepr = f"{found.reason}\n{report.longrepr}"
         return report
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        if hasattr(config, "workerinput"):
-            drop_gate_items(config, items)
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # After every selection (--lf's wrapper filters last, and on finding none of its
+        # failures among the items, the gate item dropped, it ran everything) and before
+        # xdist's worker sends the controller its item ids.
+        if hasattr(session.config, "workerinput"):
+            drop_gate_items(session.config, session.items)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:

@@ -21,6 +21,7 @@ from ..benchmarks.base import HarnessFreeBenchmark
 from ..concurrency.shield import uncancellable
 from ..environments.base import EnvironmentSession
 from ..vocabulary.artifacts import artifact_sink
+from ..vocabulary.errors import TaskSetupError
 from ..vocabulary.types import (
     ExecutionPlan,
     NetworkPolicy,
@@ -242,7 +243,10 @@ class AttemptRunner:
             raise StageFailure(stage, message, trace=format_trace(exc), cause=exc, kind=kind) from exc
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}"
-            raise StageFailure(stage, message, trace=format_trace(exc), cause=exc, kind=kind) from exc
+            trace: str | None = format_trace(exc)
+            if isinstance(exc, TaskSetupError):  # the task's own fault, even in the runtime's Environment call
+                message, kind, trace = str(exc), ErrorKind.TASK, None  # the message says it all
+            raise StageFailure(stage, message, trace=trace, cause=exc, kind=kind) from exc
 
     def _check_result(self, value: Any, stage: Stage) -> RunResult:
         if not isinstance(value, RunResult):
@@ -314,6 +318,8 @@ class AttemptRunner:
         """
         if failure.kind is ErrorKind.ENVIRONMENT:
             status = RunStatus.ENVIRONMENT_ERROR
+        elif failure.kind is ErrorKind.TASK:
+            status = RunStatus.TASK_ERROR
         elif failure.stage is Stage.EVALUATION:
             status = RunStatus.EVALUATION_ERROR
         else:

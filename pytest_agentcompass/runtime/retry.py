@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..vocabulary.errors import EnvironmentLost, WorkspacePathError
+from ..vocabulary.errors import EnvironmentLost, TaskSetupError, WorkspacePathError
 from ..vocabulary.types import EvaluationMode
 
 __all__ = [
@@ -107,6 +107,8 @@ class ErrorKind(enum.StrEnum):
     PERMANENT = "permanent"  # its source says no retry can fix it (e.g. a rejected API key)
     #: sys.exit(), KeyboardInterrupt or another BaseException from a lifecycle method: never retried.
     EXIT = "exit"
+    #: The task's own files leave no Environment to open (:class:`TaskSetupError`): never retried.
+    TASK = "task"
     OTHER = "other"
 
 
@@ -181,6 +183,8 @@ def classify(exc: BaseException | None, stage: Stage | None = None) -> ErrorKind
         return ErrorKind.EXIT
     if isinstance(exc, WorkspacePathError) or names & _PROGRAMMING:
         return ErrorKind.PROGRAMMING
+    if isinstance(exc, TaskSetupError):
+        return ErrorKind.TASK
     if isinstance(exc, EnvironmentLost):
         return ErrorKind.ENVIRONMENT
     if names & _RATE_LIMIT:
@@ -281,7 +285,7 @@ def should_retry(policy: RetryPolicy, failure: StageFailure, used: int) -> str |
     a failure whose source says no retry can fix it (``permanent``) retries
     only when an explicit pattern names it.
     """
-    if used >= policy.max_retries or not failure.error or failure.kind is ErrorKind.EXIT:
+    if used >= policy.max_retries or not failure.error or failure.kind in (ErrorKind.EXIT, ErrorKind.TASK):
         return None
     if policy.kinds is not None:
         return f"kind:{failure.kind.value}" if failure.kind in policy.kinds else None

@@ -16,6 +16,7 @@ __all__ = [
     "PolicyError",
     "PreflightError",
     "TaskIdError",
+    "TaskSetupError",
     "UserBaseException",
     "UserExit",
     "WorkspacePathError",
@@ -58,6 +59,15 @@ class EnvironmentLost(SessionError):
     (``environment``), wherever it surfaces. Any other :class:`SessionError`
     raised inside a benchmark's or harness's code is that code's failure: a
     file the agent broke raises one too.
+    """
+
+
+class TaskSetupError(SessionError):
+    """The task's own files or requests leave no Environment to open: a Dockerfile that does
+    not parse or whose step fails, no environment folder, GPUs the provider cannot give.
+
+    Deterministic, so never retried, and the task's fault, not the infrastructure's: the
+    task ends as a ``task_error`` (a failed setup, like a malformed ``task.toml``).
     """
 
 

@@ -211,7 +211,7 @@ def test_task_errors_named_and_other_tasks_run(pytester: pytest.Pytester) -> Non
             "*bad-toml/task.toml:3: invalid TOML*",
             "*needs 1 GPU(s)*does not expose GPUs*",
             "*docker-compose.yaml: docker compose task environments are not supported yet*",
-            "*needs params.image, or a benchmark that gives each task an image or a Dockerfile*",
+            "*no-dockerfile/environment/Dockerfile does not exist and *task.toml names no ?environment? docker_image*",
             "*image 'agentcompass-absent:never' (the task's) is not on the engine and the task has no Dockerfile*",
         ]
     )
@@ -260,7 +260,9 @@ def test_env_tables_take_host_variables_and_keep_them_secret(
     write_config(pytester, [harbor_request("env", "tasks")])
     result = outcome(pytester)
     result.assert_outcomes(passed=1, errors=1)  # a task that cannot be verified is an error, not a 0
-    result.stdout.fnmatch_lines(["*[[]verifier[]] env needs the environment variable HARBOR_TEST_UNSET*"])
+    result.stdout.fnmatch_lines(
+        ["*task.toml:*: [[]verifier.env[]] JUDGE_KEY needs the environment variable HARBOR_TEST_UNSET*"]
+    )
     done = details(pytester.path, "env")
     assert done["set"]["score"] == 1.0
     assert "mode=fallback" in done["set"]["metadata"]["verifier"]["stdout_tail"]
@@ -334,3 +336,32 @@ def test_only_the_store_writes_in_the_run_directory(pytester: pytest.Pytester, o
     written = {w.path.split(os.sep)[2] for w in writes if w.path.count(os.sep) >= 2}
     assert {"images", "details", "artifacts"} <= written, "the hook saw the run's files"
     assert not_through_the_store(writes) == []
+
+
+def test_a_task_whose_environment_cannot_be_made_is_a_task_error_not_retried(
+    pytester: pytest.Pytester, own_images: list[Path]
+) -> None:
+    # Each was an environment_error, retried twice and counted as infrastructure: the task's own fault.
+    tasks = pytester.path / "tasks"
+    own_images.append(write_task(tasks, "run-fails", dockerfile=BUSYBOX_DOCKERFILE + "RUN exit 3\n", unique=True))
+    own_images.append(write_task(tasks, "no-parse", dockerfile=BUSYBOX_DOCKERFILE + "FROBNICATE now\n", unique=True))
+    shutil.rmtree(write_task(tasks, "no-environment") / "environment")
+    write_task(tasks, "gpu", environment="gpus = 1")
+    write_config(pytester, [harbor_request("faults", "tasks", execution={"max_retries": 2})])
+    result = outcome(pytester)
+    result.assert_outcomes(errors=4)
+    found = details(pytester.path, "faults")
+    assert {name: d["status"] for name, d in found.items()} == dict.fromkeys(
+        ("run-fails", "no-parse", "no-environment", "gpu"), "task_error"
+    )
+    assert all(d.get("retries", 0) == 0 for d in found.values()), {n: d.get("retries") for n, d in found.items()}
+    assert not list(run_dir(pytester.path, "faults").glob("retry_details/**/*.json"))
+    result.stdout.fnmatch_lines_random(
+        [
+            "*task_error*run-fails*returned a non-zero code*",
+            "*task_error*FROBNICATE*",
+            "*task_error*no-environment/environment*",
+            "*task_error*needs 1 GPU(s)*",
+        ]
+    )
+    assert "infrastructure" not in result.stdout.str()

@@ -337,3 +337,26 @@ def test_reward_range_size_and_ignored_entries() -> None:
     assert "'high' is not a number" in verdict.ignored[2]
     with pytest.raises(RewardError, match="holds no usable numbers \\(ignored: 'Reward': 'high' is not a number"):
         _rewards({"reward.json": b'{"Reward": "high"}'}, None, (0.0, 1.0))
+
+
+def test_an_unset_verifier_variable_is_found_before_the_agent_runs(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Was found by the verifier, after the agent had run (and spent its model calls).
+    monkeypatch.delenv("HARBOR_TEST_NEVER_SET", raising=False)
+    task = write_task(pytester.path / "tasks", "judged")
+    toml = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(toml + '[verifier.env]\nJUDGE_KEY = "${HARBOR_TEST_NEVER_SET}"\n')
+    marker = pytester.path / "agent-ran"
+    harness = {"command": ["sh", "-c", f"touch {marker}"]}
+    request = harbor_request("env", "tasks", harness="command", harness_params=harness, environment={"id": "local"})
+    write_config(pytester, [request])
+    result = pytester.runpytest_inprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*task_error: */judged/task.toml:*: [[]verifier.env[]] JUDGE_KEY needs the environment variable "
+            "HARBOR_TEST_NEVER_SET, which is not set*"
+        ]
+    )
+    assert not marker.exists()

@@ -274,3 +274,37 @@ def test_an_infinite_timeout_is_no_limit(pytester: pytest.Pytester) -> None:
     """The config takes `.inf`; the check of what adjust_plan sets refused it although the hook changed nothing."""
     request = bench_request(pytester, ANSWERS, execution={"timeouts": {"run": float("inf")}})
     run(pytester, [request]).assert_outcomes(passed=3)
+
+
+def test_a_huge_error_is_cut_in_the_terminal_and_junit_and_bounded_in_the_detail(pytester: pytest.Pytester) -> None:
+    # A 10 MB exception message reached the terminal (twice: message and trace) and each junit <error> whole.
+    body = ANSWERS.replace(
+        "        return dataclasses.replace(result, score=1.0)",
+        "        raise ValueError('head-' + 'x' * 10_000_000 + '-tail')",
+    )
+    result = run(pytester, [bench_request(pytester, body)], "--junitxml=junit.xml")
+    result.assert_outcomes(errors=3)
+    out = result.stdout.str()
+    assert len(out) < 300_000, len(out)
+    result.stdout.fnmatch_lines(["*ValueError: head-xxx*", "*characters not shown*full text is in the detail file*"])
+    junit = (pytester.path / "junit.xml").read_text()
+    assert len(junit) < 300_000, len(junit)
+    assert "characters not shown" in junit
+    (run_dir,) = (pytester.path / "runs/r").iterdir()
+    detail = json.loads((run_dir / "details/t0.json").read_text())
+    assert detail["error"].startswith("ValueError: head-") or "head-" in detail["error"]
+    assert len(detail["error"]) < 1_100_000
+    assert detail["error"].endswith("-tail")
+
+
+def test_a_huge_load_error_is_cut_in_the_terminal(pytester: pytest.Pytester) -> None:
+    body = ANSWERS.replace(
+        '        return [TaskSpec(f"t{i}") for i in range(3)]',
+        "        raise ValueError('head-' + 'x' * 10_000_000 + '-tail')",
+    )
+    result = run(pytester, [bench_request(pytester, body)], "--junitxml=junit.xml")
+    assert result.ret != pytest.ExitCode.OK
+    out = result.stdout.str() + result.stderr.str()
+    assert len(out) < 300_000, len(out)
+    assert "characters not shown" in out
+    assert len((pytester.path / "junit.xml").read_text()) < 300_000

@@ -346,6 +346,14 @@ def _environment(parsed: HarborTask) -> dict[str, Any]:
         env["task_image"] = parsed.docker_image
     if (parsed.environment_dir / "Dockerfile").is_file():
         env["build"] = {"context": str(parsed.environment_dir), "timeout": parsed.build_timeout}
+    elif not parsed.docker_image:  # the provider's words would blame its params, not the task
+        missing = (
+            parsed.environment_dir if not parsed.environment_dir.is_dir() else parsed.environment_dir / "Dockerfile"
+        )
+        env["no_image"] = (
+            f"{missing} does not exist and {parsed.path / 'task.toml'} names no [environment] docker_image: "
+            "the task has no environment to start"
+        )
     limits = {"cpus": parsed.cpus, "memory_mb": parsed.memory_mb, "storage_mb": parsed.storage_mb}
     env.update({k: v for k, v in limits.items() if v})
     if parsed.gpus:

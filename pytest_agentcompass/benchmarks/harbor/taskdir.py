@@ -120,7 +120,8 @@ def expand_env(env: Mapping[str, str], table: str, task: HarborTask) -> dict[str
         expanded[key], read, missing = expand_variables(value, os.environ)
         if missing:
             raise TaskFileError(
-                f"{task.path / TASK_FILE}: [{table}] env needs the environment variable {missing[0]}, which is not set"
+                f"{task.path / TASK_FILE}: [{table}.env] {key} needs the environment variable {missing[0]}, "
+                "which is not set"
             )
         for secret in read:
             add_runtime_secret(secret)
@@ -141,8 +142,9 @@ def read_task(path: Path) -> HarborTask:
         line = f":{found.group(1)}" if found else ""
         reason = _TOML_LINE.sub("", str(exc)).strip()
         return HarborTask(name=path.name, path=path, error=f"{toml_path}{line}: invalid TOML: {reason}")
+    where = _Where(toml_path, text)
     try:
-        task = _from_config(path, data, _Where(toml_path, text))
+        task = _from_config(path, data, where)
     except TaskFileError as exc:
         return HarborTask(name=path.name, path=path, config=data, error=str(exc))
     instruction = path / INSTRUCTION_FILE
@@ -150,8 +152,26 @@ def read_task(path: Path) -> HarborTask:
         task = replace(task, instruction=instruction.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         return HarborTask(name=path.name, path=path, config=data, error=f"{instruction}: cannot read: {exc}")
-    problem = _files_problem(task)
+    problem = _files_problem(task) or _unset_variable(task, where)
     return replace(task, error=problem) if problem else task
+
+
+def _unset_variable(task: HarborTask, where: _Where) -> str | None:
+    """The first ``[verifier.env]`` value naming a variable that is not set (nor defaulted).
+
+    Checked when the task loads: found by the verifier, it cost the agent's
+    whole run first. ``[solution.env]`` is left to the oracle that reads it.
+    """
+    from ...config import expand_variables
+
+    for key, value in task.verifier_env.items():
+        missing = expand_variables(value, os.environ)[2]
+        if missing:
+            at = where("verifier.env", key)
+            if at == str(where.path):  # written inline: env = { KEY = "..." } under [verifier]
+                at = where("verifier", "env")
+            return f"{at}: [verifier.env] {key} needs the environment variable {missing[0]}, which is not set"
+    return None
 
 
 def _files_problem(task: HarborTask) -> str | None:

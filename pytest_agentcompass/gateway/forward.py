@@ -114,10 +114,14 @@ async def forward(
         answer.force_close()  # the stream broke off: the agent sees it end early
         return answer
     except ConnectionResetError:  # the agent hung up while the answer streamed to it
-        call.error = "the agent hung up before the answer ended"
+        if not reader.complete:  # else it had the whole answer: a completed call
+            call.error = "the agent hung up before the answer ended"
         return answer
     except asyncio.CancelledError:
-        call.error = call.error or "cancelled: the agent hung up or its attempt ended"
+        # An agent that hangs up once the last event reached it (before the upstream
+        # ended its body) had a completed call: its usage counts, and it is no error.
+        if not reader.complete:
+            call.error = call.error or "cancelled: the agent hung up or its attempt ended"
         raise
     finally:
         call.latency = time.perf_counter() - started
@@ -135,7 +139,7 @@ async def _pipe(reply: Any, answer: Any, reader: AnswerReader, scrub: Any, *, ss
         await answer.write(chunk)
         if sse:
             for name, data in parser.feed(chunk):
-                reader.event(name, _json(data.encode()) if data != "[DONE]" else None)
+                reader.event(name, _json(data.encode()) if data != "[DONE]" else data)
         else:  # Gemini without alt=sse: one JSON array, read whole at the end
             kept += chunk
     if not sse:

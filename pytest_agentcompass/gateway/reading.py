@@ -82,6 +82,8 @@ class AnswerReader:
         #: Tool calls by position: id, name and the argument text so far.
         self.calls: dict[int, dict[str, str]] = {}
         self.events = 0
+        #: The answer's last event was read (and so sent on): an agent that hangs up now has all of it.
+        self.complete = False
 
     # -- input ---------------------------------------------------------------
     def body(self, value: Any) -> None:
@@ -114,21 +116,27 @@ class AnswerReader:
             self._gemini_chunk(value)
 
     def event(self, name: str | None, data: Any) -> None:
-        """One streamed event (its ``data`` parsed as JSON when it was JSON)."""
+        """One streamed event (its ``data`` parsed as JSON when it was JSON, else its text)."""
         self.events += 1
+        if self.protocol == "openai_chat" and data == "[DONE]":
+            self.complete = True
         if not isinstance(data, dict):
             return
         if self.protocol == "openai_chat":
             self._chat_chunk(data)
         elif self.protocol == "openai_responses":
             if str(data.get("type", name)) in ("response.completed", "response.failed", "response.incomplete"):
+                self.complete = True
                 response = data.get("response")
                 if isinstance(response, dict):
                     self._response(response)
         elif self.protocol == "anthropic":
+            self.complete = self.complete or data.get("type") == "message_stop"
             self._anthropic_event(data)
         else:
             self._gemini_chunk(data)
+            # No end event in the Gemini API: its last chunk is the one with a finish reason.
+            self.complete = self.finish_reason is not None
 
     # -- output ----------------------------------------------------------------
     def message(self) -> dict[str, Any] | None:

@@ -283,6 +283,11 @@ class Orchestrator:
 
     # -- the three groups --------------------------------------------------------
     async def _open_runs_in_order(self) -> None:
+        # Every sweep first, before any task runs: requests resumed together share their run
+        # id, and a later request's sweep removed what an earlier one was running.
+        for state in self.requests:
+            if state.failed is None and not self._stopping:
+                await state.sweep()
         for index, state in enumerate(self.requests):
             # Pipelining: start the next request only when the earlier ones
             # would soon leave workers idle.

@@ -92,6 +92,15 @@ class RunRole(Protocol):
         """
         ...
 
+    async def sweep(self, request: RequestView) -> None:
+        """Remove what killed runs of the request left behind (the owner), or nothing (a sharer).
+
+        Called for every request of the session before any of them starts a task:
+        requests resumed together share their run id, so a later one's sweep
+        would otherwise remove the containers an earlier one runs now.
+        """
+        ...
+
     def recorded(self, request: RequestView, task: TaskSpec) -> TaskOutcome | None:
         """The usable recorded outcome of ``task``, handed over to run here, if the owner put one on disk."""
         ...
@@ -153,9 +162,31 @@ class OwnRun:
 
     resumed: bool = False
     carry_over_from: Path | None = None
+    #: Whether :meth:`sweep` ran, and what it failed with (raised when the run is opened, so it is recorded).
+    _swept: bool = field(default=False, init=False, repr=False)
+    _unswept: Exception | None = field(default=None, init=False, repr=False)
+
+    async def sweep(self, request: RequestView) -> None:
+        if self._swept:
+            return
+        self._swept = True
+        store, ctx = request.store, request.ctx
+        try:
+            # Every killed run of the request, not only the one resumed: another
+            # run may have completed since, and the killed one is never resumed.
+            for run_id in killed_runs(store.run_dir, include_current=self.resumed):
+                swept = await ctx.provider.sweep(run_id)
+                if swept:
+                    request.note(f"removed {swept} environment(s) or process(es) left behind by run {run_id}")
+                if run_id != store.run_dir.name:  # swept once: later runs leave it alone
+                    reason = f"its process was killed; run {ctx.run_id} removed what it left behind"
+                    record_killed(store.run_dir.parent / run_id, reason)
+        except Exception as exc:  # raised by open_run, after run_info.json says the run started
+            self._unswept = exc
 
     async def open_run(self, request: RequestView) -> dict[str, TaskOutcome]:
-        """Write ``run_info.json``, sweep what killed runs left, copy carried-over details in; the recorded outcomes."""
+        """Write ``run_info.json``, sweep what killed runs left (unless :meth:`sweep` did), copy carried-over
+        details in; the recorded outcomes."""
         store = request.store
         ctx = request.ctx
         info = store.read_run_info() if self.resumed else {}
@@ -176,15 +207,9 @@ class OwnRun:
         store.write_run_info(info)
         if self.resumed:
             store.remove_stale_temp_files()
-        # Every killed run of the request, not only the one resumed: another
-        # run may have completed since, and the killed one is never resumed.
-        for run_id in killed_runs(store.run_dir, include_current=self.resumed):
-            swept = await ctx.provider.sweep(run_id)
-            if swept:
-                request.note(f"removed {swept} environment(s) or process(es) left behind by run {run_id}")
-            if run_id != store.run_dir.name:  # swept once: later runs leave it alone
-                reason = f"its process was killed; run {ctx.run_id} removed what it left behind"
-                record_killed(store.run_dir.parent / run_id, reason)
+        await self.sweep(request)
+        if self._unswept is not None:
+            raise self._unswept
         # What the interrupted run already finished, told apart from what ``carry_over`` copies in.
         own = {p.stem for p in store.details_dir.glob("*.json")} if self.resumed else set()
         if self.carry_over_from is not None:
@@ -263,6 +288,9 @@ class SharedRun:
     resumed: bool = field(default=False, init=False)
     #: The owner's ``carry_over`` source, read once from ``run_info.json`` (False: none).
     _source: Path | Literal[False] | None = field(default=None, init=False, repr=False)
+
+    async def sweep(self, request: RequestView) -> None:
+        return None  # the owner swept before it opened the run
 
     async def open_run(self, request: RequestView) -> None:
         return None  # the owner opened the run before it handed out a task

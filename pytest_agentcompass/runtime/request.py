@@ -150,6 +150,11 @@ class RequestRuntime:
         except Exception as exc:
             raise PreflightError(f"request {self.name!r}: {_reason(exc)}") from None
 
+    async def sweep(self) -> None:
+        """Remove what killed runs of this request left (the role's part); before any request of the session
+        starts a task. A failure is raised when the run is opened."""
+        await self.role.sweep(self)
+
     async def open_run(self) -> list[TaskOutcome]:
         """Open the run (the role's part: its directory made ready) and queue what is left to run here.
 

@@ -314,3 +314,45 @@ def test_a_command_run_as_another_user_is_killed_at_its_timeout() -> None:
     timed_out, processes = run_in_session(scenario)
     assert timed_out
     assert not [line for line in processes.splitlines() if "sleep 335" in line or "sleep 100" in line], processes
+
+
+def test_resuming_two_requests_leaves_the_other_requests_containers_alone(
+    pytester: pytest.Pytester, trace: Path
+) -> None:
+    """Both requests resume run X in one session. The second one opens while the first already runs (the
+    pipelining): its sweep of X's leftovers removed the first one's containers of this very session."""
+    a = docker_request("a", trace, n=2, execution={"keep_environment": True})
+    write_config(pytester, [a, docker_request("b", trace, n=1)], task_concurrency=1)
+    args = ("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off")
+    pytester.runpytest(*args).assert_outcomes(passed=3)
+    (run_dir,) = (pytester.path / "runs/a").iterdir()
+    run_id = run_dir.name
+    mine = f"agentcompass.run={run_id}"
+    stray = ""
+    try:
+        for kept in containers(mine):
+            subprocess.run(["docker", "rm", "-f", kept], capture_output=True, check=True)
+        for name in ("a", "b"):  # both cut short: resumed, with nothing done
+            folder = pytester.path / "runs" / name / run_id
+            info = json.loads((folder / "run_info.json").read_text())
+            (folder / "run_info.json").write_text(json.dumps({**info, "status": "interrupted"}))
+            for detail in (folder / "details").iterdir():
+                detail.unlink()
+        # What the cut-short run left behind: the resume removes it.
+        stray = subprocess.run(
+            ["docker", "run", "-d", "--label", mine, "--label", "agentcompass.request=b", IMAGE, "sleep", "300"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        result = pytester.runpytest(*args)
+        result.assert_outcomes(passed=3)
+        assert stray[:12] not in subprocess.run(["docker", "ps", "-aq"], capture_output=True, text=True).stdout
+        # Request a's two kept containers of the resumed run are both still there.
+        kept = set(containers("agentcompass.request=a")) & set(containers(mine))
+        assert len(kept) == 2, result.stdout.str()
+        info = json.loads((run_dir / "run_info.json").read_text())
+        assert info["status"] == "completed" and len(info["kept_environments"]) == 2
+    finally:
+        for left in containers(mine) + ([stray] if stray else []):
+            subprocess.run(["docker", "rm", "-f", left], capture_output=True, check=False)

@@ -282,7 +282,8 @@ async def test_an_agent_hanging_up_mid_stream_closes_the_upstream_connection(ser
 async def test_ending_the_attempt_stops_its_calls_in_flight_and_the_gateway_closes(server: ScriptedServer) -> None:
     import aiohttp
 
-    server.push(stall(text("never finished")))
+    # Two parts, two chunks: the first one is not the last (a Gemini answer's last chunk has the finish reason).
+    server.push(stall(tool("ls", content="never finished")))
     async with attempt(server) as grant:
         port = int(grant.base_url("gemini").rsplit(":", 1)[1])
         session = aiohttp.ClientSession()
@@ -298,3 +299,43 @@ async def test_ending_the_attempt_stops_its_calls_in_flight_and_the_gateway_clos
     await session.close()
     with pytest.raises(OSError):  # the gateway stopped listening
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+#: A request for one streamed answer in each API (path under the grant's base URL, body, key header),
+#: and what the last event of the answer holds.
+STREAMED: dict[str, tuple[str, dict[str, Any], str, bytes]] = {
+    "openai_chat": ("/chat/completions", {"model": "m", "messages": [], "stream": True}, "authorization", b"[DONE]"),
+    "openai_responses": ("/responses", {"model": "m", "input": "hi", "stream": True}, "authorization", b"completed"),
+    "anthropic": ("/v1/messages", {"model": "m", "messages": [], "stream": True}, "x-api-key", b"message_stop"),
+    "gemini": ("/v1beta/models/m:streamGenerateContent?alt=sse", {"contents": []}, "x-goog-api-key", b"finishReason"),
+}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_stream_the_agent_closes_after_its_last_event_is_a_completed_call(
+    server: ScriptedServer, protocol: str
+) -> None:
+    """The upstream keeps its body open after the last event; the agent has its answer and hangs up. The
+    call was recorded 'cancelled' (an error) although the agent got all of it."""
+    import aiohttp
+
+    server.push(Turn(text="all of it", prompt_tokens=13, completion_tokens=7, linger=True))
+    path, body, header, last = STREAMED[protocol]
+    async with attempt(server) as grant:
+        key = f"Bearer {grant.token}" if header == "authorization" else grant.token
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(grant.base_url(protocol) + path, json=body, headers={header: key}) as reply,
+        ):
+            seen = b""
+            while last not in seen:
+                line = await reply.content.readline()
+                assert line, seen  # the answer ended before its last event
+                seen += line
+        await until(lambda: server.aborted == 1)  # the hang-up reached the upstream
+        await until(lambda: len(grant.calls) == 1)
+    (recorded,) = grant.calls
+    assert recorded.error is None and recorded.status == 200
+    assert recorded.usage is not None and recorded.usage["prompt_tokens"] == 13
+    assert recorded.usage["completion_tokens"] == 7

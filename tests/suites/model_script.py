@@ -46,6 +46,8 @@ class Turn:
     anything rendered (garbage, or a protocol's own raw JSON). ``delay`` holds
     the answer back (a client hang-up meanwhile counts in ``aborted``);
     ``stall`` streams the first event, then holds until the client hangs up;
+    ``linger`` streams every event, then holds the body open until the client
+    hangs up (an upstream that ends its body late: the agent closes first);
     ``gate`` holds the answer until the test sets it.
     """
 
@@ -58,6 +60,7 @@ class Turn:
     content_type: str = "application/json"
     delay: float = 0.0
     stall: bool = False
+    linger: bool = False
     #: Held until this event is set (then answered), for tests that need calls in flight at once.
     gate: threading.Event | None = None
     prompt_tokens: int = 10

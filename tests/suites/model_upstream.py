@@ -308,6 +308,9 @@ class ScriptedServer:
                 await self._hold(None)
                 return response
         record["usage"] = usage
+        if turn.linger:
+            await self._hold(None)
+            return response
         await response.write_eof()
         return response
 

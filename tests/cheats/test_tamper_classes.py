@@ -28,8 +28,10 @@ from tamper_tasks import (
     CRAFTED_PYC,
     DISGUISED,
     HONEST_MODULE,
+    MANY_LOGS,
     NAN,
     NAN_TEST_SH,
+    NEWLINE_LOG,
     SECRET_ENV,
     SECRET_READER,
     SERVICE,
@@ -78,6 +80,8 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> Played:
     write_cheat_task(tasks, "nan-reward", NAN, test_sh=NAN_TEST_SH)
     write_cheat_task(tasks, "needs-service", SERVICE, test_sh=SERVICE_TEST_SH)
     write_cheat_task(tasks, "secret-reader", SECRET_READER, environment=SECRET_ENV)
+    write_cheat_task(tasks, "newline-log", NEWLINE_LOG)
+    write_cheat_task(tasks, "many-logs", MANY_LOGS)
     write_cheat_task(root / "separate", "nothing-copied", "echo 42 > /app/answer.txt", artifacts="[]")
     write_cheat_task(root / "broken", "broken-logs", BROKEN_LOGS)
     requests = [_request(mode, "tasks", mode) for mode in MODES]
@@ -168,6 +172,15 @@ def test_a_separate_verifier_that_got_nothing_is_said(played: Played) -> None:
     detail = played.detail("separate", "nothing-copied")
     notes = " ".join(detail["notes"])
     assert "verifier mode 'separate': nothing of the agent's environment was copied" in notes, detail["notes"]
+
+
+def test_agent_logs_come_through_the_engine_whatever_their_names(played: Played) -> None:
+    detail = played.detail("shared", "newline-log")
+    assert detail["passed"], detail["error"]
+    (kept,) = detail["artifacts"]["logs"]
+    assert kept.endswith("two_lines.log") and (played.run_dir("shared") / kept).read_text() == "hello\n", kept
+    many = played.detail("shared", "many-logs")
+    assert many["passed"] and len(many["artifacts"]["logs"]) == 50, many["error"]  # max_log_files
 
 
 def test_nothing_is_left_behind(played: Played) -> None:

@@ -175,3 +175,8 @@ SECRET_READER = (
 )
 #: The task hands its verifier a secret from the host's environment.
 SECRET_ENV = '[verifier.env]\nTOKEN = "${AGENTCOMPASS_CHEAT_TOKEN}"'
+
+#: An honest agent whose log file has a newline in its name.
+NEWLINE_LOG = "printf 'hello\\n' > '/logs/agent/two\nlines.log' && echo 42 > /app/answer.txt\n"
+#: An honest agent that leaves many more log files than are kept.
+MANY_LOGS = "mkdir /logs/agent/many && cd /logs/agent/many && seq 1 3000 | xargs touch && echo 42 > /app/answer.txt\n"

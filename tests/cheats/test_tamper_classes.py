@@ -40,6 +40,9 @@ from tamper_tasks import (
     TEST_SH,
 )
 
+#: A module of the working directory that shadows pytest's ``iniconfig`` (it writes the answer when imported).
+WORKDIR_MODULE = TAMPER["workdir-module"][0]
+
 MODES = ("shared", "snapshot")
 OFFLINE = "allow_internet = false"
 
@@ -83,6 +86,7 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> Played:
     write_cheat_task(tasks, "newline-log", NEWLINE_LOG)
     write_cheat_task(tasks, "many-logs", MANY_LOGS)
     write_cheat_task(root / "separate", "nothing-copied", "echo 42 > /app/answer.txt", artifacts="[]")
+    write_cheat_task(root / "separate", "artifact-shadow", WORKDIR_MODULE, artifacts='["/app/iniconfig.py"]')
     write_cheat_task(root / "broken", "broken-logs", BROKEN_LOGS)
     requests = [_request(mode, "tasks", mode) for mode in MODES]
     requests.append(_request("separate", "separate", "separate"))
@@ -181,6 +185,14 @@ def test_agent_logs_come_through_the_engine_whatever_their_names(played: Played)
     assert kept.endswith("two_lines.log") and (played.run_dir("shared") / kept).read_text() == "hello\n", kept
     many = played.detail("shared", "many-logs")
     assert many["passed"] and len(many["artifacts"]["logs"]) == 50, many["error"]  # max_log_files
+
+
+def test_an_artifact_that_shadows_a_module_of_a_separate_verifier_is_flagged(played: Played) -> None:
+    detail = played.detail("separate", "artifact-shadow")
+    assert "/app/iniconfig.py" in _checks(detail).get("shadowing-module", []), (
+        detail["passed"],
+        detail["metadata"].get("integrity"),
+    )
 
 
 def test_nothing_is_left_behind(played: Played) -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "listed",
     "processes_left",
     "run_verifier",
+    "shadowing_modules",
     "tail",
     "tests_findings",
 ]
@@ -169,7 +170,7 @@ async def changed_path_findings(env: EnvironmentSession, workdir: str) -> list[d
             if configures_pytest(head):
                 message = f"{config}: configures pytest in the verifier's working directory"
                 found.append(finding("planted-config", config, message))
-    found += await _shadowing_modules(access, suspects.workdir_modules, python_dirs)
+    found += await shadowing_modules(access, suspects.workdir_modules, python_dirs)
     canonical: dict[str, str] = {}
 
     async def resolve(folder: str) -> str:
@@ -201,7 +202,7 @@ _OPTIONAL_IMPORTS = frozenset({"pygments", "argcomplete", "colorama", "tomli", "
 _VERSIONS = ("2.7", *(f"3.{minor}" for minor in range(6, 16)))
 
 
-async def _shadowing_modules(
+async def shadowing_modules(
     access: Any, modules: Sequence[tuple[str, str]], python_dirs: Sequence[str]
 ) -> list[dict[str, Any]]:
     """Findings for the Python files of the working directory that shadow a module: one of the

@@ -45,7 +45,7 @@ from .docker_network import GatewayNetworks, sweep_gateway
 from .docker_params import DockerParams, limits, session_params, storage_refused
 from .docker_pool import EnginePool
 from .docker_session import BRIDGE, DockerSession, remove_container
-from .docker_state import Snapshots, sweep_snapshots
+from .docker_state import Snapshots, runner_processes, sweep_snapshots
 from .process import DEFAULT_OUTPUT_LIMIT
 
 if TYPE_CHECKING:
@@ -53,7 +53,11 @@ if TYPE_CHECKING:
 
 __all__ = ["DockerEnvironment", "DockerParams", "DockerSession"]
 
-_KEEPALIVE = ["sleep", "2147483647"]
+#: What keeps a container up. An absolute path: resolved through ``PATH``, a ``sleep`` the agent put
+#: earlier on it would run as the keepalive of a snapshot's verifier container (``/bin/sleep`` itself
+#: replaced is a change the tamper evidence flags). Its pid is recorded when it starts (see
+#: :func:`.docker_state.runner_processes`); nothing identifies it by its command line.
+_KEEPALIVE = ["/bin/sleep", "2147483647"]
 log = logging.getLogger("pytest_agentcompass")
 
 
@@ -187,6 +191,7 @@ class DockerEnvironment(BaseEnvironment):
         output_limit = int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
         session = DockerSession(client, container, workdir, policy, output_limit, local=engine.local)
         session.agent_install = installed
+        session.runner_pids = await asyncio.to_thread(runner_processes, container)
         session.snapshots, session.snapshot_key = self.snapshots, key
         session.snapshot_limit = int(params.get("snapshot_limit_mb") or 4096) * 1024 * 1024
         return session

@@ -24,10 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import IO, Any
 
+from ..vocabulary.errors import SessionError
+
 __all__ = [
     "Save",
     "Skip",
     "TreeCopy",
+    "blank_files",
     "copy_out",
     "get_tree",
     "make_dirs",
@@ -73,6 +76,17 @@ def replace_tree(container: Any, target: str, source: str | os.PathLike[str] | N
     container.put_archive("/", payload.getvalue())
 
 
+def blank_files(container: Any, paths: Iterable[str]) -> None:
+    """Make each absolute file of ``paths`` empty (mode 0644), in one archive: whatever was there goes."""
+    payload = io.BytesIO()
+    with tarfile.open(fileobj=payload, mode="w") as archive:
+        for path in paths:
+            entry = tarfile.TarInfo(path.strip("/"))
+            entry.mode, entry.mtime = 0o644, int(time.time())
+            archive.addfile(entry, io.BytesIO(b""))
+    container.put_archive("/", payload.getvalue())
+
+
 def make_dirs(container: Any, paths: Iterable[str], mode: int = 0o777) -> None:
     """Create the absolute folders ``paths`` (``mode``; parents the engine makes are 0755), in one archive."""
     payload = io.BytesIO()
@@ -88,7 +102,7 @@ def stat(container: Any, path: str) -> dict[str, Any] | None:
     response = api.head(api._url("/containers/{0}/archive", container.id), params={"path": path})
     if response.status_code == 404:
         return None
-    response.raise_for_status()
+    _refused(response, path)
     header = response.headers.get("X-Docker-Container-Path-Stat")
     return json.loads(base64.b64decode(header)) if header else None
 
@@ -278,7 +292,7 @@ def _archive(container: Any, path: str, deadline: float | None = None) -> Iterat
     try:
         if response.status_code == 404:
             raise _Absent(path)
-        response.raise_for_status()
+        _refused(response, path)
         yield body
     finally:
         timer.cancel()
@@ -286,6 +300,21 @@ def _archive(container: Any, path: str, deadline: float | None = None) -> Iterat
             response.close()
         else:
             shut()  # the unread rest of a huge archive is not drained
+
+
+def _refused(response: Any, path: str) -> None:
+    """Raise what the engine said when it refused ``path``: a :class:`SessionError`, never the HTTP
+    client's own error. The engine refuses what the container holds (a link loop, a path made a file,
+    a name too long): the agent can cause that, so it must not read as a flaky connection (``transport``,
+    which the ``transient`` retry policy would re-roll)."""
+    if response.status_code < 400:
+        return
+    try:
+        said = str(response.json().get("message") or "").strip()
+    except Exception:
+        said = ""
+    said = said or (response.text or "").strip()[:300] or response.reason or ""
+    raise SessionError(f"the engine refused {path!r} (HTTP {response.status_code}): {said}")
 
 
 def _dir_entry(name: str, mode: int = 0o755) -> tarfile.TarInfo:

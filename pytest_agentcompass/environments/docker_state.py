@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = [
     "pause",
     "processes",
     "resume",
+    "runner_processes",
     "sweep_snapshots",
 ]
 
@@ -97,6 +99,20 @@ def processes(container: Any) -> list[Process]:
             )
         )
     return rows
+
+
+def runner_processes(container: Any, wait: float = 10.0) -> frozenset[int]:
+    """The host pids of a container just started: its init and the keepalive the init runs, before
+    anything else could run in it. They are the runner's own, known by pid from now on, never by
+    command line (an agent can name its process anything). Waits (up to ``wait`` seconds) until the
+    init has its child; a container without one keeps just its init (one that already stopped, none)."""
+    deadline = time.monotonic() + wait
+    while True:
+        procs = processes(container)
+        pids = {p.pid for p in procs}
+        if not procs or any(p.ppid in pids for p in procs) or time.monotonic() >= deadline:
+            return frozenset(pids)
+        time.sleep(0.02)
 
 
 def environ(container: Any) -> list[str]:

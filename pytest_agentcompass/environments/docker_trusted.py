@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from ..vocabulary.errors import SessionError
-from .docker_files import Save, Skip, TreeCopy, copy_out, make_dirs, read_head, replace_tree, stat
+from .docker_files import Save, Skip, TreeCopy, blank_files, copy_out, make_dirs, read_head, replace_tree, stat
 from .docker_state import Change, Process, Snapshots, changes, environ, freeze, pause, processes, resume
 
 __all__ = ["TrustedAccess"]
@@ -42,6 +42,11 @@ class TrustedAccess:
     async def replace_tree(self, target: str, source: str | os.PathLike[str] | None = None, mode: int = 0o755) -> None:
         """Make ``target`` exactly the local folder ``source`` (or an empty folder): what was there goes."""
         await asyncio.to_thread(replace_tree, self.container, self._path(target), source, mode)
+
+    async def blank_files(self, paths: Iterable[str]) -> None:
+        """Make each file of ``paths`` empty (what a compiled cache the agent wrote becomes: Python then
+        compiles the source again)."""
+        await asyncio.to_thread(blank_files, self.container, [self._path(p) for p in paths])
 
     async def make_dirs(self, paths: Iterable[str], mode: int = 0o777) -> None:
         """Create the folders ``paths`` with ``mode`` (existing ones keep their content)."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from ..environments.transfer import trusted
 from ..models.client import guard_secrets
 from ..vocabulary.artifacts import save_artifact
 from ..vocabulary.redact import Redactor
@@ -212,6 +213,9 @@ async def collect_logs(
     ``agent/logs/<path under the folder>``; returns their paths relative to the run directory."""
     if not max_files:
         return []
+    access = trusted(env)
+    if access is not None:  # a container: through the engine, never the container's own sh and find
+        return await _collect_through_engine(access, redactor, max_files, max_bytes, folder)
     # cwd "/" and a relative path: the local provider maps both into its workspace.
     listing = await env.exec(
         ["sh", "-c", f"cd {shlex.quote(folder)} 2>/dev/null && find . -type f"], timeout=60, cwd="/"
@@ -222,16 +226,51 @@ async def collect_logs(
             break
         # Only the part kept is read: a huge (or sparse) log costs max_bytes, not its size.
         data, _ = await env.read_head(f"/{folder}/{name}", max_bytes)
-        if redactor:
-            try:
-                data = redactor.text(data.decode("utf-8")).encode("utf-8")
-            except UnicodeDecodeError:
-                pass  # binary: saved as it is
-        safe = "/".join(_UNSAFE.sub("_", part).lstrip(".-_") or "_" for part in name.split("/"))
-        path = save_artifact(f"agent/logs/{safe}", data)
+        path = _save_log(redactor, name, data)
         if path:
             saved.append(path)
     return saved
+
+
+#: Seconds the copy of an agent's logs out of a container may take.
+LOG_COPY_SECONDS = 60.0
+
+
+async def _collect_through_engine(
+    access: Any, redactor: Redactor, max_files: int, max_bytes: int, folder: str
+) -> list[str]:
+    """The logs of a container, streamed from the engine's archive of the folder: the agent's tools
+    never run, any name arrives whole (a newline in it too), at most ``max_files`` files of at most
+    ``max_bytes`` each are kept; a file larger than what is left of ``max_files * max_bytes`` is not
+    read (the copy stops there), and the whole copy takes at most :data:`LOG_COPY_SECONDS`."""
+    saved: list[str] = []
+    seen = 0
+
+    def skip(name: str) -> bool:
+        nonlocal seen
+        seen += 1
+        return seen > max_files
+
+    def save(name: str, handle: Any, size: int) -> int:
+        data = handle.read(min(size, max_bytes))
+        path = _save_log(redactor, name, data)
+        if path:
+            saved.append(path)
+        return len(data)
+
+    await access.copy_out(f"/{folder.strip('/')}", save, max_files * max_bytes, LOG_COPY_SECONDS, skip)
+    return saved
+
+
+def _save_log(redactor: Redactor, name: str, data: bytes) -> str | None:
+    """Keep one log file as ``agent/logs/<name made safe>`` (redacted when it is text)."""
+    if redactor:
+        try:
+            data = redactor.text(data.decode("utf-8")).encode("utf-8")
+        except UnicodeDecodeError:
+            pass  # binary: saved as it is
+    safe = "/".join(_UNSAFE.sub("_", part).lstrip(".-_") or "_" for part in name.split("/"))
+    return save_artifact(f"agent/logs/{safe}", data)
 
 
 async def make_logs_dir(env: EnvironmentSession) -> str:

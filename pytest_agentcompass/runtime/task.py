@@ -71,6 +71,8 @@ async def run_attempts(ctx: RequestContext, task: TaskSpec) -> TaskOutcome:
     result = _task_usage(scheduler.combine(), scheduler.done, records)
     # Findings of every attempt stay with the task; ``strict`` makes them its error.
     result = enforce(merge_attempts(result, scheduler.done), execution.integrity)
+    # What a component wants said about the task (metadata["notes"]: lines) is said with it.
+    notes += [n for n in result.metadata.get("notes") or [] if isinstance(n, str) and n not in notes]
     try:
         # bytes (a binary artifact) become files of the run; the detail records their paths.
         result = ctx.store.externalize_bytes(task.task_id, result)

@@ -50,7 +50,7 @@ def test_background_work_left_its_trace():
 """
 
 TOML = """version = "1.0"
-artifacts = ["/app/answer.txt", "/app/heartbeat.log"]
+artifacts = {artifacts}
 
 [metadata]
 category = "cheats"
@@ -177,8 +177,17 @@ SHORT_VERIFIER = {"sigstop-verifier": 45.0}
 ENVIRONMENT = {"net-during-verify": "allow_internet = false"}
 
 
-def write_cheat_task(root: Path, name: str, script: str, *, verifier_timeout: float | None = None) -> Path:
-    """A task directory ``root/name`` whose instruction is ``script``."""
+def write_cheat_task(
+    root: Path,
+    name: str,
+    script: str,
+    *,
+    verifier_timeout: float | None = None,
+    test_sh: str = TEST_SH,
+    artifacts: str = '["/app/answer.txt", "/app/heartbeat.log"]',
+    environment: str | None = None,
+) -> Path:
+    """A task directory ``root/name`` whose instruction is ``script`` (``test_sh``: its verifier)."""
     task = root / name
     (task / "environment").mkdir(parents=True)
     (task / "tests").mkdir()
@@ -186,12 +195,14 @@ def write_cheat_task(root: Path, name: str, script: str, *, verifier_timeout: fl
     (task / "instruction.md").write_text(script)
     (task / "task.toml").write_text(
         TOML.format(
-            verifier_timeout=verifier_timeout or SHORT_VERIFIER.get(name, 120.0), environment=ENVIRONMENT.get(name, "")
+            verifier_timeout=verifier_timeout or SHORT_VERIFIER.get(name, 120.0),
+            environment=ENVIRONMENT.get(name, "") if environment is None else environment,
+            artifacts=artifacts,
         )
     )
     (task / "environment" / "Dockerfile").write_text(TASK_DOCKERFILE)
     (task / "tests" / "Dockerfile").write_text(VERIFIER_DOCKERFILE)
-    (task / "tests" / "test.sh").write_text(TEST_SH)
+    (task / "tests" / "test.sh").write_text(test_sh)
     (task / "tests" / "test_answer.py").write_text(TEST_ANSWER)
     (task / "solution" / "solve.sh").write_text("#!/bin/bash\necho 42 > /app/answer.txt\n")
     return task

@@ -27,6 +27,7 @@ from ...vocabulary.types import EvaluationMode, ExecutionPlan, PreparedTask, Run
 from ..base import BaseBenchmark, MeanOf
 from .discovery import files_digest, find_task_dirs, task_id_for
 from .handoff import restore_artifacts, take_artifacts
+from .integrity import finding
 from .modes import (
     RUNTIME_MODE,
     VerifierMode,
@@ -46,7 +47,15 @@ from .session_io import (
     save_text,
 )
 from .taskdir import HarborTask, expand_env, read_task
-from .verifier import agent_processes, changed_path_findings, run_verifier, tail, tests_findings
+from .verifier import (
+    agent_processes,
+    changed_path_findings,
+    listed,
+    processes_left,
+    run_verifier,
+    tail,
+    tests_findings,
+)
 
 if TYPE_CHECKING:
     from ...config import RunRequest
@@ -216,10 +225,19 @@ class HarborBenchmark(BaseBenchmark):
         mode: VerifierMode = plan.environment.get("verifier_mode", "shared")
         metadata = dict(result.metadata)
         findings: list[dict[str, Any]] = []
+        notes: list[str] = []
         if mode != "shared":  # nothing the agent started may run on, while its files are read or after
             freeze = getattr(env, "freeze", None)
             if freeze is None:
                 raise RuntimeError(f"verifier mode {mode!r} needs a provider that can stop a session (docker)")
+            left = await processes_left(env)
+            if left:  # by design; said, so a task that needed a service running is not a puzzle
+                notes.append(
+                    f"verifier mode {mode!r}: {len(left)} process(es) the agent left running were ended before "
+                    f"verification and not carried over (no agent process runs in a {mode} verifier): "
+                    f"{listed(left)}; a task whose tests need a service running must start it itself, or be "
+                    "verified in mode 'shared'"
+                )
             await freeze()
         if mode == "snapshot":  # the verifier will run on this very file system: what was changed matters
             findings += await changed_path_findings(env, getattr(env, "workdir", ""))
@@ -233,10 +251,19 @@ class HarborBenchmark(BaseBenchmark):
             metadata["transfer"] = await take_artifacts(
                 env, parsed.artifacts, self.artifact_limit_bytes, self.artifact_time_limit
             )
+            if not _anything_transferred(copied, metadata["transfer"]):
+                declared = ", ".join(a.source for a in parsed.artifacts) or "none"
+                notes.append(
+                    "verifier mode 'separate': nothing of the agent's environment was copied to the verifier "
+                    f"(/logs/artifacts held no files; the task's artifacts: {declared}); the verifier saw only "
+                    "its own image"
+                )
         if mode == "snapshot":
             await env.snapshot()  # type: ignore[attr-defined]
         if findings:
             metadata["integrity"] = findings
+        if notes:
+            metadata["notes"] = [*(metadata.get("notes") or []), *notes]
         return dataclasses.replace(result, metadata=metadata)
 
     async def evaluate(
@@ -258,7 +285,19 @@ class HarborBenchmark(BaseBenchmark):
         workdir = getattr(env, "workdir", "")
         if mode == "shared":  # before the runner stages anything: what the agent changed and left running
             findings += await changed_path_findings(env, workdir)
-            findings += await agent_processes(env)
+            left = await agent_processes(env)
+            findings += left
+            secrets = sorted(k for k, v in parsed.verifier_env.items() if "${" in v)
+            if left and secrets:  # /proc/<pid>/environ of the verifier is theirs to read (they run as root)
+                findings.append(
+                    finding(
+                        "secrets-exposed",
+                        None,
+                        f"the verifier's environment holds secrets from [verifier.env] ({', '.join(secrets)}) "
+                        "while processes the agent left are running, which can read it (/proc/<pid>/environ); "
+                        "shared mode cannot hide it: verify such a task in mode 'snapshot' or 'separate'",
+                    )
+                )
         if mode == "separate":
             await make_log_dirs(env, ("/logs/agent", "/logs/artifacts"))
             findings += await restore_artifacts(env, result.metadata, self.run_dir, workdir)
@@ -337,6 +376,13 @@ def _rewards(found: Mapping[str, bytes | int | str], key: str | None, bounds: An
     verdict = parse_rewards(txt if isinstance(txt, bytes) else None, js if isinstance(js, bytes) else None, key)
     check_range(verdict, bounds)
     return verdict
+
+
+def _anything_transferred(copied: Mapping[str, Any], transfer: Mapping[str, Any]) -> bool:
+    """Whether a separate verifier gets any file of the agent's environment."""
+    if int((copied.get("/logs/artifacts") or {}).get("files") or 0):
+        return True
+    return any(int((a.get("copied") or {}).get("files") or 0) for a in transfer.get("artifacts") or [])
 
 
 def _environment(parsed: HarborTask) -> dict[str, Any]:

@@ -18,9 +18,10 @@ from typing import Any
 
 from ...environments.base import EnvironmentSession
 from ...environments.transfer import trusted
-from .integrity import RULES, classify, finding, path_dirs_of
+from .integrity import RULES, classify, finding, path_dirs_of, path_findings, python_path_of
 from .session_io import copy_folder
 from .taskdir import ArtifactSpec
+from .verifier import shadowing_modules
 
 __all__ = ["restore_artifacts", "take_artifacts"]
 
@@ -71,13 +72,18 @@ async def restore_artifacts(
         copied = entry.get("copied") or {}
         targets += _files(copied, run_dir, str(entry["source"]), folder_kind=entry.get("kind") == "folder")
     found: list[dict[str, Any]] = []
+    restored: list[tuple[str, str]] = []
     for local, target in targets:
         with contextlib.suppress(FileNotFoundError):  # a copy the store could not keep: nothing to restore
             await env.write_bytes(target, local.read_bytes())
+            restored.append(("added", target))
             check = classify("added", target, workdir, path_dirs)
             if check is not None and check not in ("planted-tests", "planted-verifier-logs"):
                 message = f"{target} came with the agent's artifacts: {RULES[check].why}"
                 found.append(finding(check, target, message))
+    if access is not None:  # a Python file of the working directory that shadows a module the verifier imports
+        modules = path_findings(restored, workdir, path_dirs).workdir_modules
+        found += await shadowing_modules(access, modules, python_path_of(await access.environ()))
     return found
 
 

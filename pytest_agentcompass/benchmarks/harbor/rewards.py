@@ -45,7 +45,8 @@ def parse_rewards(txt: bytes | None, js: bytes | None, key: str | None = None) -
     """Read ``reward.txt`` (preferred, as Harbor does) or ``reward.json``.
 
     ``reward.json``'s score is ``key`` when given, else its ``reward`` entry,
-    else the mean of its numbers.
+    else (no such entry at all) the mean of its numbers. A score entry that is
+    there but no finite number (``NaN``, a word) is an error naming it.
 
     :raises RewardError: naming what is missing or malformed (and what was ignored).
     """
@@ -70,6 +71,14 @@ def parse_rewards(txt: bytes | None, js: bytes | None, key: str | None = None) -
         raise RewardError(f"reward.json must hold an object of named numbers, not {type(data).__name__}")
     values, ignored = _named_numbers(data)
     said = f" (ignored: {'; '.join(ignored)})" if ignored else ""
+    # The entry that is the score must be a usable number itself: a NaN (or a word) there is the
+    # verifier's verdict gone wrong, not a reason to score the mean of the other entries instead.
+    wanted = key if key is not None else "reward"
+    if wanted in data and wanted not in values:
+        raise RewardError(
+            f"reward.json's {wanted!r} is {_cut(repr(data[wanted]), 40)}, not a finite number; "
+            "it is the score, so the task cannot be scored"
+        )
     if key is not None:
         if key not in values:
             raise RewardError(f"reward.json has no number named {key!r} (the benchmark's reward_key){said}")

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
@@ -22,9 +23,29 @@ from typing import IO, Any
 from ...environments.base import EnvironmentSession
 from ...environments.transfer import run_as_root, trusted
 from ...vocabulary.types import ExecResult
-from .integrity import WORKDIR_CONFIG, finding, is_startup_code, path_dirs_of, path_findings
+from .integrity import (
+    RULES,
+    WORKDIR_CONFIG,
+    capped,
+    configures_pytest,
+    finding,
+    is_startup_code,
+    path_dirs_of,
+    path_findings,
+    python_path_of,
+)
 
-__all__ = ["VerifierRun", "agent_processes", "changed_path_findings", "run_verifier", "tail", "tests_findings"]
+__all__ = [
+    "VerifierRun",
+    "agent_processes",
+    "changed_path_findings",
+    "listed",
+    "processes_left",
+    "run_verifier",
+    "shadowing_modules",
+    "tail",
+    "tests_findings",
+]
 
 #: Characters of verifier output kept in the task detail.
 TAIL_CHARS = 2000
@@ -86,42 +107,70 @@ async def _watch(access: Any, stopped: dict[int, str]) -> None:
 
 async def agent_processes(env: EnvironmentSession) -> list[dict[str, Any]]:
     """A finding listing what the agent left running (the container's own init and keepalive aside)."""
-    access = trusted(env)
-    if access is None:
-        return []
-    procs = await access.processes()
-    by_pid = {p.pid: p for p in procs}
-    roots = {p.pid for p in procs if p.ppid not in by_pid}  # the container's init (its parent is outside)
-    keepalive = {p.pid for p in procs if p.ppid in roots and p.args.startswith("sleep 2147483647")}
-    left = [p for p in procs if p.pid not in roots and p.pid not in keepalive]
+    left = await processes_left(env)
     if not left:
         return []
-    listed = "; ".join(f"`{p.args[:80]}`" for p in left[:5]) + (f"; and {len(left) - 5} more" if len(left) > 5 else "")
     return [
         finding(
             "agent-processes",
             None,
             f"{len(left)} process(es) the agent started were running when the verifier started (shared mode "
-            f"cannot keep them from changing the outcome): {listed}",
+            f"cannot keep them from changing the outcome): {listed(left)}",
         )
     ]
 
 
+def listed(procs: Sequence[Any]) -> str:
+    """A few processes' command lines, for a message."""
+    return "; ".join(f"`{p.args[:80]}`" for p in procs[:5]) + (f"; and {len(procs) - 5} more" if len(procs) > 5 else "")
+
+
+async def processes_left(env: EnvironmentSession) -> list[Any]:
+    """The processes of ``env`` the agent started (all but the container's init and keepalive)."""
+    access = trusted(env)
+    if access is None:
+        return []
+    procs = await access.processes()
+    # The runner's own processes (the container's init and keepalive) by the pids recorded when the
+    # container started: a process of the agent may call itself anything, "sleep 2147483647" too.
+    own: frozenset[int] = getattr(env, "runner_pids", frozenset())
+    if not own:  # a session that recorded none: the init alone (its parent is outside the container)
+        by_pid = {p.pid for p in procs}
+        own = frozenset(p.pid for p in procs if p.ppid not in by_pid)
+    return [p for p in procs if p.pid not in own]
+
+
 async def changed_path_findings(env: EnvironmentSession, workdir: str) -> list[dict[str, Any]]:
     """Findings from what the agent changed relative to the image (``docker diff``), before the runner
-    stages anything: replaced or shadowed tools, startup hooks, pytest changed, planted config."""
+    stages anything: every change of a class of paths that can run code in the verifier or decide its
+    outcome (see :mod:`.integrity`). The compiled caches the agent wrote are blanked meanwhile (Python
+    compiles their sources again), so none of them can carry code its source does not show."""
     access = trusted(env)
     if access is None:
         return []
     changes = await access.changes()
-    path_dirs = path_dirs_of(await access.environ())
-    suspects = path_findings(((c.kind, c.path) for c in changes), workdir, path_dirs)
+    environ = await access.environ()
+    path_dirs = path_dirs_of(environ)
+    python_dirs = python_path_of(environ)
+    suspects = path_findings(((c.kind, c.path) for c in changes), workdir, path_dirs, python_dirs)
     found = list(suspects.findings)
+    if suspects.caches:
+        await access.blank_files(suspects.caches)
     for pth in suspects.pth:
         with contextlib.suppress(Exception):  # gone or not a file: nothing runs from it
             head, _ = await access.read_head(pth, 64 * 1024)
             if is_startup_code(head):
                 found.append(finding("startup-hook", pth, f"{pth}: a .pth file that runs code whenever Python starts"))
+            else:
+                message = f"{pth}: a .pth file that adds folders to Python's import path"
+                found.append(finding("python-path", pth, message))
+    for config in suspects.workdir_configs:
+        with contextlib.suppress(Exception):
+            head, _ = await access.read_head(config, 256 * 1024)
+            if configures_pytest(head):
+                message = f"{config}: configures pytest in the verifier's working directory"
+                found.append(finding("planted-config", config, message))
+    found += await shadowing_modules(access, suspects.workdir_modules, python_dirs)
     canonical: dict[str, str] = {}
 
     async def resolve(folder: str) -> str:
@@ -132,14 +181,68 @@ async def changed_path_findings(env: EnvironmentSession, workdir: str) -> list[d
 
     for path, later in suspects.added_tools:
         name, own = PurePosixPath(path).name, await resolve(str(PurePosixPath(path).parent))
+        shadowed = None
         for folder in later:
             if await resolve(folder) == own:
                 continue  # /bin -> /usr/bin: the same folder
             if await access.stat(f"{folder}/{name}") is not None:
-                message = f"{path} added: comes earlier on PATH than {folder}/{name}, which the verifier would run"
-                found.append(finding("shadowed-tool", path, message))
+                shadowed = folder
                 break
+        if shadowed is not None:
+            message = f"{path} added: comes earlier on PATH than {shadowed}/{name}, which the verifier would run"
+            found.append(finding("shadowed-tool", path, message))
+        else:
+            found.append(finding("path-program", path, f"{path} added: {RULES['path-program'].why}"))
+    return capped(found)
+
+
+#: Modules the verifier's pytest imports when they are there (absent, a file of that name still loads).
+_OPTIONAL_IMPORTS = frozenset({"pygments", "argcomplete", "colorama", "tomli", "exceptiongroup", "py", "packaging"})
+#: Python versions whose folders are looked for in a container.
+_VERSIONS = ("2.7", *(f"3.{minor}" for minor in range(6, 16)))
+
+
+async def shadowing_modules(
+    access: Any, modules: Sequence[tuple[str, str]], python_dirs: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Findings for the Python files of the working directory that shadow a module: one of the
+    standard library, one pytest imports when present, or one installed in the container. A module
+    of the task's own (the solution it asked for) shadows nothing and is no finding."""
+    found: list[dict[str, Any]] = []
+    if not modules:
+        return found
+    folders: list[str] | None = None
+    stdlib = set(getattr(sys, "stdlib_module_names", ()))
+    for path, name in modules:
+        where = None
+        if name in stdlib or name in _OPTIONAL_IMPORTS:
+            where = "the standard library" if name in stdlib else "a module pytest imports when it is there"
+        else:
+            if folders is None:
+                folders = [*await _python_folders(access), *python_dirs]
+            for folder in folders:
+                for candidate in (f"{folder}/{name}.py", f"{folder}/{name}"):
+                    if await access.stat(candidate) is not None:
+                        where = candidate
+                        break
+                if where:
+                    break
+        if where is not None:
+            message = f"{path}: shadows {where} for `python -m pytest` ({RULES['shadowing-module'].why})"
+            found.append(finding("shadowing-module", path, message))
     return found
+
+
+async def _python_folders(access: Any) -> list[str]:
+    """The import folders of the Pythons a container has (its standard libraries and packages)."""
+    folders: list[str] = []
+    for version in _VERSIONS:
+        for prefix in ("/usr/lib", "/usr/local/lib"):
+            base = f"{prefix}/python{version}"
+            if await access.stat(base) is not None:
+                folders += [base, f"{base}/lib-dynload", f"{base}/site-packages", f"{base}/dist-packages"]
+                folders.append(f"/root/.local/lib/python{version}/site-packages")
+    return [*folders, "/usr/lib/python3/dist-packages"]
 
 
 async def tests_findings(env: EnvironmentSession, tests: Path) -> list[dict[str, Any]]:

@@ -16,12 +16,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from cheat_tasks import AGENT, write_cheat_task
+from cheat_tasks import AGENT, PlayedRuns, write_cheat_task
 from harbor_tasks import containers_of, docker_lines, require_images
 from tamper_tasks import (
     BROKEN_LOGS,
@@ -59,16 +58,7 @@ def _request(name: str, path: str, mode: str, **execution: Any) -> dict[str, Any
     }
 
 
-class Played:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def run_dir(self, request: str) -> Path:
-        return sorted(p for p in (self.root / "runs" / request).iterdir() if p.is_dir())[-1]
-
-    def detail(self, request: str, task: str) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads((self.run_dir(request) / "details" / f"{task}.json").read_text())
-        return data
+Played = PlayedRuns
 
 
 @pytest.fixture(scope="module")

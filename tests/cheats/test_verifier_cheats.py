@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cheat_tasks import AGENT, CHEATS, FORK_BOMB, HONEST, write_cheat_task
+from cheat_tasks import AGENT, CHEATS, FORK_BOMB, HONEST, PlayedRuns, write_cheat_task
 from harbor_tasks import containers_of, docker_lines, require_images
 
 MODES = ("shared", "snapshot", "separate")
@@ -39,20 +39,13 @@ def _request(name: str, mode: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-class Played:
-    """What the suite's one run left: each request's details and run directory."""
+class Played(PlayedRuns):
+    """What the suite's one run left: each request's details and run directory, its output and peak RSS."""
 
     def __init__(self, root: Path, done: subprocess.CompletedProcess[str], peak_kib: int) -> None:
-        self.root = root
+        super().__init__(root)
         self.done = done
         self.peak_kib = peak_kib
-
-    def run_dir(self, request: str) -> Path:
-        return sorted(p for p in (self.root / "runs" / request).iterdir() if p.is_dir())[-1]
-
-    def detail(self, request: str, task: str) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads((self.run_dir(request) / "details" / f"{task}.json").read_text())
-        return data
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,10 @@ whether its tests came baked into its image) in ``/logs/verifier``.
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 #: The agent's image: Debian bookworm with python3, pytest and bash (built offline, see scripts/).
 TASK_DOCKERFILE = "FROM python:3.12-slim\nWORKDIR /app\n"
@@ -210,3 +212,17 @@ def write_cheat_task(
 
 #: The agent: the task's instruction, run as a bash script.
 AGENT = {"command": ["bash", "-c", 'eval "$AGENTCOMPASS_PROMPT"'], "timeout": 60}
+
+
+class PlayedRuns:
+    """The run directories one cheat-suite session left under ``root/runs``: each request's latest run and details."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def run_dir(self, request: str) -> Path:
+        return sorted(p for p in (self.root / "runs" / request).iterdir() if p.is_dir())[-1]
+
+    def detail(self, request: str, task: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.run_dir(request) / "details" / f"{task}.json").read_text())
+        return data

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from store_writes import not_through_the_store, writes_under
 
 from agent_scripts import COMMAND, IMAGE, NO_AGENT_DOCKER, agent_task, offline
@@ -113,6 +114,17 @@ class FailsOnStderr(Fails):
     how = "on-stderr"
 
 
+class OtherAgent(MyAgent):
+    """The same agent, published under another name."""
+    id = "acme-other-agent"
+
+    def packages(self, version: str) -> list:
+        return [NpmPackage("@acme/other-agent", version)]
+
+    def install_script(self, version: str) -> str:
+        return untar(tarball_name("@acme/other-agent", version), "package/bin/my-agent", strip=2)
+
+
 class Broken(MyAgent):
     def install_script(self, version: str) -> str:
         return "echo unpacking; echo 'cannot unpack my-agent: disk full' >&2; exit 7"
@@ -127,8 +139,9 @@ def registry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[LocalR
         monkeypatch.setenv("npm_config_cache", str(tmp_path / "npm-cache"))
         yield served
     # Its tarball differs per session (gzip's time stamp): the images made from it go with the test.
-    for image in docker("images", "-q", "--filter", f"label=agentcompass.agent={AGENT_NAME}").split():
-        docker("rmi", "-f", image)
+    for agent in (AGENT_NAME, "acme-other-agent"):
+        for image in docker("images", "-q", "--filter", f"label=agentcompass.agent={agent}").split():
+            docker("rmi", "-f", image)
 
 
 @pytest.fixture
@@ -233,3 +246,18 @@ def test_a_failing_agent_s_error_is_taken_from_where_the_agent_says_it(
     assert record["status"] == "inference_error"
     assert record["error"].startswith(f"{AGENT_NAME} exited with 1 {said}"), record["error"]
     assert "warning" not in record["error"].lower()
+
+
+def test_the_agents_of_several_requests_are_fetched_at_once(
+    pytester: pytest.Pytester, registry: LocalRegistry, server: ScriptedServer
+) -> None:
+    """Two requests, two agents, an empty cache: the preflights fetched one agent after the other."""
+    registry.add_npm("@acme/other-agent", "1.0.0", npm_tarball({"bin/my-agent": AGENT}, {"bin/my-agent": 0o755}))
+    registry.meet = 2  # each package's metadata is held until both are asked for
+    config(pytester, server, "MyAgent")
+    data = yaml.safe_load((pytester.path / "agentcompass.yaml").read_text())
+    other = {**data["requests"][0], "name": "other"}
+    other["harness"] = {**other["harness"], "id": "agent6.py:OtherAgent"}
+    write_config(pytester, [data["requests"][0], other])
+    pytester.runpytest(*RUN).assert_outcomes(passed=2)
+    assert registry.met, "the second agent's package was asked for only once the first one was fetched"

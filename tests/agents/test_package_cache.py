@@ -130,3 +130,15 @@ def test_the_key_follows_the_recipe() -> None:
 def test_an_unknown_version_is_named(tmp_path: Path, registry: LocalRegistry) -> None:
     with pytest.raises(FetchError, match=r"acme/agent@9\.9\.9"):
         fill(PackageCache(tmp_path / "cache"), NpmPackage("@acme/agent", "9.9.9"))
+
+
+@pytest.mark.skipif(NPM is None, reason="npm is not installed")
+def test_an_agent_s_packages_are_fetched_at_once(tmp_path: Path, registry: LocalRegistry) -> None:
+    """Gemini CLI needs two npm packages (itself and a Node): they were fetched one after the other."""
+    registry.add_npm("node-bin", "22.0.0", npm_tarball({"bin/node": "#!/bin/sh\n"}))
+    registry.meet = 2  # each package's metadata is held until both are asked for
+    cached = fill(
+        PackageCache(tmp_path / "cache"), NpmPackage("@acme/agent", "1.2.3"), NpmPackage("node-bin", "22.0.0")
+    )
+    assert registry.met, "the second package was asked for only once the first one was fetched"
+    assert {f.name for f in cached.files} == {"acme-agent-1.2.3.tgz", "node-bin-22.0.0.tgz"}  # type: ignore[attr-defined]

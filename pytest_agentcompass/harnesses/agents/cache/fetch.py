@@ -20,18 +20,21 @@ import os
 import re
 import shlex
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ....concurrency.flock import file_lock
-from .store import CacheCorrupt, CachedSet, PackageCache
+from .store import CacheCorrupt, CachedFile, CachedSet, PackageCache
 
-__all__ = ["FetchError", "Fetched", "PackageSource", "cache_key", "ensure_packages", "run_tool"]
+__all__ = ["FetchError", "Fetched", "PackageSource", "cache_key", "ensure_packages", "gather_or_cancel", "run_tool"]
 
 #: Seconds one registry command may take (a 190 MB package on a slow link fits).
 TOOL_TIMEOUT = 1800.0
+#: Registry commands one fetch runs at once (an agent's packages; the agents of a preflight).
+FETCHES_AT_ONCE = 4
+T = TypeVar("T")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -131,14 +134,31 @@ async def ensure_packages(cache: PackageCache, agent: str, version: str, sources
 
 
 async def _fetch(cache: PackageCache, scratch: Path, sources: Sequence[PackageSource]) -> CachedSet:
-    files = []
-    for source in sources:
-        for item in await source.fetch(scratch):
-            try:
-                files.append(await asyncio.to_thread(cache.add_file, item.path, item.expected, item.source))
-            except CacheCorrupt as exc:
-                raise FetchError(str(exc)) from None
+    """Fetch every source at once (a few at a time); the first failure stops the others."""
+    limit = asyncio.Semaphore(FETCHES_AT_ONCE)
+
+    async def one(source: PackageSource) -> list[CachedFile]:
+        async with limit:
+            fetched = await source.fetch(scratch)
+        try:
+            return [await asyncio.to_thread(cache.add_file, f.path, f.expected, f.source) for f in fetched]
+        except CacheCorrupt as exc:
+            raise FetchError(str(exc)) from None
+
+    files = [f for group in await gather_or_cancel([one(source) for source in sources]) for f in group]
     return await asyncio.to_thread(cache.make_set, files)
+
+
+async def gather_or_cancel(work: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    """The results of ``work`` run at once; when one fails, the rest are cancelled (and awaited) first."""
+    tasks = [asyncio.ensure_future(w) for w in work]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def _lookup(cache: PackageCache, key: str) -> tuple[CachedSet | None, str]:

@@ -221,7 +221,8 @@ def test_without_a_registry_an_empty_cache_is_one_clear_message(
         [
             f"*harness '{AGENT_NAME}': the packages of {AGENT_NAME} 1.0.0 are not in the cache at {cache}*",
             "*ECONNREFUSED*",
-            f"*Without a registry, copy a cache folder filled where one is reachable to {cache}*",
+            "*Fill the cache where a registry is reachable (a run there fetches them); without a registry, "
+            f"copy a cache folder filled there to {cache}*",
         ]
     )
     assert "Traceback" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()

@@ -242,10 +242,17 @@ class AgentHarness(BaseHarness):
             try:
                 cached = await ensure_packages(PackageCache(root), self.id, version, self.packages(version))
             except FetchError as exc:
+                from . import AGENTS
+
+                fill = "a run there fetches them"
+                if self.id in AGENTS:  # the command knows the built-in agents
+                    fill = f"`python -m pytest_agentcompass agents fetch {self.id}@{version}"
+                    fill += f" --cache-dir {root}`" if options.cache_dir else "`"
                 raise PreflightError(
                     f"harness {self.id!r}: the packages of {self.id} {version} are not in the cache at {root} "
-                    f"and could not be fetched: {exc}\nWithout a registry, copy a cache folder filled where one "
-                    f"is reachable to {root} (or point harness.params.cache_dir at it)"
+                    f"and could not be fetched: {exc}\nFill the cache where a registry is reachable ({fill}); "
+                    f"without a registry, copy a cache folder filled there to {root} "
+                    "(or point harness.params.cache_dir at it)"
                 ) from None
             self._install = AgentInstall(
                 self.id, version, str(cached.path), cached.digest, self._script(version),

@@ -73,12 +73,15 @@ def cache_key(agent: str, version: str, sources: Sequence[PackageSource]) -> str
     return _UNSAFE.sub("_", f"{agent}-{version}") + f"-{digest}"
 
 
-async def run_tool(argv: Sequence[str], what: str, env: Mapping[str, str] | None = None) -> str:
+async def run_tool(
+    argv: Sequence[str], what: str, env: Mapping[str, str] | None = None, defaults: Mapping[str, str] | None = None
+) -> str:
     """Run a registry client and return its stdout.
 
+    :param defaults: Variables set unless this process's environment sets them (the user's settings win).
     :raises FetchError: when it is not installed, fails or takes longer than :data:`TOOL_TIMEOUT`.
     """
-    environ = {**os.environ, **(env or {})}
+    environ = {**(defaults or {}), **os.environ, **(env or {})}
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,
@@ -100,9 +103,24 @@ async def run_tool(argv: Sequence[str], what: str, env: Mapping[str, str] | None
             raise FetchError(f"`{shlex.join(argv)}` took longer than {TOOL_TIMEOUT:g}s to {what}") from None
         raise
     if process.returncode != 0:
-        tail = err.decode("utf-8", "replace").strip()[-1500:] or out.decode("utf-8", "replace").strip()[-1500:]
-        raise FetchError(f"`{shlex.join(argv)}` failed (exit {process.returncode}) to {what}:\n{tail}")
+        said = _gist(err.decode("utf-8", "replace")) or _gist(out.decode("utf-8", "replace"))
+        raise FetchError(f"`{shlex.join(argv)}` failed (exit {process.returncode}) to {what}:\n{said}")
     return out.decode("utf-8", "replace")
+
+
+#: Lines of a client's error output that say nothing about the failure (pointers to logs, retries).
+_NOISE = re.compile(r"A complete log of this run|WARNING: Retrying|^\s*$|npm (error|ERR!)\s*$", re.IGNORECASE)
+
+
+#: Lines that name the failure (npm's ``code ECONNREFUSED``, pip's ``ERROR: ...``).
+_TELLING = re.compile(r"\b(code|errno)\b|^ERROR:|Error:", re.IGNORECASE)
+
+
+def _gist(text: str, lines: int = 5, limit: int = 900) -> str:
+    """The lines of a client's error output that name the failure, then its last few lines."""
+    kept = [line.rstrip() for line in text.splitlines() if not _NOISE.search(line)]
+    chosen = dict.fromkeys([*[line for line in kept if _TELLING.search(line)][:3], *kept[-lines:]])
+    return "\n".join(chosen)[-limit:]
 
 
 async def ensure_packages(cache: PackageCache, agent: str, version: str, sources: Sequence[PackageSource]) -> CachedSet:

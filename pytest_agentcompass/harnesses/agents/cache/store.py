@@ -6,6 +6,7 @@ Layout under the cache root::
     sets/<digest>/<file name>   one agent version's files (hard links to blobs) + manifest.json
     index/<key>.json            what an (agent, version, fetch recipe) resolved to: its set
     tmp/                        downloads in progress (removed when done)
+    locks/<key>.lock            one per key: processes take turns fetching it
 
 A set's digest is a digest of its file names and hashes, so two recipes that
 resolve to the same files share one set, and versions that share files

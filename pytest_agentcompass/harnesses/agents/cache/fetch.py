@@ -140,19 +140,47 @@ async def ensure_packages(cache: PackageCache, agent: str, version: str, sources
         if found is not None:
             return found
         corrupt = again or corrupt
+        # What a damaged set still holds intact, by source: only the sources of damaged files are fetched again.
+        kept = await asyncio.to_thread(_intact, cache, key, len(sources)) if corrupt else None
+        kept = kept or [None] * len(sources)
+        await asyncio.to_thread(cache.discard, key)
         scratch = cache.scratch()
         try:
-            cached = await _fetch(cache, scratch, sources)
+            wanted = [source for source, intact in zip(sources, kept, strict=True) if intact is None]
+            fetched = iter(await _fetch(cache, scratch, wanted))
+            groups = [intact if intact is not None else next(fetched) for intact in kept]
         except FetchError as exc:
             raise FetchError(f"{corrupt}, and fetching it again failed: {exc}" if corrupt else str(exc)) from None
         finally:
             await asyncio.to_thread(shutil.rmtree, scratch, True)
-        cache.record(key, cached, {"agent": agent, "version": version, "sources": [s.describe() for s in sources]})
+        cached = await asyncio.to_thread(cache.make_set, [f for group in groups for f in group])
+        recipe = {"agent": agent, "version": version, "sources": [s.describe() for s in sources]}
+        recipe["files"] = [[f.name for f in group] for group in groups]  # by source: a repair fetches one again
+        cache.record(key, cached, recipe)
     return cached
 
 
-async def _fetch(cache: PackageCache, scratch: Path, sources: Sequence[PackageSource]) -> CachedSet:
-    """Fetch every source at once (a few at a time); the first failure stops the others."""
+def _intact(cache: PackageCache, key: str, count: int) -> list[list[CachedFile] | None] | None:
+    """Per source of ``key``'s damaged set: its files when all are intact, ``None`` when one is damaged
+    (or the whole answer ``None`` when the index does not say which source gave which file)."""
+    try:
+        entry = json.loads(cache.index_file(key).read_text())
+        groups = entry["recipe"]["files"]
+        files = {f.name: f for f in cache.manifest(str(entry["set"]))}
+    except (OSError, ValueError, KeyError, TypeError, CacheCorrupt):
+        return None
+    if not isinstance(groups, list) or len(groups) != count:
+        return None
+    out: list[list[CachedFile] | None] = []
+    for names in groups:
+        entries = [files.get(str(name)) for name in names]
+        good = all(e is not None and cache.intact(e) for e in entries)
+        out.append([e for e in entries if e is not None] if good else None)
+    return out
+
+
+async def _fetch(cache: PackageCache, scratch: Path, sources: Sequence[PackageSource]) -> list[list[CachedFile]]:
+    """Fetch every source at once (a few at a time); the first failure stops the others. Its files, by source."""
     limit = asyncio.Semaphore(FETCHES_AT_ONCE)
 
     async def one(source: PackageSource) -> list[CachedFile]:
@@ -163,8 +191,7 @@ async def _fetch(cache: PackageCache, scratch: Path, sources: Sequence[PackageSo
         except CacheCorrupt as exc:
             raise FetchError(str(exc)) from None
 
-    files = [f for group in await gather_or_cancel([one(source) for source in sources]) for f in group]
-    return await asyncio.to_thread(cache.make_set, files)
+    return await gather_or_cancel([one(source) for source in sources])
 
 
 async def gather_or_cancel(work: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
@@ -183,6 +210,5 @@ def _lookup(cache: PackageCache, key: str) -> tuple[CachedSet | None, str]:
     """The cached set of ``key``, or ``None`` and why it is not usable (empty when not cached)."""
     try:
         return cache.lookup(key), ""
-    except CacheCorrupt as exc:
-        cache.discard(key)  # fetched again; the checked files replace the altered ones
+    except CacheCorrupt as exc:  # fetched again (only what is damaged, when the index says by source)
         return None, f"the cache had a damaged copy ({exc})"

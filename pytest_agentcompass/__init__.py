@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from .harnesses.shell_agent import ShellAgentHarness
     from .models import ModelSettings, Trajectory
     from .models.ledger import CallLedger, ModelCall
+    from .models.usage import Usage
     from .runtime.registry import Registry
     from .runtime.strategies import AttemptScheduler
     from .vocabulary.artifacts import RunFiles, artifact_name, save_artifact, save_artifact_stream
@@ -102,6 +103,7 @@ _EXPORTS = {
     "OpenAIChatHarness": ".harnesses.openai_chat",
     "ShellAgentHarness": ".harnesses.shell_agent",
     "Trajectory": ".models",
+    "Usage": ".models.usage",
     "RunFiles": ".vocabulary.artifacts",
     "save_artifact": ".vocabulary.artifacts",
     "save_artifact_stream": ".vocabulary.artifacts",
@@ -203,6 +205,7 @@ __all__ = [
     "TaskOutcome",
     "TaskSpec",
     "TimeoutsSpec",
+    "Usage",
     "Trajectory",
     "WorkspacePathError",
     "apply_verifier_result",

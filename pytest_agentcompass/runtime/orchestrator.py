@@ -31,6 +31,8 @@ __all__ = ["OrchestrationResult", "Orchestrator", "Slots"]
 
 #: How long removing left-over Environments may take after the cleanup was cut short.
 SWEEP_SECONDS = 20.0
+#: Request preflights run at once (fetching agents' packages, building images).
+PREFLIGHTS_AT_ONCE = 4
 
 log = logging.getLogger("pytest_agentcompass")
 
@@ -216,8 +218,7 @@ class Orchestrator:
         if self._interrupted:
             raise asyncio.CancelledError
         try:
-            for state in self.requests:
-                await state.preflight()
+            await self._preflights()
         except asyncio.CancelledError:  # Ctrl-C while a preflight waits: every task is cancelled, and recorded
             for state in self.requests:
                 if state.failed is not None and not state.finalized:
@@ -255,6 +256,24 @@ class Orchestrator:
         if self.observer_error is not None:
             raise self.observer_error
         return self.result
+
+    async def _preflights(self) -> None:
+        """Every request's preflight, a few at once: each may fetch an agent's packages or build an image,
+        and one after the other a run of five agents waited for five downloads in a row."""
+        limit = asyncio.Semaphore(PREFLIGHTS_AT_ONCE)
+
+        async def one(state: RequestRuntime) -> None:
+            async with limit:
+                await state.preflight()
+
+        tasks = [asyncio.ensure_future(one(state)) for state in self.requests]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:  # a Ctrl-C: none goes on alone
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
 
     async def _close_requests(self) -> None:
         """Close what each request's harness shares (model clients), within what is left of the grace."""

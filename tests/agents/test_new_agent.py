@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from store_writes import not_through_the_store, writes_under
 
 from agent_scripts import COMMAND, IMAGE, NO_AGENT_DOCKER, agent_task, offline
@@ -32,6 +33,18 @@ AGENT = """\
 import json, os, subprocess, sys, urllib.request
 if sys.argv[1:] == ["--version"]:
     sys.exit(print("my-agent 1.0.0"))
+failure = os.environ.get("MY_AGENT_FAILS")
+if failure == "in-its-report":  # as codex, claude and opencode do: the error is an event on stdout
+    print("warning: no terminal, colours off", file=sys.stderr)
+    print(json.dumps({"type": "error", "message": "the model refused: quota of org-7 spent"}))
+    sys.exit(1)
+if failure == "on-stdout":  # progress on stdout, a harmless warning on stderr, then the error on stdout
+    print("DeprecationWarning: punycode is deprecated", file=sys.stderr)
+    print("step 1", "step 2", "Error: the workspace /app is read-only", sep=chr(10))
+    sys.exit(1)
+if failure == "on-stderr":  # lots of progress on stdout, the error on stderr
+    print(*(f"step {i}" for i in range(500)), sep=chr(10))
+    sys.exit(chr(10).join(["Traceback (most recent call last):", "RuntimeError: the model endpoint closed the stream"]))
 base, key, model = os.environ["MY_AGENT_BASE_URL"], os.environ["MY_AGENT_KEY"], os.environ["MY_AGENT_MODEL"]
 tools = [{"type": "function", "function": {"name": "bash", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}}}}]
@@ -52,7 +65,8 @@ for _ in range(5):
 
 #: The harness: README's example ("Another agent"), but the package's name.
 HARNESS = f'''\
-from pytest_agentcompass import AgentHarness, AgentRun, NpmPackage, tarball_name, untar
+from pytest_agentcompass import AgentHarness, AgentReport, AgentRun, NpmPackage, tarball_name, untar
+from pytest_agentcompass.harnesses.agents import json_lines
 
 
 class MyAgent(AgentHarness):
@@ -75,6 +89,42 @@ class MyAgent(AgentHarness):
                 "MY_AGENT_MODEL": run.model}}
 
 
+class Fails(MyAgent):
+    """The agent fails in one of three ways (AGENT's ``MY_AGENT_FAILS``)."""
+    how = ""
+
+    def environment(self, run: AgentRun) -> dict[str, str]:
+        return {{**super().environment(run), "MY_AGENT_FAILS": self.how}}
+
+
+class FailsInItsReport(Fails):
+    how = "in-its-report"
+
+    def parse_report(self, text: str) -> AgentReport:
+        errors = [event["message"] for event in json_lines(text) if event.get("type") == "error"]
+        return AgentReport(error=errors[-1] if errors else None)
+
+
+class FailsOnStdout(Fails):
+    how = "on-stdout"
+    error_stream = "stdout"
+
+
+class FailsOnStderr(Fails):
+    how = "on-stderr"
+
+
+class OtherAgent(MyAgent):
+    """The same agent, published under another name."""
+    id = "acme-other-agent"
+
+    def packages(self, version: str) -> list:
+        return [NpmPackage("@acme/other-agent", version)]
+
+    def install_script(self, version: str) -> str:
+        return untar(tarball_name("@acme/other-agent", version), "package/bin/my-agent", strip=2)
+
+
 class Broken(MyAgent):
     def install_script(self, version: str) -> str:
         return "echo unpacking; echo 'cannot unpack my-agent: disk full' >&2; exit 7"
@@ -89,8 +139,9 @@ def registry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[LocalR
         monkeypatch.setenv("npm_config_cache", str(tmp_path / "npm-cache"))
         yield served
     # Its tarball differs per session (gzip's time stamp): the images made from it go with the test.
-    for image in docker("images", "-q", "--filter", f"label=agentcompass.agent={AGENT_NAME}").split():
-        docker("rmi", "-f", image)
+    for agent in (AGENT_NAME, "acme-other-agent"):
+        for image in docker("images", "-q", "--filter", f"label=agentcompass.agent={agent}").split():
+            docker("rmi", "-f", image)
 
 
 @pytest.fixture
@@ -170,7 +221,44 @@ def test_without_a_registry_an_empty_cache_is_one_clear_message(
         [
             f"*harness '{AGENT_NAME}': the packages of {AGENT_NAME} 1.0.0 are not in the cache at {cache}*",
             "*ECONNREFUSED*",
-            f"*Without a registry, copy a cache folder filled where one is reachable to {cache}*",
+            "*Fill the cache where a registry is reachable (a run there fetches them); without a registry, "
+            f"copy a cache folder filled there to {cache}*",
         ]
     )
     assert "Traceback" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("harness", "said"),
+    [
+        ("FailsInItsReport", "(its report): the model refused: quota of org-7 spent"),
+        ("FailsOnStdout", "(stdout): step 1\nstep 2\nError: the workspace /app is read-only"),
+        ("FailsOnStderr", "(stderr): Traceback (most recent call last):\nRuntimeError: the model endpoint closed"),
+    ],
+)
+def test_a_failing_agent_s_error_is_taken_from_where_the_agent_says_it(
+    pytester: pytest.Pytester, registry: LocalRegistry, server: ScriptedServer, harness: str, said: str
+) -> None:
+    """Agents say why they failed in different places: the error showed stderr whenever it had anything
+    (a warning), and never the error event of an agent's JSON report on stdout."""
+    config(pytester, server, harness)
+    pytester.runpytest(*RUN).assert_outcomes(errors=1)
+    record = detail(pytester)
+    assert record["status"] == "inference_error"
+    assert record["error"].startswith(f"{AGENT_NAME} exited with 1 {said}"), record["error"]
+    assert "warning" not in record["error"].lower()
+
+
+def test_the_agents_of_several_requests_are_fetched_at_once(
+    pytester: pytest.Pytester, registry: LocalRegistry, server: ScriptedServer
+) -> None:
+    """Two requests, two agents, an empty cache: the preflights fetched one agent after the other."""
+    registry.add_npm("@acme/other-agent", "1.0.0", npm_tarball({"bin/my-agent": AGENT}, {"bin/my-agent": 0o755}))
+    registry.meet = 2  # each package's metadata is held until both are asked for
+    config(pytester, server, "MyAgent")
+    data = yaml.safe_load((pytester.path / "agentcompass.yaml").read_text())
+    other = {**data["requests"][0], "name": "other"}
+    other["harness"] = {**other["harness"], "id": "agent6.py:OtherAgent"}
+    write_config(pytester, [data["requests"][0], other])
+    pytester.runpytest(*RUN).assert_outcomes(passed=2)
+    assert registry.met, "the second agent's package was asked for only once the first one was fetched"

@@ -130,3 +130,34 @@ def test_the_key_follows_the_recipe() -> None:
 def test_an_unknown_version_is_named(tmp_path: Path, registry: LocalRegistry) -> None:
     with pytest.raises(FetchError, match=r"acme/agent@9\.9\.9"):
         fill(PackageCache(tmp_path / "cache"), NpmPackage("@acme/agent", "9.9.9"))
+
+
+@pytest.mark.skipif(NPM is None, reason="npm is not installed")
+def test_an_agent_s_packages_are_fetched_at_once(tmp_path: Path, registry: LocalRegistry) -> None:
+    """Gemini CLI needs two npm packages (itself and a Node): they were fetched one after the other."""
+    registry.add_npm("node-bin", "22.0.0", npm_tarball({"bin/node": "#!/bin/sh\n"}))
+    registry.meet = 2  # each package's metadata is held until both are asked for
+    cached = fill(
+        PackageCache(tmp_path / "cache"), NpmPackage("@acme/agent", "1.2.3"), NpmPackage("node-bin", "22.0.0")
+    )
+    assert registry.met, "the second package was asked for only once the first one was fetched"
+    assert {f.name for f in cached.files} == {"acme-agent-1.2.3.tgz", "node-bin-22.0.0.tgz"}  # type: ignore[attr-defined]
+
+
+@pytest.mark.skipif(NPM is None, reason="npm is not installed")
+def test_a_damaged_file_is_the_only_one_fetched_again(tmp_path: Path, registry: LocalRegistry) -> None:
+    """One altered byte of Node discarded the whole set: the agent's own package was downloaded again too."""
+    registry.add_npm("node-bin", "22.0.0", npm_tarball({"bin/node": "#!/bin/sh\n"}))
+    sources = (NpmPackage("@acme/agent", "1.2.3"), NpmPackage("node-bin", "22.0.0"))
+    cached = fill(PackageCache(tmp_path / "cache"), *sources)
+    damaged = cached.path / "node-bin-22.0.0.tgz"  # type: ignore[attr-defined]
+    damaged.chmod(0o644)
+    data = bytearray(damaged.read_bytes())
+    data[-1] ^= 1
+    damaged.write_bytes(bytes(data))
+    registry.requests.clear()
+
+    repaired = fill(PackageCache(tmp_path / "cache"), *sources)  # a new process: it hashes again
+    assert registry.requests and all("node-bin" in path for path in registry.requests), registry.requests
+    assert (repaired.path / "node-bin-22.0.0.tgz").read_bytes() != bytes(data)  # type: ignore[attr-defined]
+    assert {f.name for f in repaired.files} == {"acme-agent-1.2.3.tgz", "node-bin-22.0.0.tgz"}  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentcompass.harnesses.agents.cli import _parser as _agents_parser
 from pytest_agentcompass.reports.cli import _parser
 
 ROOT = Path(__file__).parents[2]
@@ -19,6 +20,8 @@ def test_every_option_the_readme_names_exists(pytester: pytest.Pytester) -> None
     known = set(config._parser.optparser._option_string_actions)  # type: ignore[attr-defined]
     commands = _parser()._subparsers._group_actions[0].choices.values()  # type: ignore[union-attr]
     known |= {flag for command in commands for flag in command._option_string_actions}
+    agents = _agents_parser()._subparsers._group_actions[0].choices.values()  # type: ignore[union-attr]
+    known |= {flag for command in agents for flag in command._option_string_actions}
     named = {option for command in _our_commands((ROOT / "README.md").read_text()) for option in _options(command)}
     others = {"--ctrf"}  # of pytest-json-ctrf, in a published task's verifier command
     assert named - known - others == set(), "the README names options that do not exist"

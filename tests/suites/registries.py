@@ -63,6 +63,23 @@ class LocalRegistry:
     wrong_hash: set[str] = field(default_factory=set)
     requests: list[str] = field(default_factory=list)
     url: str = ""
+    #: Hold each npm package's metadata until this many different packages are asked for at once
+    #: (clients that fetch one after the other never get there: each goes on after a 60 s backstop).
+    meet: int = 0
+    #: Whether ``meet`` packages were asked for at once (once met, nothing is held any more).
+    met: bool = False
+    _waiting: set[str] = field(default_factory=set)
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def _gather(self, name: str) -> None:
+        with self._changed:
+            self._waiting.add(name)
+            self.met = self.met or len(self._waiting) >= self.meet
+            self._changed.notify_all()
+            try:
+                self._changed.wait_for(lambda: self.met, timeout=60)
+            finally:
+                self._waiting.discard(name)
 
     def add_npm(self, name: str, version: str, tarball: bytes) -> None:
         self.npm.setdefault(name, {})[version] = tarball
@@ -114,6 +131,8 @@ class LocalRegistry:
                         return 200, "application/octet-stream", data
                 return 404, "application/json", b"{}"
             if rest in self.npm:
+                if self.meet:
+                    self._gather(rest)
                 return 200, "application/json", json.dumps(self._packument(rest)).encode()
             return 404, "application/json", b'{"error": "Not found"}'
         if path.startswith("/simple/"):

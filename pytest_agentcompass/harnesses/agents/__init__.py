@@ -9,7 +9,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .base import AgentHarness, AgentParams, AgentReport, AgentRun, ModelEndpoint, untar
+    from .base import AgentHarness, AgentParams, AgentReport, AgentRun, ModelEndpoint, json_lines, untar
     from .claude_code import ClaudeCodeHarness
     from .codex import CodexHarness
     from .gemini_cli import GeminiCliHarness
@@ -28,6 +28,7 @@ __all__ = [
     "MiniSweAgentHarness",
     "ModelEndpoint",
     "OpenCodeHarness",
+    "json_lines",
     "untar",
 ]
 
@@ -46,6 +47,7 @@ _HOMES = {
     "AgentReport": "base",
     "AgentRun": "base",
     "untar": "base",
+    "json_lines": "base",
     "ModelEndpoint": "base",
 }
 

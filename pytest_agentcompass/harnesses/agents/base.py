@@ -32,7 +32,7 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -54,7 +54,9 @@ if TYPE_CHECKING:
     from ...environments.base import EnvironmentSession
     from ...models.ledger import Protocol
 
-__all__ = ["AgentHarness", "AgentParams", "AgentReport", "AgentRun", "ModelEndpoint", "json_lines", "untar"]
+__all__ = [
+    "AgentHarness", "AgentParams", "AgentReport", "AgentRun", "ModelEndpoint", "event_error", "json_lines", "untar",
+]  # fmt: skip
 
 Seconds = Annotated[float, Field(strict=True, gt=0)]
 #: Characters of the agent's output quoted in an error.
@@ -119,11 +121,13 @@ class AgentRun:
 
 @dataclass
 class AgentReport:
-    """What the agent said about its own run: token usage (a cross-check) and its final answer."""
+    """What the agent said about its own run: token usage (a cross-check), its final answer, and why it
+    failed when its report says (an error event of a JSON-lines report: the task's error quotes it)."""
 
     usage: Usage | None = None
     answer: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
 
 
 def json_lines(text: str) -> Iterator[dict[str, Any]]:
@@ -135,8 +139,28 @@ def json_lines(text: str) -> Iterator[dict[str, Any]]:
                 yield value
 
 
+def event_error(event: dict[str, Any]) -> str | None:
+    """The message of an error event of a JSON-lines report, wherever the agent puts it
+    (``message``, ``error.message``, ``error.data.message``, else the error's name)."""
+    error = event.get("error")
+    for value in (
+        event.get("message"),
+        error.get("message") if isinstance(error, dict) else error,
+        (error.get("data") or {}).get("message") if isinstance(error, dict) else None,
+        error.get("name") if isinstance(error, dict) else None,
+    ):
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
 def untar(tarball: str, *members: str, into: str = "bin", strip: int = 1) -> str:
-    """A shell line extracting ``members`` of ``$PKGS/<tarball>`` into ``$PREFIX/<into>``."""
+    """A shell line extracting ``members`` of ``$PKGS/<tarball>`` into ``$PREFIX/<into>`` (no members: all of it).
+
+    Members are file names: BusyBox's ``tar`` (the only one of some images) matches them
+    exactly, where GNU tar also takes a folder's name for everything under it. The flags
+    used (``-xzf``, ``-C``, ``--strip-components``) are ones both have.
+    """
     names = " ".join(shlex.quote(m) for m in members)
     return (
         f'mkdir -p "$PREFIX/{into}" && tar -xzf "$PKGS/{tarball}" -C "$PREFIX/{into}" '
@@ -165,6 +189,9 @@ class AgentHarness(BaseHarness):
     check_args: ClassVar[tuple[str, ...]] = ("--version",)
     #: A file in the agent's folder to read its report from, instead of its stdout.
     report_file: ClassVar[str | None] = None
+    #: Where the agent writes why it failed, when its report does not say: a failed run's error
+    #: quotes the tail of this stream (the other one when this one is empty).
+    error_stream: ClassVar[Literal["stdout", "stderr"]] = "stderr"
     params_model: ClassVar[type[ParamsModel]] = AgentParams
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -220,10 +247,17 @@ class AgentHarness(BaseHarness):
             try:
                 cached = await ensure_packages(PackageCache(root), self.id, version, self.packages(version))
             except FetchError as exc:
+                from . import AGENTS
+
+                fill = "a run there fetches them"
+                if self.id in AGENTS:  # the command knows the built-in agents
+                    fill = f"`python -m pytest_agentcompass agents fetch {self.id}@{version}"
+                    fill += f" --cache-dir {root}`" if options.cache_dir else "`"
                 raise PreflightError(
                     f"harness {self.id!r}: the packages of {self.id} {version} are not in the cache at {root} "
-                    f"and could not be fetched: {exc}\nWithout a registry, copy a cache folder filled where one "
-                    f"is reachable to {root} (or point harness.params.cache_dir at it)"
+                    f"and could not be fetched: {exc}\nFill the cache where a registry is reachable ({fill}); "
+                    f"without a registry, copy a cache folder filled there to {root} "
+                    "(or point harness.params.cache_dir at it)"
                 ) from None
             self._install = AgentInstall(
                 self.id, version, str(cached.path), cached.digest, self._script(version),
@@ -296,12 +330,11 @@ class AgentHarness(BaseHarness):
         kept = {k: v for k, v in artifacts.items() if v}
         if not outcome.ok:
             reason = "timed out" if outcome.timed_out else f"exited with {outcome.exit_code}"
-            tail = (outcome.stderr.strip() or outcome.stdout.strip())[-_TAIL:]
             result = RunResult(
                 task.task_id,
                 output=outcome.stdout[-_TAIL:],
                 status=RunStatus.INFERENCE_ERROR,
-                error=f"{self.id} {reason}: {tail}",
+                error=f"{self.id} {reason} {self._why(report, outcome.stdout, outcome.stderr)}",
                 artifacts=kept,
                 metadata=metadata,
             )
@@ -310,6 +343,19 @@ class AgentHarness(BaseHarness):
             result = RunResult(task.task_id, output=output, artifacts=kept, metadata=metadata)
         # The gateway's count of every call (metadata.usage) and its trajectory artifact.
         return grant.finish(result)
+
+    def _why(self, report: AgentReport, stdout: str, stderr: str) -> str:
+        """Why a failed run failed, and where that was read: the agent's report, else its error stream.
+
+        Agents with a JSON-lines report put their error there, on stdout, and
+        warnings on stderr; others print progress on stdout and the error on stderr.
+        """
+        if report.error and report.error.strip():
+            return f"(its report): {report.error.strip()[-_TAIL:]}"
+        streams = {"stdout": stdout.strip(), "stderr": stderr.strip()}
+        other = "stdout" if self.error_stream == "stderr" else "stderr"
+        where = self.error_stream if streams[self.error_stream] else other
+        return f"({where}): {streams[where][-_TAIL:]}" if streams[where] else "(no output)"
 
     async def _report(self, env: EnvironmentSession, home: str, stdout: str) -> AgentReport:
         """The agent's own report (a cross-check of the gateway's count), never the task's fate."""

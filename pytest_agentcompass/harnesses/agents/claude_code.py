@@ -58,5 +58,7 @@ class ClaudeCodeHarness(AgentHarness):
             counted.prompt_tokens, counted.completion_tokens = prompt, int(usage.get("output_tokens") or 0)
             counted.total_tokens = counted.prompt_tokens + counted.completion_tokens
             counted.cost = result.get("total_cost_usd")
+            if result.get("is_error"):  # its reason in ``result``, else only its kind (``error_max_turns``)
+                return AgentReport(counted, error=str(result.get("result") or result.get("subtype") or "error"))
             return AgentReport(counted, result.get("result"))
         return AgentReport()

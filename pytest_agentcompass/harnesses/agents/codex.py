@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ...models.usage import Usage
-from .base import AgentHarness, AgentReport, AgentRun, json_lines, untar
+from .base import AgentHarness, AgentReport, AgentRun, event_error, json_lines, untar
 from .cache import NpmPackage, PackageSource, tarball_name
 
 __all__ = ["CodexHarness"]
@@ -62,12 +62,14 @@ enabled = false
 
     def parse_report(self, text: str) -> AgentReport:
         """``turn.completed`` usages, summed; the last ``agent_message``."""
-        usage, answer = Usage(), None
+        usage, answer, error = Usage(), None, None
         for event in json_lines(text):
+            if event.get("type") in ("error", "turn.failed"):
+                error = event_error(event) or error
             if event.get("type") == "turn.completed":
                 counts = event.get("usage") or {}
                 usage.add_call(int(counts.get("input_tokens") or 0), int(counts.get("output_tokens") or 0))
             item = event.get("item") or {}
             if event.get("type") == "item.completed" and item.get("type") == "agent_message":
                 answer = item.get("text")
-        return AgentReport(usage if usage.calls else None, answer)
+        return AgentReport(usage if usage.calls else None, answer, error=error)

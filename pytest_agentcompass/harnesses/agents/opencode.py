@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from ...models.usage import Usage
-from .base import AgentHarness, AgentReport, AgentRun, json_lines, untar
+from .base import AgentHarness, AgentReport, AgentRun, event_error, json_lines, untar
 from .cache import NpmPackage, PackageSource, tarball_name
 
 __all__ = ["OpenCodeHarness"]
@@ -60,12 +60,14 @@ class OpenCodeHarness(AgentHarness):
 
     def parse_report(self, text: str) -> AgentReport:
         """``step_finish`` tokens, summed (its title request is not among them); the last text part."""
-        usage, answer = Usage(), None
+        usage, answer, error = Usage(), None, None
         for event in json_lines(text):
+            if event.get("type") == "error":
+                error = event_error(event) or error
             part = event.get("part") or {}
             if event.get("type") == "step_finish":
                 tokens = part.get("tokens") or {}
                 usage.add_call(int(tokens.get("input") or 0), int(tokens.get("output") or 0))
             if event.get("type") == "text" and part.get("text"):
                 answer = str(part["text"])
-        return AgentReport(usage if usage.calls else None, answer)
+        return AgentReport(usage if usage.calls else None, answer, error=error)

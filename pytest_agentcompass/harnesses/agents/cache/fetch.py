@@ -20,18 +20,21 @@ import os
 import re
 import shlex
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ....concurrency.flock import file_lock
-from .store import CacheCorrupt, CachedSet, PackageCache
+from .store import CacheCorrupt, CachedFile, CachedSet, PackageCache
 
-__all__ = ["FetchError", "Fetched", "PackageSource", "cache_key", "ensure_packages", "run_tool"]
+__all__ = ["FetchError", "Fetched", "PackageSource", "cache_key", "ensure_packages", "gather_or_cancel", "run_tool"]
 
 #: Seconds one registry command may take (a 190 MB package on a slow link fits).
 TOOL_TIMEOUT = 1800.0
+#: Registry commands one fetch runs at once (an agent's packages; the agents of a preflight).
+FETCHES_AT_ONCE = 4
+T = TypeVar("T")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -70,12 +73,15 @@ def cache_key(agent: str, version: str, sources: Sequence[PackageSource]) -> str
     return _UNSAFE.sub("_", f"{agent}-{version}") + f"-{digest}"
 
 
-async def run_tool(argv: Sequence[str], what: str, env: Mapping[str, str] | None = None) -> str:
+async def run_tool(
+    argv: Sequence[str], what: str, env: Mapping[str, str] | None = None, defaults: Mapping[str, str] | None = None
+) -> str:
     """Run a registry client and return its stdout.
 
+    :param defaults: Variables set unless this process's environment sets them (the user's settings win).
     :raises FetchError: when it is not installed, fails or takes longer than :data:`TOOL_TIMEOUT`.
     """
-    environ = {**os.environ, **(env or {})}
+    environ = {**(defaults or {}), **os.environ, **(env or {})}
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,
@@ -97,9 +103,24 @@ async def run_tool(argv: Sequence[str], what: str, env: Mapping[str, str] | None
             raise FetchError(f"`{shlex.join(argv)}` took longer than {TOOL_TIMEOUT:g}s to {what}") from None
         raise
     if process.returncode != 0:
-        tail = err.decode("utf-8", "replace").strip()[-1500:] or out.decode("utf-8", "replace").strip()[-1500:]
-        raise FetchError(f"`{shlex.join(argv)}` failed (exit {process.returncode}) to {what}:\n{tail}")
+        said = _gist(err.decode("utf-8", "replace")) or _gist(out.decode("utf-8", "replace"))
+        raise FetchError(f"`{shlex.join(argv)}` failed (exit {process.returncode}) to {what}:\n{said}")
     return out.decode("utf-8", "replace")
+
+
+#: Lines of a client's error output that say nothing about the failure (pointers to logs, retries).
+_NOISE = re.compile(r"A complete log of this run|WARNING: Retrying|^\s*$|npm (error|ERR!)\s*$", re.IGNORECASE)
+
+
+#: Lines that name the failure (npm's ``code ECONNREFUSED``, pip's ``ERROR: ...``).
+_TELLING = re.compile(r"\b(code|errno)\b|^ERROR:|Error:", re.IGNORECASE)
+
+
+def _gist(text: str, lines: int = 5, limit: int = 900) -> str:
+    """The lines of a client's error output that name the failure, then its last few lines."""
+    kept = [line.rstrip() for line in text.splitlines() if not _NOISE.search(line)]
+    chosen = dict.fromkeys([*[line for line in kept if _TELLING.search(line)][:3], *kept[-lines:]])
+    return "\n".join(chosen)[-limit:]
 
 
 async def ensure_packages(cache: PackageCache, agent: str, version: str, sources: Sequence[PackageSource]) -> CachedSet:
@@ -119,32 +140,75 @@ async def ensure_packages(cache: PackageCache, agent: str, version: str, sources
         if found is not None:
             return found
         corrupt = again or corrupt
+        # What a damaged set still holds intact, by source: only the sources of damaged files are fetched again.
+        kept = await asyncio.to_thread(_intact, cache, key, len(sources)) if corrupt else None
+        kept = kept or [None] * len(sources)
+        await asyncio.to_thread(cache.discard, key)
         scratch = cache.scratch()
         try:
-            cached = await _fetch(cache, scratch, sources)
+            wanted = [source for source, intact in zip(sources, kept, strict=True) if intact is None]
+            fetched = iter(await _fetch(cache, scratch, wanted))
+            groups = [intact if intact is not None else next(fetched) for intact in kept]
         except FetchError as exc:
             raise FetchError(f"{corrupt}, and fetching it again failed: {exc}" if corrupt else str(exc)) from None
         finally:
             await asyncio.to_thread(shutil.rmtree, scratch, True)
-        cache.record(key, cached, {"agent": agent, "version": version, "sources": [s.describe() for s in sources]})
+        cached = await asyncio.to_thread(cache.make_set, [f for group in groups for f in group])
+        recipe = {"agent": agent, "version": version, "sources": [s.describe() for s in sources]}
+        recipe["files"] = [[f.name for f in group] for group in groups]  # by source: a repair fetches one again
+        cache.record(key, cached, recipe)
     return cached
 
 
-async def _fetch(cache: PackageCache, scratch: Path, sources: Sequence[PackageSource]) -> CachedSet:
-    files = []
-    for source in sources:
-        for item in await source.fetch(scratch):
-            try:
-                files.append(await asyncio.to_thread(cache.add_file, item.path, item.expected, item.source))
-            except CacheCorrupt as exc:
-                raise FetchError(str(exc)) from None
-    return await asyncio.to_thread(cache.make_set, files)
+def _intact(cache: PackageCache, key: str, count: int) -> list[list[CachedFile] | None] | None:
+    """Per source of ``key``'s damaged set: its files when all are intact, ``None`` when one is damaged
+    (or the whole answer ``None`` when the index does not say which source gave which file)."""
+    try:
+        entry = json.loads(cache.index_file(key).read_text())
+        groups = entry["recipe"]["files"]
+        files = {f.name: f for f in cache.manifest(str(entry["set"]))}
+    except (OSError, ValueError, KeyError, TypeError, CacheCorrupt):
+        return None
+    if not isinstance(groups, list) or len(groups) != count:
+        return None
+    out: list[list[CachedFile] | None] = []
+    for names in groups:
+        entries = [files.get(str(name)) for name in names]
+        good = all(e is not None and cache.intact(e) for e in entries)
+        out.append([e for e in entries if e is not None] if good else None)
+    return out
+
+
+async def _fetch(cache: PackageCache, scratch: Path, sources: Sequence[PackageSource]) -> list[list[CachedFile]]:
+    """Fetch every source at once (a few at a time); the first failure stops the others. Its files, by source."""
+    limit = asyncio.Semaphore(FETCHES_AT_ONCE)
+
+    async def one(source: PackageSource) -> list[CachedFile]:
+        async with limit:
+            fetched = await source.fetch(scratch)
+        try:
+            return [await asyncio.to_thread(cache.add_file, f.path, f.expected, f.source) for f in fetched]
+        except CacheCorrupt as exc:
+            raise FetchError(str(exc)) from None
+
+    return await gather_or_cancel([one(source) for source in sources])
+
+
+async def gather_or_cancel(work: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    """The results of ``work`` run at once; when one fails, the rest are cancelled (and awaited) first."""
+    tasks = [asyncio.ensure_future(w) for w in work]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def _lookup(cache: PackageCache, key: str) -> tuple[CachedSet | None, str]:
     """The cached set of ``key``, or ``None`` and why it is not usable (empty when not cached)."""
     try:
         return cache.lookup(key), ""
-    except CacheCorrupt as exc:
-        cache.discard(key)  # fetched again; the checked files replace the altered ones
+    except CacheCorrupt as exc:  # fetched again (only what is damaged, when the index says by source)
         return None, f"the cache had a damaged copy ({exc})"

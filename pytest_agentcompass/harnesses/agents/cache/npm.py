@@ -25,6 +25,14 @@ _NPM_ENV = {
     "npm_config_audit": "false",
     "npm_config_loglevel": "error",
 }
+#: Fail fast when the registry does not answer (npm's own defaults: 3 tries, 5 minutes each);
+#: the user's ``npm_config_*`` variables win. A tarball download keeps npm's long timeout.
+_NPM_DEFAULTS = {
+    "npm_config_fetch_retries": "1",
+    "npm_config_fetch_retry_mintimeout": "1000",
+    "npm_config_fetch_retry_maxtimeout": "5000",
+}
+_LOOKUP_DEFAULTS = {**_NPM_DEFAULTS, "npm_config_fetch_timeout": "15000"}
 _SRI_ALGORITHMS = {"sha512": "sha512", "sha384": "sha384", "sha256": "sha256", "sha1": "sha1"}
 
 
@@ -65,7 +73,14 @@ class NpmPackage:
         return {"npm": self.spec}
 
     async def fetch(self, into: Path) -> list[Fetched]:
-        shown = await run_tool(["npm", "view", self.spec, "dist", "--json"], f"look up {self.spec}", _NPM_ENV)
+        try:
+            return await self._fetch(into)
+        except FetchError as exc:
+            raise FetchError(f"npm package {self.spec} from the registry {await npm_registry()}: {exc}") from None
+
+    async def _fetch(self, into: Path) -> list[Fetched]:
+        look_up = ["npm", "view", self.spec, "dist", "--json"]
+        shown = await run_tool(look_up, f"look up {self.spec}", _NPM_ENV, _LOOKUP_DEFAULTS)
         try:
             dist = json.loads(shown) if shown.strip() else None
         except ValueError:
@@ -82,7 +97,10 @@ class NpmPackage:
         folder = into / f"npm-{os.urandom(4).hex()}"
         folder.mkdir()
         packed = await run_tool(
-            ["npm", "pack", self.spec, "--json", "--pack-destination", str(folder)], f"download {self.spec}", _NPM_ENV
+            ["npm", "pack", self.spec, "--json", "--pack-destination", str(folder)],
+            f"download {self.spec}",
+            _NPM_ENV,
+            _NPM_DEFAULTS,
         )
         try:
             filename = str(json.loads(packed)[0]["filename"])
@@ -91,3 +109,11 @@ class NpmPackage:
         path = folder / self.file_name
         os.replace(folder / filename, path)
         return [Fetched(path, {algorithm: digest}, str(dist.get("tarball") or self.spec))]
+
+
+async def npm_registry() -> str:
+    """The registry ``npm`` uses here (its config: ``.npmrc``, ``npm_config_registry``), for messages."""
+    try:
+        return (await run_tool(["npm", "config", "get", "registry"], "read its registry", _NPM_ENV)).strip() or "?"
+    except FetchError:
+        return "(npm did not say)"

@@ -12,6 +12,7 @@ Python wheels are the same file for every version, so the cache keeps them once.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,9 @@ __all__ = ["LINUX_X86_64", "PipWheels"]
 #: Wheel platforms a glibc x86-64 container runs (glibc >= 2.17; newer wheels need >= 2.28).
 LINUX_X86_64 = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 _QUIET = ["--quiet", "--no-input", "--disable-pip-version-check"]
+#: Fail fast when the index does not answer (pip's own defaults: 6 tries, 15 s each, per request);
+#: the user's ``PIP_*`` variables win.
+_PIP_DEFAULTS = {"PIP_RETRIES": "1", "PIP_TIMEOUT": "15"}
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,26 @@ class PipWheels:
         return flags
 
     async def fetch(self, into: Path) -> list[Fetched]:
+        try:
+            return await self._fetch(into)
+        except FetchError as exc:
+            raise FetchError(f"{', '.join(self.requirements)} from the index {await self.index()}: {exc}") from None
+
+    async def index(self) -> str:
+        """The index pip uses here (``PIP_INDEX_URL``, its config files, else PyPI), for messages."""
+        if os.environ.get("PIP_INDEX_URL"):
+            return os.environ["PIP_INDEX_URL"]
+        try:
+            listed = await run_tool([self.python, "-m", "pip", "config", "list"], "read its config")
+        except FetchError:
+            listed = ""
+        for line in listed.splitlines():
+            name, _, value = line.partition("=")
+            if name.endswith(".index-url"):
+                return value.strip().strip("'\"")
+        return "https://pypi.org/simple"
+
+    async def _fetch(self, into: Path) -> list[Fetched]:
         wheels = into / "wheels"
         wheels.mkdir(exist_ok=True)
         expected: dict[str, tuple[dict[str, str], str]] = {}  # file name -> (hashes, url)
@@ -64,6 +88,7 @@ class PipWheels:
                     "--dest", str(wheels), *pins,
                 ],
                 f"download the wheels of {', '.join(self.requirements)} for Python {version}",
+                defaults=_PIP_DEFAULTS,
             )  # fmt: skip
         fetched = []
         for path in sorted(wheels.iterdir()):
@@ -86,6 +111,7 @@ class PipWheels:
                 *self.requirements,
             ],
             f"resolve {', '.join(self.requirements)} for Python {version} (Linux x86-64 wheels)",
+            defaults=_PIP_DEFAULTS,
         )  # fmt: skip
         try:
             items = json.loads(report.read_text())["install"]

@@ -6,6 +6,7 @@ Layout under the cache root::
     sets/<digest>/<file name>   one agent version's files (hard links to blobs) + manifest.json
     index/<key>.json            what an (agent, version, fetch recipe) resolved to: its set
     tmp/                        downloads in progress (removed when done)
+    locks/<key>.lock            one per key: processes take turns fetching it
 
 A set's digest is a digest of its file names and hashes, so two recipes that
 resolve to the same files share one set, and versions that share files
@@ -173,17 +174,32 @@ class PackageCache:
             raise CacheCorrupt(f"{self.index_file(key)} is unreadable ({exc}); delete it to fetch again") from None
         return self.load_set(digest)
 
-    def load_set(self, digest: str) -> CachedSet:
+    def manifest(self, digest: str) -> tuple[CachedFile, ...]:
+        """The files set ``digest`` records (unchecked).
+
+        :raises CacheCorrupt: when its manifest is missing or unreadable.
+        """
         folder = self.root / "sets" / digest
         try:
             manifest = json.loads((folder / "manifest.json").read_text())
-            files = tuple(
+            return tuple(
                 CachedFile(str(f["name"]), str(f["sha256"]), int(f["size"]), str(f.get("source", "")))
                 for f in manifest["files"]
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise CacheCorrupt(f"{folder}/manifest.json is missing or unreadable ({exc})") from None
-        cached = CachedSet(digest, folder, files)
+
+    def intact(self, entry: CachedFile) -> bool:
+        """Whether the blob of ``entry`` is there and matches its size and SHA-256 (read whole)."""
+        blob = self.blob(entry.sha256)
+        try:
+            return blob.stat().st_size == entry.size and file_digests(blob)["sha256"] == entry.sha256
+        except OSError:
+            return False
+
+    def load_set(self, digest: str) -> CachedSet:
+        folder = self.root / "sets" / digest
+        cached = CachedSet(digest, folder, self.manifest(digest))
         self.verify(cached)
         return cached
 

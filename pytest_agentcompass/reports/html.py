@@ -1,7 +1,9 @@
 """One self-contained HTML page per run directory or session: metrics, counts, a chart, the task table.
 
-Everything is read from what the store wrote (``summary.json``,
-``run_info.json``, ``details/``, ``retry_details/``); nothing live. The page
+Everything is what the store wrote (``summary.json``, ``run_info.json``,
+``details/``, ``retry_details/``): at the end of a run, the details as the
+store kept them in memory when it wrote them (``page_records``); from
+``python -m pytest_agentcompass report``, read from the files. The page
 inlines its CSS and JS (``assets/``) and the data as one JSON block; each
 request's block, its score chart an SVG, comes from ``html_blocks``. Per-task texts are clipped, more tightly the
 more tasks there are, and once the page's data reaches :data:`PAGE_BUDGET`
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runtime.store.files import read_run_info_head
+from ..runtime.store.page_records import Cut
 from .baseline import Baseline, compare, read_run_tasks, state_of
 from .html_blocks import clip as _clip
 from .html_blocks import esc, findings_of, request_block
@@ -39,10 +42,13 @@ def write_run_report(
 ) -> Path:
     """``report.html`` in the run directory of ``store`` (a ``RunStore``), written through it.
 
-    ``details``: the run's detail records when the caller has just read them
-    all (an xdist controller finalizing), so they are not read twice.
+    Built from what the store kept of each detail as it wrote or read it
+    (``RunStore.page_records``), never by reading the details back; ``details``:
+    the run's detail records when the caller holds them all already.
     """
     run_dir: Path = store.run_dir
+    if details is None:
+        details = store.page_records()
     known = {run_dir: details} if details is not None else None
     title = f"{run_dir.parent.name} / {run_dir.name}"
     page = render_page([run_dir], baseline, link_base=run_dir, title=title, known=known)
@@ -184,7 +190,8 @@ class _Page:
 
     def _add_task(self, run_dir: Path, request: int, detail: Mapping[str, Any], state: str, change: str) -> None:
         task_id = str(detail.get("task_id"))
-        error = str(detail.get("error") or "")
+        error = detail.get("error") or ""
+        error = error.head if isinstance(error, Cut) else str(error)
         metadata = detail.get("metadata") or {}
         usage = metadata.get("usage") if isinstance(metadata, dict) else None
         tokens = usage.get("total_tokens") if isinstance(usage, dict) else None

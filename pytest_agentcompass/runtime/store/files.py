@@ -77,13 +77,20 @@ def _write_all(fd: int, text: str) -> None:
         view = view[os.write(fd, view) :]
 
 
+#: Values that hold no ``bytes``, known by their exact type: most of a result's metadata.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _holds_bytes(value: Any) -> bool:
+    """Whether ``value`` holds a ``bytes`` value anywhere (asked twice per task, nearly always no)."""
+    if type(value) in _SCALARS:
+        return False
     if isinstance(value, bytes | bytearray):
         return True
     if isinstance(value, Mapping):
-        return any(map(_holds_bytes, value.values()))
+        return any(type(v) not in _SCALARS and _holds_bytes(v) for v in value.values())
     if isinstance(value, list | tuple):
-        return any(map(_holds_bytes, value))
+        return any(type(v) not in _SCALARS and _holds_bytes(v) for v in value)
     return False
 
 

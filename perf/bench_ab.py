@@ -5,7 +5,8 @@ alternates), each as its own child with ``PYTHONPATH`` pointing at that
 checkout. A checkout is a folder holding ``pytest_agentcompass/``, e.g. made
 with ``git archive <commit> pytest_agentcompass | tar -x -C <folder>``. Usage::
 
-    python perf/bench_ab.py --a /tmp/base --b /tmp/new --n 10000 --rounds 4 [--dir /dev/shm] [--sync] [--junit] [--concurrency 100]
+    python perf/bench_ab.py --a /tmp/base --b /tmp/new --n 10000 --rounds 4 \\
+        [--dir /dev/shm] [--sync] [--junit] [--concurrency 100]
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ alternates), each as its own child with ``PYTHONPATH`` pointing at that
 checkout. A checkout is a folder holding ``pytest_agentcompass/``, e.g. made
 with ``git archive <commit> pytest_agentcompass | tar -x -C <folder>``. Usage::
 
-    python perf/bench_ab.py --a /tmp/base --b /tmp/new --n 10000 --rounds 4 [--dir /dev/shm] [--sync]
+    python perf/bench_ab.py --a /tmp/base --b /tmp/new --n 10000 --rounds 4 \\
+        [--dir /dev/shm] [--sync] [--junit] [--concurrency 100]
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from bench_overhead import NOOP, NOOP_SYNC
 def main() -> None:
     parser = ab_parser(__doc__, concurrency=64)
     parser.add_argument("--sync", action="store_true", help="sync run_task and evaluate (two thread hops per task)")
+    parser.add_argument("--junit", action="store_true", help="--junitxml on every run, plain pytest's included")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
@@ -28,7 +30,8 @@ def main() -> None:
         request = f"name: noop\nbenchmark: {{id: 'noop.py:Noop', params: {{n: {args.n}}}}}"
         write_suite(root, "noop", NOOP_SYNC if args.sync else NOOP, args.concurrency, request)
         write_plain_suite(root, args.n)
-        runs = alternate_checkouts(root, {"a": args.a, "b": args.b}, args.rounds)
+        extra = (f"--junitxml={root / 'junit.xml'}",) if args.junit else ()
+        runs = alternate_checkouts(root, {"a": args.a, "b": args.b}, args.rounds, extra)
         plain_cpu = statistics.median(m.cpu_seconds for m in runs["plain"])
         for name, measured in runs.items():
             cpu = statistics.median(m.cpu_seconds for m in measured)

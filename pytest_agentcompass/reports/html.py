@@ -1,7 +1,9 @@
 """One self-contained HTML page per run directory or session: metrics, counts, a chart, the task table.
 
-Everything is read from what the store wrote (``summary.json``,
-``run_info.json``, ``details/``, ``retry_details/``); nothing live. The page
+Everything is what the store wrote (``summary.json``, ``run_info.json``,
+``details/``, ``retry_details/``): at the end of a run, the details as the
+store kept them in memory when it wrote them (``page_records``); from
+``python -m pytest_agentcompass report``, read from the files. The page
 inlines its CSS and JS (``assets/``) and the data as one JSON block; each
 request's block, its score chart an SVG, comes from ``html_blocks``. Per-task texts are clipped, more tightly the
 more tasks there are, and once the page's data reaches :data:`PAGE_BUDGET`
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runtime.store.files import read_run_info_head
+from ..runtime.store.page_records import Cut
 from .baseline import Baseline, compare, read_run_tasks, state_of
 from .html_blocks import clip as _clip
 from .html_blocks import esc, findings_of, request_block
@@ -39,10 +42,13 @@ def write_run_report(
 ) -> Path:
     """``report.html`` in the run directory of ``store`` (a ``RunStore``), written through it.
 
-    ``details``: the run's detail records when the caller has just read them
-    all (an xdist controller finalizing), so they are not read twice.
+    Built from what the store kept of each detail as it wrote or read it
+    (``RunStore.page_records``), never by reading the details back; ``details``:
+    the run's detail records when the caller holds them all already.
     """
     run_dir: Path = store.run_dir
+    if details is None:
+        details = store.page_records()
     known = {run_dir: details} if details is not None else None
     title = f"{run_dir.parent.name} / {run_dir.name}"
     page = render_page([run_dir], baseline, link_base=run_dir, title=title, known=known)
@@ -90,9 +96,12 @@ def render_page(
         columns.append("integrity")
         for row, count in zip(page.rows, page.integrity, strict=True):
             row.append(count or None)
-    data = {"columns": columns, "rows": page.rows, "details": page.details, "requests": page.requests}
+    # As json.dumps({"columns", "rows", "details", "requests"}) would write it, each detail encoded once, when added.
+    head = _json({"columns": columns, "rows": page.rows})
+    details = ",".join(page.details)
+    payload = f'{head[:-1]},"details":[{details}],"requests":{_json(page.requests)}}}'
     # "</" must not end the script element early; "<!--" must not open a comment.
-    payload = json.dumps(data, separators=(",", ":"), default=str).replace("<", "\\u003c")
+    payload = payload.replace("<", "\\u003c")
     requests = "\n".join(blocks)
     options = "".join(f'<option value="{i}">{esc(r["name"])}</option>' for i, r in enumerate(page.requests))
     change_filter = (
@@ -149,7 +158,8 @@ class _Page:
         self.rows: list[list[Any]] = []
         #: Integrity findings per row (a column of its own only when some task has any).
         self.integrity: list[int] = []
-        self.details: list[dict[str, Any]] = []
+        #: Each task's detail for the page, as compact JSON: a string holds far less than the dict it came from.
+        self.details: list[str] = []
         self.requests: list[dict[str, Any]] = []
 
     def add_run(self, run_dir: Path, index: int, known: Sequence[Mapping[str, Any]] | None = None) -> str:
@@ -184,7 +194,8 @@ class _Page:
 
     def _add_task(self, run_dir: Path, request: int, detail: Mapping[str, Any], state: str, change: str) -> None:
         task_id = str(detail.get("task_id"))
-        error = str(detail.get("error") or "")
+        error = detail.get("error") or ""
+        error = error.head if isinstance(error, Cut) else str(error)
         metadata = detail.get("metadata") or {}
         usage = metadata.get("usage") if isinstance(metadata, dict) else None
         tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
@@ -207,11 +218,11 @@ class _Page:
         self.integrity.append(len(found))
         self.details.append(self._detail(run_dir, task_id, detail, found))
 
-    def _detail(self, run_dir: Path, task_id: str, detail: Mapping[str, Any], found: list[str]) -> dict[str, Any]:
+    def _detail(self, run_dir: Path, task_id: str, detail: Mapping[str, Any], found: list[str]) -> str:
         link = f"{self._run_link(run_dir)}details/{task_id}.json"
         if self.spent >= PAGE_BUDGET:
             omitted = {"detail": link, "omitted": "details omitted to keep the page small: open the detail record"}
-            return {**omitted, "integrity": found[:20]} if found else omitted
+            return _json({**omitted, "integrity": found[:20]} if found else omitted)
         clip = self.clip
         out: dict[str, Any] = {
             "detail": link,
@@ -236,8 +247,9 @@ class _Page:
         artifacts, conversation = self._artifacts(run_dir, detail)
         out["artifacts"] = artifacts
         out["conversation"] = conversation
-        self.spent += len(json.dumps(out, default=str))
-        return out
+        text = _json(out)
+        self.spent += len(text) + _separators(out)  # the length json.dumps(out) has: what the budget counts
+        return text
 
     def _artifacts(self, run_dir: Path, detail: Mapping[str, Any]) -> tuple[list[list[Any]], list[list[str]]]:
         artifacts = detail.get("artifacts") or {}
@@ -270,6 +282,19 @@ class _Page:
             return Path(os.path.relpath(path, self.link_base)).as_posix()
         except ValueError:  # another drive
             return path.resolve().as_uri()
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def _separators(value: Any) -> int:
+    """The characters json.dumps' default separators (", " and ": ") add to ``value``'s compact form."""
+    if isinstance(value, dict):
+        return 2 * len(value) - 1 + sum(map(_separators, value.values())) if value else 0
+    if isinstance(value, list | tuple):
+        return len(value) - 1 + sum(map(_separators, value)) if value else 0
+    return 0
 
 
 def _gates_of(info: Mapping[str, Any], name: str) -> dict[str, float]:

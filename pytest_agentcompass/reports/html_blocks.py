@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..runtime.store.page_records import Cut
 from .gate_check import check_gates
 
 __all__ = ["chart", "clip", "esc", "findings_of", "fmt", "request_block"]
@@ -103,8 +104,12 @@ def findings_of(metadata: Any) -> list[str]:
 def clip(value: Any, limit: int) -> str:
     if value is None:
         return ""
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more characters]"
+    if isinstance(value, Cut):  # a long text the store kept only the start of, and its length
+        text, length = value.head, value.length
+    else:
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        length = len(text)
+    return text if length <= limit else text[:limit] + f"… [{length - limit} more characters]"
 
 
 def fmt(value: Any) -> str:

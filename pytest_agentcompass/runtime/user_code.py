@@ -76,6 +76,8 @@ async def call_user(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any
     task becomes :class:`UserBaseException`.
     """
     try:
+        if _is_async(fn):  # the common case, awaited here: one coroutine less per call (three calls per task)
+            return await fn(*args, **kwargs)
         return await _call(fn, *args, **kwargs)
     except (SystemExit, KeyboardInterrupt) as exc:
         # With the user's frames: the trace shows where the exit was called.
@@ -133,8 +135,7 @@ def _escaped(fn: Callable[..., Any], exc: SystemExit | KeyboardInterrupt) -> Use
 
 
 async def _call(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-    if _is_async(fn):
-        return await fn(*args, **kwargs)
+    """A ``fn`` that is not a coroutine function: inline when it is a base class default, else in a worker thread."""
     if getattr(fn, "__func__", None) in _inline():
         return await maybe_await(fn(*args, **kwargs))
     loop = asyncio.get_running_loop()

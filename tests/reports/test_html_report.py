@@ -180,3 +180,51 @@ def test_command_line_errors_are_one_line_and_exit_two(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "not a run directory" in done.stderr and "Traceback" not in done.stderr
+
+
+#: Tasks whose details hold what the page shows: long texts (past any clip), attempts, notes, usage, integrity.
+MEMORY_SUITE = """
+import dataclasses
+from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+
+class Varied(HarnessFreeBenchmark):
+    evaluation_environment_mode = "none"
+    def load_tasks(self, req):
+        return [TaskSpec(f"t{i}", category="c" if i % 2 else None) for i in range(4)]
+    async def run_task(self, task, prepared, env, req, plan):
+        i = int(task.task_id[1:])
+        metadata = {"usage": {"total_tokens": 7 * i}, "integrity": [{"check": "c", "message": "m"}] if i == 2 else []}
+        long = "".join(f"line {n} " for n in range(4000))  # 30,000+ characters: cut on the page
+        if i == 3:
+            raise RuntimeError("  " + long)  # an error and a trace, both past any clip
+        output = long if i == 0 else {"answer": i}
+        return RunResult(task.task_id, output=output, metadata=metadata, artifacts={"k": "v"})
+    async def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=0.25 * int(task.task_id[1:]))
+"""
+
+
+def test_the_run_page_is_built_from_memory_as_the_files_would_give_it(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(varied=MEMORY_SUITE)
+    write_config(pytester, [{"name": "a", "benchmark": {"id": "varied.py:Varied"}}])
+    # A detail file garbled once its task is reported: the page of the run must not need it.
+    pytester.makeconftest(
+        """
+        def pytest_agentcompass_task_finished(item, outcome):
+            if outcome.task.task_id == "t1":
+                with open(outcome.detail_path, "w") as fh:
+                    fh.write("garbled")
+        """
+    )
+    pytester.runpytest(RUN).assert_outcomes(failed=3, errors=1)  # scores 0 to 0.5 against a threshold of 1
+    (run_dir,) = (pytester.path / "runs/a").iterdir()
+    written = page_data(run_dir / "report.html")
+    assert [row[1] for row in written["rows"]] == ["t0", "t1", "t2", "t3"], "t1 from memory, not from its file"
+    # Everything else as a page read from the files shows it, clipped texts and their lengths included.
+    (pytester.path / "again.html").write_text(render_page([run_dir], None, link_base=run_dir, title="again"))
+    from_files = page_data(pytester.path / "again.html")
+    assert [row[1] for row in from_files["rows"]] == ["t0", "t2", "t3"]
+    del written["rows"][1], written["details"][1]
+    assert from_files == written
+    assert all("more characters]" in text for text in (written["details"][0]["output"], written["details"][2]["error"]))
+    assert written["rows"][2][3] == "error" and written["rows"][1][8] == 14, "t3's state, t2's tokens"

@@ -38,6 +38,7 @@ from ...vocabulary.redact import Redactor
 from ...vocabulary.types import ExecutionPlan, RunResult, to_jsonable
 from .bounds import DEFAULT_FIELD_LIMIT, TRUNCATED_KEY, bound_fields, cut_note, same_as_task
 from .component_files import ComponentFiles
+from .page_records import page_record
 from .run_info import PLANS_KEY, RUN_INFO, fold_plans, read_run_info_head
 
 __all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "read_json", "read_run_info_head"]
@@ -76,13 +77,20 @@ def _write_all(fd: int, text: str) -> None:
         view = view[os.write(fd, view) :]
 
 
+#: Values that hold no ``bytes``, known by their exact type: most of a result's metadata.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _holds_bytes(value: Any) -> bool:
+    """Whether ``value`` holds a ``bytes`` value anywhere (asked twice per task, nearly always no)."""
+    if type(value) in _SCALARS:
+        return False
     if isinstance(value, bytes | bytearray):
         return True
     if isinstance(value, Mapping):
-        return any(map(_holds_bytes, value.values()))
+        return any(type(v) not in _SCALARS and _holds_bytes(v) for v in value.values())
     if isinstance(value, list | tuple):
-        return any(map(_holds_bytes, value))
+        return any(type(v) not in _SCALARS and _holds_bytes(v) for v in value)
     return False
 
 
@@ -142,10 +150,16 @@ class RunStore:
         self._checkpoints_seen = self.checkpoint_dir.is_dir()
         #: What components write: each attempt's artifacts, and the request's files (its ``RunFiles``).
         self.component_files = ComponentFiles(self, OWN_NAMES)
+        #: What the run's page shows of each detail, by task (``page_records``): kept, not read back.
+        self._page: dict[str, dict[str, Any]] = {}
+        #: Whether every detail in ``details/`` went through this store (written, or read by ``iter_details``).
+        self._page_complete = False
+        #: The value :meth:`_encode` encoded last (redacted): a detail's, for its page record.
+        self._encoded: Any = None
 
     # -- plumbing ------------------------------------------------------
     def _encode(self, data: Any, pretty: bool) -> str:
-        value = self.redactor.apply(data) if self.redactor else data
+        value = self._encoded = self.redactor.apply(data) if self.redactor else data
         return _readable(value) if pretty else json.dumps(value, separators=(",", ":"), default=_fallback)
 
     def _bounded(
@@ -327,9 +341,11 @@ class RunStore:
         """
         path = self._detail_file(task_id)
         text, cuts = self._bounded(same_as_task(detail))
+        written, self._encoded = self._encoded, None  # what the file holds, redacted and bounded
         if cuts and notes is not None:
             notes.append(cut_note(cuts, self.field_limit))
         self._write_in_place(path, text)
+        self._page[task_id] = page_record(written)
         if self._checkpoints_seen:
             self.remove_checkpoints(task_id)
         return path
@@ -363,16 +379,32 @@ class RunStore:
         return value
 
     def iter_details(self) -> Iterator[dict[str, Any]]:
-        """Every readable detail record, by file name (names as strings: ``Path`` sorting was measurable)."""
+        """Every readable detail record, by file name (names as strings: ``Path`` sorting was measurable).
+
+        Each is remembered for the run's page (:meth:`page_records`) as it is read.
+        """
         try:
             names = sorted(e.name for e in os.scandir(self._details) if e.name.endswith(".json") and e.name[0] != ".")
         except OSError:
+            self._page_complete = True  # no details yet: every one to come is written here
             return
         for name in names:
             try:
-                yield read_json(f"{self._details}/{name}")
+                detail = read_json(f"{self._details}/{name}")
             except (OSError, ValueError):
                 continue
+            if isinstance(detail, dict):
+                self._page[name[:-5]] = page_record(detail)
+            yield detail
+        self._page_complete = True
+
+    def page_records(self) -> list[dict[str, Any]] | None:
+        """What the run's page shows of every detail in ``details/``, from memory (``page_records``).
+
+        ``None`` when some detail there never went through this store (its
+        directory was not scanned by :meth:`iter_details` first): the page then reads them.
+        """
+        return list(self._page.values()) if self._page_complete else None
 
     def save_retry_detail(self, task_id: str, attempt_index: int, retry_number: int, payload: Any) -> Path:
         path = self.retry_dir / task_id / f"attempt-{attempt_index}-retry-{retry_number}.json"

@@ -227,6 +227,8 @@ def _detail(
         "task_id": outcome.task.task_id,
         "request": req.name,
         "category": outcome.task.category,
+        # What the benchmark said of the task when it loaded it (harbor: its folder, its real name).
+        "task_metadata": dict(outcome.task.metadata),
         "fingerprint": fingerprint,
         "passed": outcome.passed,
         **outcome.result.to_dict(),

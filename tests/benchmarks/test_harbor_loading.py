@@ -360,3 +360,15 @@ def test_an_unset_verifier_variable_is_found_before_the_agent_runs(
         ]
     )
     assert not marker.exists()
+
+
+def test_a_renamed_directory_keeps_its_real_name_in_the_detail(pytester: pytest.Pytester) -> None:
+    # The README promised metadata.directory; no detail held it.
+    tasks = pytester.path / "tasks"
+    write_task(tasks, "my task", environment='memory = "lots"')  # broken: recorded without opening anything
+    write_config(pytester, [harbor_request("odd", "tasks", environment={"id": "local"})])
+    pytester.runpytest_inprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider").assert_outcomes(errors=1)
+    (detail_file,) = (pytester.path / "runs" / "odd").glob("*/details/my-task-*.json")
+    detail = json.loads(detail_file.read_text())
+    assert detail["task_metadata"]["directory"] == "my task"
+    assert detail["task_metadata"]["path"] == str(tasks / "my task")

@@ -365,3 +365,15 @@ def test_a_task_whose_environment_cannot_be_made_is_a_task_error_not_retried(
         ]
     )
     assert "infrastructure" not in result.stdout.str()
+
+
+def test_a_test_sh_that_is_a_link_inside_tests_gives_no_finding(pytester: pytest.Pytester) -> None:
+    # Staged as a link, it was reported "/tests/test.sh is gone after the verifier ran".
+    task = write_task(pytester.path / "tasks", "linked")
+    (task / "tests" / "run.sh").write_text((task / "tests" / "test.sh").read_text())
+    (task / "tests" / "test.sh").unlink()
+    (task / "tests" / "test.sh").symlink_to("run.sh")
+    write_config(pytester, [harbor_request("linked", "tasks")])
+    outcome(pytester).assert_outcomes(passed=1)
+    record = details(pytester.path, "linked")["linked"]
+    assert record["score"] == 1.0 and not record["metadata"].get("integrity"), record["metadata"].get("integrity")

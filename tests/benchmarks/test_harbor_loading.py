@@ -372,3 +372,20 @@ def test_a_renamed_directory_keeps_its_real_name_in_the_detail(pytester: pytest.
     detail = json.loads(detail_file.read_text())
     assert detail["task_metadata"]["directory"] == "my task"
     assert detail["task_metadata"]["path"] == str(tasks / "my task")
+
+
+def test_a_test_sh_link_that_leaves_tests_is_named(tmp_path: Path) -> None:
+    # A dangling link was "tests/test.sh does not exist: the task has no verifier".
+    for name, target in (("dangling", "missing.sh"), ("absolute", "/etc/hostname"), ("escaping", "../instruction.md")):
+        task = write_task(tmp_path, name)
+        (task / "tests" / "test.sh").unlink()
+        (task / "tests" / "test.sh").symlink_to(target)
+        error = read_task(task).error
+        assert error is not None and error.startswith(f"{task}/tests/test.sh is a symbolic link to {target}, which "), (
+            error
+        )
+    inside = write_task(tmp_path, "inside")
+    (inside / "tests" / "run.sh").write_text((inside / "tests" / "test.sh").read_text())
+    (inside / "tests" / "test.sh").unlink()
+    (inside / "tests" / "test.sh").symlink_to("run.sh")
+    assert read_task(inside).error is None

@@ -238,3 +238,13 @@ def test_the_concurrency_option_is_checked_like_the_config(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*argument --agentcompass-concurrency: {message}"])
     assert not trace.exists()  # nothing ran
+
+
+@pytest.mark.parametrize("url", ["localhost:8000/v1", "ftp://host/v1", "http://"])
+def test_a_model_base_url_that_is_no_http_url_is_a_config_error(tmp_path: Path, url: str) -> None:
+    # Was accepted, then every model call failed "cannot reach" it.
+    path = write(tmp_path, GOOD + f"    model:\n      id: m\n      params:\n        base_url: '{url}'\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert f"{path}:7: requests[0].model.params.base_url: " in str(info.value)
+    assert "is not an http:// or https:// URL" in str(info.value)

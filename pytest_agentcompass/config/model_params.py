@@ -108,7 +108,8 @@ class GatewaySettings(BaseModel):
     @field_validator("base_url", "anthropic_base_url", "gemini_base_url")
     @classmethod
     def _http(cls, value: str | None) -> str | None:
-        return http_url(value).rstrip("/") if value else value
+        checked = http_url(value)
+        return checked.rstrip("/") if checked else checked
 
     @model_validator(mode="after")
     def _cost_needs_prices(self) -> GatewaySettings:

@@ -176,7 +176,8 @@ class RunRequest(_Model):
     #: Minimum values of aggregate metrics (``{"pass@1": 0.7}``). With gates the
     #: request is judged by them: one extra pytest item checks them after
     #: finalization, and tasks below the pass threshold are expected failures.
-    gates: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(default_factory=dict)
+    #: A minimum is a YAML number: ``true`` (1.0) and ``"0.9"`` were coerced in silence.
+    gates: dict[str, Annotated[float, Field(allow_inf_nan=False, strict=True)]] = Field(default_factory=dict)
     #: How gates count a task that ended in an error: ``fail`` (a failed task scoring 0),
     #: or ``exclude`` (judge only the tasks that were scored; errors an agent can cause
     #: then make a gate easier to pass).

@@ -122,6 +122,9 @@ def test_last_failed_under_xdist_judges_again(pytester: pytest.Pytester) -> None
         ("{pass@1: 1.5}", "minimum 1.5 can never be met: pass@1 is at most 1"),
         ("{pass@1: -1}", "minimum -1 is always met: pass@1 is at least 0"),
         ("{tasks: -3}", "minimum -3 is always met: tasks is at least 0"),
+        # Coerced in silence before: true was a minimum of 1.0, "0.9" of 0.9.
+        ("{pass@1: true}", "Input should be a valid number"),
+        ("{pass@1: '0.9'}", "Input should be a valid number"),
     ],
 )
 def test_impossible_minimums_are_config_errors_with_their_line(

@@ -377,3 +377,21 @@ def test_a_test_sh_that_is_a_link_inside_tests_gives_no_finding(pytester: pytest
     outcome(pytester).assert_outcomes(passed=1)
     record = details(pytester.path, "linked")["linked"]
     assert record["score"] == 1.0 and not record["metadata"].get("integrity"), record["metadata"].get("integrity")
+
+
+def test_a_task_toml_gone_after_collection_is_a_task_error_naming_it(pytester: pytest.Pytester) -> None:
+    task = write_task(pytester.path / "tasks", "vanishing")
+    write_config(pytester, [harbor_request("gone", "tasks", execution={"max_retries": 2})])
+    pytester.makeconftest(
+        f"""
+import os
+
+def pytest_collection_finish(session):
+    os.remove({str(task / "task.toml")!r})
+"""
+    )
+    result = outcome(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*task_error*vanishing/task.toml is gone since the task was collected*"])
+    record = details(pytester.path, "gone")["vanishing"]
+    assert (record["status"], record["retries"]) == ("task_error", 0)

@@ -272,6 +272,26 @@ class AgentCompassRun:
             self.say(f"agentcompass: {state.name}: resuming {state.store.run_dir} ({done})")
 
     # -- reports ---------------------------------------------------------------------
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """junit's classname of a task or gate item: ``<config file name>.<request>``.
+
+        pytest derives it from the node id's path: relative to the rootdir
+        (another rootdir, another classname) or, for a config outside it,
+        absolute (``.home.me.suite.agentcompass.yaml.r``, a leading dot).
+        Set before junit records the report, it is kept as a user attribute.
+        """
+        parts = report.nodeid.split("::")
+        if len(parts) != 3 or Path(parts[0]).name != self.loaded.path.name:
+            return
+        from _pytest.junitxml import xml_key
+
+        xml = self.config.stash.get(xml_key, None)
+        if xml is None:
+            return
+        classname = f"{self.loaded.path.name}.{parts[1]}"
+        xml.node_reporter(report).attrs["classname"] = f"{xml.prefix}.{classname}" if xml.prefix else classname
+
     @pytest.hookimpl(trylast=True)
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         """pytest's banner names the exception's class; a SIGTERM is said in words (after the

@@ -12,7 +12,7 @@ from harbor_tasks import harbor_request, write_task
 from pytest_agentcompass import ComponentRef, ExecutionPlan, RunRequest
 from pytest_agentcompass.benchmarks.harbor.discovery import files_digest, find_task_dirs, task_id_for
 from pytest_agentcompass.benchmarks.harbor.rewards import RewardError, parse_rewards
-from pytest_agentcompass.benchmarks.harbor.taskdir import parse_memory_mb, read_task
+from pytest_agentcompass.benchmarks.harbor.taskdir import expand_env, parse_memory_mb, read_task
 
 from conftest import write_config
 
@@ -389,3 +389,22 @@ def test_a_test_sh_link_that_leaves_tests_is_named(tmp_path: Path) -> None:
     (inside / "tests" / "test.sh").unlink()
     (inside / "tests" / "test.sh").symlink_to("run.sh")
     assert read_task(inside).error is None
+
+
+def test_verifier_env_takes_a_required_variable_and_a_literal_dollar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HARBOR_TEST_NEVER_SET", raising=False)
+    task = write_task(tmp_path, "t")
+    toml = (task / "task.toml").read_text()
+    env = '[verifier.env]\nPRICE = "$${literal}"\nKEY = "${HARBOR_TEST_NEVER_SET:?ask the team for a judge key}"\n'
+    (task / "task.toml").write_text(toml + env)
+    error = read_task(task).error
+    assert error is not None and error.endswith(
+        "[verifier.env] KEY needs the environment variable HARBOR_TEST_NEVER_SET (ask the team for a judge key), "
+        "which is not set"
+    ), error
+    monkeypatch.setenv("HARBOR_TEST_NEVER_SET", "k")
+    parsed = read_task(task)
+    assert parsed.error is None
+    assert expand_env(parsed.verifier_env, "verifier", parsed) == {"PRICE": "${literal}", "KEY": "k"}

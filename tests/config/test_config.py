@@ -248,3 +248,19 @@ def test_a_model_base_url_that_is_no_http_url_is_a_config_error(tmp_path: Path, 
         load_config(path)
     assert f"{path}:7: requests[0].model.params.base_url: " in str(info.value)
     assert "is not an http:// or https:// URL" in str(info.value)
+
+
+def test_a_required_variable_says_its_message_and_a_doubled_dollar_is_literal(tmp_path: Path) -> None:
+    # ${X:?message} and $${...} were kept as they were written (a folder named "${X:?...}").
+    text = GOOD + "    carry_over: '${RUN_TO_CARRY_OVER:?name the run to carry over}'\n"
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert str(info.value) == (
+        f"{path}:4: requests[0].carry_over: environment variable RUN_TO_CARRY_OVER "
+        "(name the run to carry over) is not set"
+    )
+    given = load_config(path, environ={"RUN_TO_CARRY_OVER": "latest"})
+    assert given.orchestration.requests[0].carry_over == "latest"
+    literal = write(tmp_path, "output_dir: 'runs-$${HOME}'\n" + GOOD)
+    assert load_config(literal, environ={"HOME": "/root"}).orchestration.output_dir == "runs-${HOME}"

@@ -264,3 +264,21 @@ def test_a_required_variable_says_its_message_and_a_doubled_dollar_is_literal(tm
     assert given.orchestration.requests[0].carry_over == "latest"
     literal = write(tmp_path, "output_dir: 'runs-$${HOME}'\n" + GOOD)
     assert load_config(literal, environ={"HOME": "/root"}).orchestration.output_dir == "runs-${HOME}"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("[transient]", "['transient'] is a list of one pattern (errors whose text matches 'transient'); the policy"),
+        ("{transient: true}", "{'transient': True} is not a retry policy: use null (any error retries), a list"),
+        ("true", "True is not a retry policy: use null"),
+    ],
+)
+def test_a_retry_policy_in_the_wrong_shape_says_what_is_allowed(tmp_path: Path, value: str, message: str) -> None:
+    # [transient] retried only errors saying "transient"; a mapping gave two lines about union members.
+    path = write(tmp_path, GOOD + f"    execution:\n      retry_pattern_list: {value}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    lines = str(info.value).splitlines()
+    assert len(lines) == 2 and lines[1].startswith(f"{path}:5: requests[0].execution.retry_pattern_list: "), lines
+    assert message in lines[1]

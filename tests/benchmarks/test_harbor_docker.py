@@ -158,7 +158,9 @@ def test_unusable_reward_is_an_evaluation_error(pytester: pytest.Pytester, test:
     result.stdout.fnmatch_lines(message.split("\n"))
     detail = details(pytester.path, "rewards")["t"]
     assert detail["status"] == "evaluation_error" and detail["score"] is None
-    assert "exit_code" in detail["attempt_results"]["0"]["metadata"]["verifier"]
+    # One attempt: its metadata is stored once, in the task's (same_as_task names it).
+    assert "exit_code" in detail["metadata"]["verifier"]
+    assert "metadata" in detail["attempt_results"]["0"]["same_as_task"]
 
 
 def test_crlf_verifier_is_named_as_such(pytester: pytest.Pytester) -> None:

@@ -25,29 +25,34 @@ __all__ = ["RENAMED_REQUEST_KEYS", "VARIABLE", "LoadedConfig", "expand_variables
 #: Keys of a request with a new name -> that name. The old one is read until 0.3.0, with a warning.
 RENAMED_REQUEST_KEYS = {"reuse": "carry_over"}
 
-#: ``${NAME}`` or ``${NAME:-default}``: the default applies when ``NAME`` is not set (as in Harbor's task files).
-VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+#: ``${NAME}``, ``${NAME:-default}`` (the default applies when ``NAME`` is not set, as in
+#: Harbor's task files), ``${NAME:?message}`` (not set: an error that says ``message``), and
+#: ``$${...}``: the text ``${...}`` itself, not a variable.
+VARIABLE = re.compile(r"\$(\$)?\{([A-Za-z_][A-Za-z0-9_]*)(?:(:[-?])([^}]*))?\}")
 
 
 def expand_variables(text: str, environ: Mapping[str, str]) -> tuple[str, list[str], list[str]]:
-    """``text`` with every ``${NAME}`` / ``${NAME:-default}`` filled from ``environ``.
+    """``text`` with every ``${NAME}`` / ``${NAME:-default}`` / ``${NAME:?message}`` filled from
+    ``environ``, and every ``$${...}`` written as ``${...}``.
 
     :returns: the text, the values read from ``environ`` (secrets: a default
         written in the file is none), and the names that are not set and have
-        no default (each left as an empty string).
+        no default (each left as an empty string), a ``:?`` one as ``NAME (message)``.
     """
     read: list[str] = []
     missing: list[str] = []
 
     def substitute(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
+        escaped, name, form, word = match.groups()
+        if escaped:
+            return match.group(0)[1:]
         if name in environ:
             read.append(environ[name])
             return environ[name]
-        if default is None:
-            missing.append(name)
-            return ""
-        return default
+        if form == ":-":
+            return word
+        missing.append(f"{name} ({word})" if form == ":?" and word else name)
+        return ""
 
     return VARIABLE.sub(substitute, text), read, missing
 

@@ -10,10 +10,22 @@ the request is built), so they live with the config, below both users.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["GatewaySettings", "ModelSettings"]
+__all__ = ["GatewaySettings", "ModelSettings", "http_url"]
+
+
+def http_url(value: str | None) -> str | None:
+    """``value`` if it is an ``http://`` or ``https://`` URL with a host (a ``${VAR}`` left empty is
+    no URL either); found at load, with the key's line, not at the first model call."""
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{value!r} is not an http:// or https:// URL")
+    return value
 
 
 class ModelSettings(BaseModel):
@@ -41,6 +53,11 @@ class ModelSettings(BaseModel):
     #: Prices in currency units per million tokens; both set = a cost estimate in the usage.
     input_price_per_million: float | None = Field(default=None, ge=0)
     output_price_per_million: float | None = Field(default=None, ge=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        return http_url(value)
 
     def sampling(self) -> dict[str, Any]:
         """The keyword arguments every chat completion request carries."""
@@ -91,9 +108,8 @@ class GatewaySettings(BaseModel):
     @field_validator("base_url", "anthropic_base_url", "gemini_base_url")
     @classmethod
     def _http(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError(f"{value!r} is not an http:// or https:// URL")
-        return value.rstrip("/") if value else value
+        checked = http_url(value)
+        return checked.rstrip("/") if checked else checked
 
     @model_validator(mode="after")
     def _cost_needs_prices(self) -> GatewaySettings:

@@ -142,10 +142,17 @@ class ExecutionSpec(_Model):
     @field_validator("retry_pattern_list", mode="before")
     @classmethod
     def _patterns_compile(cls, value: Any) -> Any:
-        if isinstance(value, str) and value != "transient":
+        policies = (
+            "use null (any error retries), a list of regular expressions (errors that match one), "
+            "[] (none) or transient (infrastructure faults only)"
+        )
+        if (isinstance(value, str) and value != "transient") or not isinstance(value, str | list | None):
+            # A mapping or a boolean gave two lines about the union's members, neither saying what is allowed.
+            raise ValueError(f"{value!r} is not a retry policy: {policies}")
+        if value == ["transient"]:  # would retry errors whose text says "transient", nothing else
             raise ValueError(
-                f"{value!r} is not a retry policy: use null (any error retries), a list of regular "
-                "expressions (errors that match one), [] (none) or 'transient' (infrastructure faults only)"
+                "['transient'] is a list of one pattern (errors whose text matches 'transient'); "
+                "the policy is written without brackets: retry_pattern_list: transient"
             )
         if isinstance(value, list):
             for pattern in value:
@@ -176,7 +183,8 @@ class RunRequest(_Model):
     #: Minimum values of aggregate metrics (``{"pass@1": 0.7}``). With gates the
     #: request is judged by them: one extra pytest item checks them after
     #: finalization, and tasks below the pass threshold are expected failures.
-    gates: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(default_factory=dict)
+    #: A minimum is a YAML number: ``true`` (1.0) and ``"0.9"`` were coerced in silence.
+    gates: dict[str, Annotated[float, Field(allow_inf_nan=False, strict=True)]] = Field(default_factory=dict)
     #: How gates count a task that ended in an error: ``fail`` (a failed task scoring 0),
     #: or ``exclude`` (judge only the tasks that were scored; errors an agent can cause
     #: then make a gate easier to pass).

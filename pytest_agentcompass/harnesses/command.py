@@ -140,7 +140,7 @@ class CommandHarness(BaseHarness):
             )
             if not done.ok:
                 reason = "timed out" if done.timed_out else f"exited with {done.exit_code}"
-                session.failed = f"setup command {index} {reason}: {done.stderr.strip()[-500:]}"
+                session.failed = f"setup command {index} {reason}: {tail(done.stderr.strip(), 500)}"
                 break
         return session
 
@@ -190,14 +190,16 @@ class CommandHarness(BaseHarness):
             reason = "timed out" if outcome.timed_out else f"exited with {outcome.exit_code}"
             result = RunResult(
                 task_id=task.task_id,
-                output=outcome.stdout,
+                output=_said(outcome.stdout, outcome),
                 status=RunStatus.INFERENCE_ERROR,
-                error=f"agent command {reason}: {outcome.stderr.strip()[-500:]}",
+                error=f"agent command {reason}: {tail(outcome.stderr.strip(), 500)}",
                 artifacts=kept,
                 metadata=metadata,
             )
         else:
-            result = RunResult(task.task_id, output=outcome.stdout.strip(), artifacts=kept, metadata=metadata)
+            result = RunResult(
+                task.task_id, output=_said(outcome.stdout.strip(), outcome), artifacts=kept, metadata=metadata
+            )
         if grant is not None:
             result = grant.finish(result)
         return _redacted(redactor, result)
@@ -297,12 +299,36 @@ def _model_env(req: RunRequest) -> tuple[dict[str, str], Redactor]:
 
 
 def exec_facts(done: ExecResult) -> dict[str, Any]:
-    return {
+    """A command's exit and the tails of its output; what the provider did not capture is said."""
+    facts: dict[str, Any] = {
         "exit_code": done.exit_code,
         "timed_out": done.timed_out,
-        "stdout_tail": done.stdout[-2000:],
-        "stderr_tail": done.stderr[-2000:],
+        "stdout_tail": tail(done.stdout, 2000),
+        "stderr_tail": tail(done.stderr, 2000),
     }
+    for name, cut, omitted in (
+        ("stdout", done.stdout_truncated, done.stdout_omitted),
+        ("stderr", done.stderr_truncated, done.stderr_omitted),
+    ):
+        if cut:
+            count = f"{omitted} characters" if omitted is not None else "what came"
+            facts[f"{name}_cut"] = f"{count} past the environment's output_limit were not captured"
+    return facts
+
+
+def tail(text: str, limit: int) -> str:
+    """The last ``limit`` characters of ``text``, saying how many came before."""
+    if len(text) <= limit:
+        return text
+    return f"[... {len(text) - limit} characters before ...]\n{text[-limit:]}"
+
+
+def _said(stdout: str, done: ExecResult) -> str:
+    """The agent's output, ending with what the provider did not capture of it (its head is kept)."""
+    if not done.stdout_truncated:
+        return stdout
+    count = f"{done.stdout_omitted} more characters" if done.stdout_omitted is not None else "more"
+    return f"{stdout}\n[... {count} of stdout not captured: the environment's output_limit ...]"
 
 
 def _redacted(redactor: Redactor, result: RunResult) -> RunResult:

@@ -174,5 +174,9 @@ class OpenAIChatHarness(ModelHarness):
         except ModelCallError as exc:
             return self.finish(model, task, trajectory, None, exc)
         trajectory.model_call(reply)
+        if reply.finish_reason == "length":  # scored as it came, but said: the model ran out of tokens
+            trajectory.stop_reason = "truncated"
+            note = "the model's answer was truncated at its token limit (finish_reason: length)"
+            return self.finish(model, task, trajectory, (reply.content or "").strip(), answer_cut=note)
         trajectory.stop_reason = "answered"
         return self.finish(model, task, trajectory, (reply.content or "").strip())

@@ -181,46 +181,49 @@ def _parse_arguments(name: str, arguments: str) -> tuple[str | None, str | None]
 def format_tool_output(result: ExecResult, limit: int, timeout: float) -> tuple[str, bool]:
     """The tool message text and whether anything was left out.
 
-    Past ``limit`` characters the middle is cut: a command's first lines say
-    what it did, its last lines how it ended. Every omission is marked where
-    it happened with its exact size in characters: the cut, and what the
-    Environment itself dropped past its output limit (the end of a stream).
+    Past ``limit`` characters each stream is cut in its middle (its first lines
+    say what the command did, its last lines how it ended), under its own
+    ``stdout:``/``stderr:`` header: a cut across both streams lost the second
+    one's header. A short stream keeps its whole text, the long one gets the
+    rest. Every omission is marked where it happened with its exact size in
+    characters: the cut, and what the Environment itself dropped past its
+    output limit (the end of a stream).
     """
     status = f"exit code: {result.exit_code}"
     if result.timed_out:
         status += f" (killed: the command exceeded its {timeout:g}s timeout)"
-    text = status
-    gaps: list[tuple[int, int | None]] = []  # (position in text, characters dropped there; None: not counted)
-    streams = (
-        ("stdout", result.stdout, result.stdout_truncated, result.stdout_omitted),
-        ("stderr", result.stderr, result.stderr_truncated, result.stderr_omitted),
-    )
-    for name, output, truncated, omitted in streams:
-        if output or truncated:
-            text += f"\n{name}:\n{output}"
-            if truncated:
-                gaps.append((len(text), omitted))
-    if len(text) <= limit:
-        return _marked(text, gaps), bool(gaps)
-    half = limit // 2
-    tail = len(text) - half
-    middle, counted = tail - half, True
-    for position, omitted in gaps:
-        if half <= position <= tail:  # dropped inside the cut: one marker for both
-            counted = counted and omitted is not None
-            middle += omitted or 0
-    head = _marked(text[:half], [(p, n) for p, n in gaps if p < half])
-    end = _marked(text[tail:], [(p - tail, n) for p, n in gaps if p > tail])
-    return head + _marker(middle if counted else None, middle) + end, True
+    streams = [
+        (name, output, truncated, omitted)
+        for name, output, truncated, omitted in (
+            ("stdout", result.stdout, result.stdout_truncated, result.stdout_omitted),
+            ("stderr", result.stderr, result.stderr_truncated, result.stderr_omitted),
+        )
+        if output or truncated
+    ]
+    room = limit - len(status) - sum(len(f"\n{name}:\n") for name, *_ in streams)
+    sizes = _shares([len(output) for _, output, _, _ in streams], max(room, 0))
+    text, cut = status, False
+    for (name, output, truncated, omitted), size in zip(streams, sizes, strict=True):
+        body = output
+        if len(output) > size:
+            half = size // 2
+            body = output[:half] + _marker(len(output) - 2 * half, 0) + output[len(output) - half :]
+            cut = True
+        if truncated:
+            body += _marker(omitted, 0)
+            cut = True
+        text += f"\n{name}:\n{body}"
+    return text, cut
 
 
-def _marked(text: str, gaps: list[tuple[int, int | None]]) -> str:
-    """``text`` with an omission marker at each gap's position."""
-    out, start = [], 0
-    for position, omitted in gaps:
-        out += [text[start:position], _marker(omitted, 0)]
-        start = position
-    return "".join(out) + text[start:]
+def _shares(lengths: list[int], room: int) -> list[int]:
+    """Characters each stream keeps of ``room``: the shorter whole, the rest split evenly."""
+    shares = [0] * len(lengths)
+    left = room
+    for count, index in enumerate(sorted(range(len(lengths)), key=lambda i: lengths[i])):
+        shares[index] = min(lengths[index], left // (len(lengths) - count))
+        left -= shares[index]
+    return shares
 
 
 def _marker(omitted: int | None, at_least: int) -> str:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..runtime.driver import drive
+from ..runtime.driver import TERMINATED_REASON, Terminated, drive
 from ..runtime.gc_tuning import fewer_collections
 from ..vocabulary.errors import AgentCompassError
 from ..vocabulary.types import OrchestrationEvent, OrchestrationStatus
@@ -123,7 +123,8 @@ class InProcessLoop:
         finally:
             progress.clear()
         if run.result.status is OrchestrationStatus.INTERRUPTED:
-            raise KeyboardInterrupt
+            # A SIGTERM is said as one in pytest's banner too (run.py's pytest_keyboard_interrupt).
+            raise Terminated if run.result.reason == TERMINATED_REASON else KeyboardInterrupt
 
     def _runtimes(self, items: list[TaskItem]) -> list[RequestRuntime]:
         """One runtime per request that has selected items, in declaration order (pytest's item order within)."""

@@ -26,6 +26,7 @@ from ..concurrency.limits import task_slots
 from ..config import SAFE_NAME, LoadedConfig, RunRequest
 from ..reports.terminal import write_terminal_summary
 from ..runtime.assembly import RequestSetup, RunOptions, build_request, own_runtime, shared_runtime
+from ..runtime.driver import Terminated
 from ..runtime.logs import capture_task_output
 from ..runtime.orchestrator import OrchestrationResult, Orchestrator
 from ..runtime.registry import Registry
@@ -271,6 +272,38 @@ class AgentCompassRun:
             self.say(f"agentcompass: {state.name}: resuming {state.store.run_dir} ({done})")
 
     # -- reports ---------------------------------------------------------------------
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """junit's classname of a task or gate item: ``<config file name>.<request>``.
+
+        pytest derives it from the node id's path: relative to the rootdir
+        (another rootdir, another classname) or, for a config outside it,
+        absolute (``.home.me.suite.agentcompass.yaml.r``, a leading dot).
+        Set before junit records the report, it is kept as a user attribute.
+        """
+        parts = report.nodeid.split("::")
+        if len(parts) != 3 or Path(parts[0]).name != self.loaded.path.name:
+            return
+        from _pytest.junitxml import xml_key
+
+        xml = self.config.stash.get(xml_key, None)
+        if xml is None:
+            return
+        classname = f"{self.loaded.path.name}.{parts[1]}"
+        xml.node_reporter(report).attrs["classname"] = f"{xml.prefix}.{classname}" if xml.prefix else classname
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """pytest's banner names the exception's class; a SIGTERM is said in words (after the
+        terminal reporter kept its text, which is what it prints at the end)."""
+        if not isinstance(excinfo.value, Terminated):
+            return
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        memo = getattr(reporter, "_keyboardinterrupt_memo", None)
+        crash = getattr(memo, "reprcrash", None)
+        if crash is not None:
+            crash.message = "SIGTERM arrived: the run stopped and was recorded as interrupted"
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
         # Every report of the session, tasks or not: a secret a task logged can surface anywhere.

@@ -152,7 +152,10 @@ class Verdicts:
         verdict = self.gates.verdict(req, state) if req.gates and state.finalized else None
         if verdict is not None:
             check = verdict.check
-            lines.append("  gates: " + ("met" if check.passed else "MISSED") + f" ({verdict.basis()})")
+            word = "met" if check.passed else "MISSED"
+            if verdict.cancelled:  # not a verdict on the whole request: say so first
+                word = f"{word} on an interrupted run"
+            lines.append(f"  gates: {word} ({verdict.basis()})")
             lines += [f"    missed: {line}" for line in check.missed] + [f"    ok: {line}" for line in check.met]
             if not check.passed and req.name not in self.gates.itemized:
                 lines.append("    its gate item did not run (not selected): the session fails all the same")

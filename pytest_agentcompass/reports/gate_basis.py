@@ -55,6 +55,10 @@ class GateVerdict:
     errored: int  # judged results that are errors
     sources: list[str] = field(default_factory=list)  # the run directories carried over from
     missing: list[str] = field(default_factory=list)  # tasks with no result anywhere
+    #: This session's tasks cancelled when the run was interrupted: the verdict is on an unfinished run.
+    cancelled: int = 0
+    #: Why they were (``interrupted by the user``, ``terminated by a SIGTERM``, a timeout).
+    cancel_reason: str = ""
 
     @property
     def passed(self) -> bool:
@@ -64,6 +68,9 @@ class GateVerdict:
         """One line: which results the verdict rests on."""
         judged = self.this_run + self.carried_over
         parts = [f"judged on {judged} of {self.tasks} task(s)"]
+        if self.cancelled:
+            why = f" ({self.cancel_reason})" if self.cancel_reason else ""
+            parts.insert(0, f"the run was interrupted{why}: {self.cancelled} task(s) cancelled before they finished")
         if self.carried_over:
             more = len(self.sources) - 3
             shown = ", ".join(self.sources[:3]) + (f" and {more} more" if more > 0 else "")
@@ -90,6 +97,7 @@ class GateVerdict:
             "carried_over_from": list(self.sources),
             "missing": list(self.missing),
             "errored": self.errored,
+            "cancelled": self.cancelled,
         }
 
 
@@ -128,6 +136,7 @@ def judge_request(
         # The default reads what slim outcomes keep; a custom aggregation each whole detail, when it asks.
         results: Sequence[RunResult] = [o.result for o in view] if default else StoredResults(view)
         judged = _aggregate(benchmark, req, results)
+    cancelled = [o for o in outcomes.values() if o.result.status is RunStatus.CANCELLED]
     return GateVerdict(
         check=check_gates(req.name, req.gates, judged),
         metrics=judged,
@@ -138,6 +147,8 @@ def judge_request(
         errored=errored,
         sources=sources,
         missing=[t.task_id for t in tasks if t.task_id not in entries],
+        cancelled=len(cancelled),
+        cancel_reason=str(cancelled[0].result.error or "") if cancelled else "",
     )
 
 

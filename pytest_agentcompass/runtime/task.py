@@ -166,6 +166,11 @@ def _detail(
         "task_id": outcome.task.task_id,
         "request": req.name,
         "category": outcome.task.category,
+        # What identifies the task, as the benchmark loaded it (harbor: its folder, its real name):
+        # the plain values only, not whole tables (a task.toml the task's folder keeps anyway).
+        "task_metadata": {
+            k: v for k, v in outcome.task.metadata.items() if v is None or isinstance(v, str | int | float | bool)
+        },
         "fingerprint": fingerprint,
         "passed": outcome.passed,
         **outcome.result.to_dict(),

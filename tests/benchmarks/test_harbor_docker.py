@@ -158,7 +158,9 @@ def test_unusable_reward_is_an_evaluation_error(pytester: pytest.Pytester, test:
     result.stdout.fnmatch_lines(message.split("\n"))
     detail = details(pytester.path, "rewards")["t"]
     assert detail["status"] == "evaluation_error" and detail["score"] is None
-    assert "exit_code" in detail["attempt_results"]["0"]["metadata"]["verifier"]
+    # One attempt: its metadata is stored once, in the task's (same_as_task names it).
+    assert "exit_code" in detail["metadata"]["verifier"]
+    assert "metadata" in detail["attempt_results"]["0"]["same_as_task"]
 
 
 def test_crlf_verifier_is_named_as_such(pytester: pytest.Pytester) -> None:
@@ -365,3 +367,33 @@ def test_a_task_whose_environment_cannot_be_made_is_a_task_error_not_retried(
         ]
     )
     assert "infrastructure" not in result.stdout.str()
+
+
+def test_a_test_sh_that_is_a_link_inside_tests_gives_no_finding(pytester: pytest.Pytester) -> None:
+    # Staged as a link, it was reported "/tests/test.sh is gone after the verifier ran".
+    task = write_task(pytester.path / "tasks", "linked")
+    (task / "tests" / "run.sh").write_text((task / "tests" / "test.sh").read_text())
+    (task / "tests" / "test.sh").unlink()
+    (task / "tests" / "test.sh").symlink_to("run.sh")
+    write_config(pytester, [harbor_request("linked", "tasks")])
+    outcome(pytester).assert_outcomes(passed=1)
+    record = details(pytester.path, "linked")["linked"]
+    assert record["score"] == 1.0 and not record["metadata"].get("integrity"), record["metadata"].get("integrity")
+
+
+def test_a_task_toml_gone_after_collection_is_a_task_error_naming_it(pytester: pytest.Pytester) -> None:
+    task = write_task(pytester.path / "tasks", "vanishing")
+    write_config(pytester, [harbor_request("gone", "tasks", execution={"max_retries": 2})])
+    pytester.makeconftest(
+        f"""
+import os
+
+def pytest_collection_finish(session):
+    os.remove({str(task / "task.toml")!r})
+"""
+    )
+    result = outcome(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*task_error*vanishing/task.toml is gone since the task was collected*"])
+    record = details(pytester.path, "gone")["vanishing"]
+    assert (record["status"], record["retries"]) == ("task_error", 0)

@@ -12,7 +12,7 @@ from harbor_tasks import harbor_request, write_task
 from pytest_agentcompass import ComponentRef, ExecutionPlan, RunRequest
 from pytest_agentcompass.benchmarks.harbor.discovery import files_digest, find_task_dirs, task_id_for
 from pytest_agentcompass.benchmarks.harbor.rewards import RewardError, parse_rewards
-from pytest_agentcompass.benchmarks.harbor.taskdir import parse_memory_mb, read_task
+from pytest_agentcompass.benchmarks.harbor.taskdir import expand_env, parse_memory_mb, read_task
 
 from conftest import write_config
 
@@ -360,3 +360,51 @@ def test_an_unset_verifier_variable_is_found_before_the_agent_runs(
         ]
     )
     assert not marker.exists()
+
+
+def test_a_renamed_directory_keeps_its_real_name_in_the_detail(pytester: pytest.Pytester) -> None:
+    # The README promised metadata.directory; no detail held it.
+    tasks = pytester.path / "tasks"
+    write_task(tasks, "my task", environment='memory = "lots"')  # broken: recorded without opening anything
+    write_config(pytester, [harbor_request("odd", "tasks", environment={"id": "local"})])
+    pytester.runpytest_inprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider").assert_outcomes(errors=1)
+    (detail_file,) = (pytester.path / "runs" / "odd").glob("*/details/my-task-*.json")
+    detail = json.loads(detail_file.read_text())
+    assert detail["task_metadata"]["directory"] == "my task"
+    assert detail["task_metadata"]["path"] == str(tasks / "my task")
+
+
+def test_a_test_sh_link_that_leaves_tests_is_named(tmp_path: Path) -> None:
+    # A dangling link was "tests/test.sh does not exist: the task has no verifier".
+    for name, target in (("dangling", "missing.sh"), ("absolute", "/etc/hostname"), ("escaping", "../instruction.md")):
+        task = write_task(tmp_path, name)
+        (task / "tests" / "test.sh").unlink()
+        (task / "tests" / "test.sh").symlink_to(target)
+        error = read_task(task).error
+        assert error is not None and error.startswith(f"{task}/tests/test.sh is a symbolic link to {target}, which "), (
+            error
+        )
+    inside = write_task(tmp_path, "inside")
+    (inside / "tests" / "run.sh").write_text((inside / "tests" / "test.sh").read_text())
+    (inside / "tests" / "test.sh").unlink()
+    (inside / "tests" / "test.sh").symlink_to("run.sh")
+    assert read_task(inside).error is None
+
+
+def test_verifier_env_takes_a_required_variable_and_a_literal_dollar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HARBOR_TEST_NEVER_SET", raising=False)
+    task = write_task(tmp_path, "t")
+    toml = (task / "task.toml").read_text()
+    env = '[verifier.env]\nPRICE = "$${literal}"\nKEY = "${HARBOR_TEST_NEVER_SET:?ask the team for a judge key}"\n'
+    (task / "task.toml").write_text(toml + env)
+    error = read_task(task).error
+    assert error is not None and error.endswith(
+        "[verifier.env] KEY needs the environment variable HARBOR_TEST_NEVER_SET (ask the team for a judge key), "
+        "which is not set"
+    ), error
+    monkeypatch.setenv("HARBOR_TEST_NEVER_SET", "k")
+    parsed = read_task(task)
+    assert parsed.error is None
+    assert expand_env(parsed.verifier_env, "verifier", parsed) == {"PRICE": "${literal}", "KEY": "k"}

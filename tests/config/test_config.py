@@ -238,3 +238,47 @@ def test_the_concurrency_option_is_checked_like_the_config(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*argument --agentcompass-concurrency: {message}"])
     assert not trace.exists()  # nothing ran
+
+
+@pytest.mark.parametrize("url", ["localhost:8000/v1", "ftp://host/v1", "http://"])
+def test_a_model_base_url_that_is_no_http_url_is_a_config_error(tmp_path: Path, url: str) -> None:
+    # Was accepted, then every model call failed "cannot reach" it.
+    path = write(tmp_path, GOOD + f"    model:\n      id: m\n      params:\n        base_url: '{url}'\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert f"{path}:7: requests[0].model.params.base_url: " in str(info.value)
+    assert "is not an http:// or https:// URL" in str(info.value)
+
+
+def test_a_required_variable_says_its_message_and_a_doubled_dollar_is_literal(tmp_path: Path) -> None:
+    # ${X:?message} and $${...} were kept as they were written (a folder named "${X:?...}").
+    text = GOOD + "    carry_over: '${RUN_TO_CARRY_OVER:?name the run to carry over}'\n"
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert str(info.value) == (
+        f"{path}:4: requests[0].carry_over: environment variable RUN_TO_CARRY_OVER "
+        "(name the run to carry over) is not set"
+    )
+    given = load_config(path, environ={"RUN_TO_CARRY_OVER": "latest"})
+    assert given.orchestration.requests[0].carry_over == "latest"
+    literal = write(tmp_path, "output_dir: 'runs-$${HOME}'\n" + GOOD)
+    assert load_config(literal, environ={"HOME": "/root"}).orchestration.output_dir == "runs-${HOME}"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("[transient]", "['transient'] is a list of one pattern (errors whose text matches 'transient'); the policy"),
+        ("{transient: true}", "{'transient': True} is not a retry policy: use null (any error retries), a list"),
+        ("true", "True is not a retry policy: use null"),
+    ],
+)
+def test_a_retry_policy_in_the_wrong_shape_says_what_is_allowed(tmp_path: Path, value: str, message: str) -> None:
+    # [transient] retried only errors saying "transient"; a mapping gave two lines about union members.
+    path = write(tmp_path, GOOD + f"    execution:\n      retry_pattern_list: {value}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    lines = str(info.value).splitlines()
+    assert len(lines) == 2 and lines[1].startswith(f"{path}:5: requests[0].execution.retry_pattern_list: "), lines
+    assert message in lines[1]

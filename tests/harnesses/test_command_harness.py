@@ -118,3 +118,19 @@ def test_agent_cli_in_docker(docker_engine: str, pytester: pytest.Pytester) -> N
     result.assert_outcomes(passed=1)
     assert SECRET not in result.stdout.str() and MODEL_KEY not in result.stdout.str()
     check_run(pytester)
+
+
+def test_what_the_command_harness_cuts_is_said(pytester: pytest.Pytester) -> None:
+    # The output past the provider's output_limit, the stderr kept in the error and the tails were cut in silence.
+    agent = "head -c 5000 /dev/zero | tr '\\0' o; printf 'E%.0s' $(seq 900) >&2; exit 4"
+    environment = {"id": "local", "params": {"output_limit": 1000}}
+    write_config(pytester, [command_request({"command": ["sh", "-c", agent]}, environment)])
+    result = pytester.runpytest(*RUN)
+    result.assert_outcomes(errors=1)
+    record = detail(pytester, name="cli")
+    assert record["output"].startswith("o" * 1000)
+    assert "[... 4000 more characters of stdout not captured: the environment's output_limit ...]" in record["output"]
+    assert "agent command exited with 4: [... 400 characters before ...]" in record["error"]
+    facts = record["metadata"]["agent"]
+    assert facts["stdout_cut"] == "4000 characters past the environment's output_limit were not captured"
+    assert facts["stderr_tail"] == "E" * 900 and "stderr_cut" not in facts

@@ -304,3 +304,17 @@ def test_the_request_client_is_closed_at_the_end(
                 break
         server.wait_until(lambda: server.aborted == len(server.requests) > 0)
     assert closed == [True]  # one client for the request, shared by its tasks, closed once
+
+
+def test_both_streams_keep_their_header_when_cut(pytester: pytest.Pytester, server: ScriptedServer) -> None:
+    # The cut in the middle of the whole text took the "stderr:" header with it.
+    server.push(
+        tool_call("yes out | head -c 5000; yes err | head -c 5000 >&2"),
+        tool_call("printf hi > hello.txt"),
+        answer("done"),
+    )
+    write_agent_config(pytester, server, params={"output_limit": 1000})
+    pytester.runpytest(*RUN).assert_outcomes(passed=1)
+    shown = next(m["content"] for m in server.bodies()[-1]["messages"] if m["role"] == "tool")
+    assert shown.startswith("exit code: 0\nstdout:\nout\n") and "\nstderr:\nerr\n" in shown, shown
+    assert shown.count("characters omitted ...]") == 2 and len(shown) < 1100

@@ -12,7 +12,7 @@ from pytest_agentcompass.runtime.store import RunStore
 from pytest_agentcompass.vocabulary.types import RunResult
 
 from agent_helpers import detail, run_dir, trajectory, write_agent_config
-from openai_server import ScriptedServer, answer, error, scripted_server, tool_call
+from openai_server import ScriptedServer, answer, error, garbage, scripted_server, tool_call
 
 pytest.importorskip("openai")
 RUN = ("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
@@ -46,7 +46,7 @@ def test_a_huge_answer_is_stored_once_and_cut_to_the_default_limit(
     assert record["truncated_fields"] == {"output": 3_000_008} and note in record["notes"]
     # The attempt's entry does not repeat the task's output.
     attempt = record["attempt_results"]["0"]
-    assert "output" not in attempt and attempt["same_as_task"] == ["output", "artifacts"]
+    assert "output" not in attempt and attempt["same_as_task"] == ["output", "artifacts", "metadata"]
 
     saved = trajectory(pytester, record)
     assert saved["truncated_fields"] == {"events[1].message.content": 3_000_008}
@@ -89,3 +89,50 @@ def test_retry_details_and_checkpoints_are_bounded(tmp_path: Path) -> None:
     assert len(restored.metadata["log"][0]) < 400
     checkpoint = json.loads((tmp_path / "checkpoints/t/attempt-0.json").read_text())
     assert checkpoint["truncated_fields"] == {"result.output": 1000, "result.metadata.log[0]": 500}
+
+
+def test_one_attempt_metadata_is_stored_once_and_a_record_of_many_fields_is_bounded(tmp_path: Path) -> None:
+    store = RunStore(tmp_path, field_limit=1000)
+    attempt = {"log": "L" * 500, "usage": {"calls": 2}}
+    detail = {
+        "task_id": "t",
+        "output": "x",
+        # The task's metadata is the attempt's plus what the runtime adds: stored twice before.
+        "metadata": {**attempt, "attempts": {"k": 1, "completed": 1}, "attempt_scores": {"0": 1.0}},
+        "attempt_results": {"0": {"task_id": "t", "output": "x", "metadata": attempt}},
+        "notes": [],
+    }
+    store.save_partial_result("t", detail)
+    record = json.loads((tmp_path / "details/t.json").read_text())
+    assert "metadata" not in record["attempt_results"]["0"]
+    assert record["attempt_results"]["0"]["same_as_task"] == ["output", "metadata"]
+    # Forty fields of 900 characters, each under the limit: 36,000 characters were kept whole.
+    many = {f"field{i}": str(i) * 900 for i in range(40)}
+    notes: list[str] = []
+    store.save_partial_result("u", {"task_id": "u", "metadata": many, "notes": []}, notes=notes)
+    text = (tmp_path / "details/u.json").read_text()
+    bounded = json.loads(text)
+    assert len(text) < 12_000, len(text)
+    assert len(bounded["truncated_fields"]) == 40 and bounded["truncated_fields"]["metadata.field7"] == 900
+    assert notes and "a record keeps about 4 x execution.max_stored_chars = 4000" in notes[0]
+    assert notes[0] in bounded["notes"]
+
+
+def test_an_answer_cut_at_the_token_limit_is_said_to_be_truncated(pytester: pytest.Pytester) -> None:
+    body = {
+        "id": "c",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi the"}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 5, "total_tokens": 6},
+    }
+    with scripted_server() as server:
+        server.push(garbage(json.dumps(body)))
+        write_agent_config(pytester, server, harness="openai")
+        pytester.runpytest(*RUN).assert_outcomes(failed=1)
+    record = detail(pytester)
+    assert record["metadata"]["stop_reason"] == "truncated"
+    assert record["metadata"]["answer_cut"] == (
+        "the model's answer was truncated at its token limit (finish_reason: length)"
+    )

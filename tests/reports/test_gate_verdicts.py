@@ -122,6 +122,9 @@ def test_last_failed_under_xdist_judges_again(pytester: pytest.Pytester) -> None
         ("{pass@1: 1.5}", "minimum 1.5 can never be met: pass@1 is at most 1"),
         ("{pass@1: -1}", "minimum -1 is always met: pass@1 is at least 0"),
         ("{tasks: -3}", "minimum -3 is always met: tasks is at least 0"),
+        # Coerced in silence before: true was a minimum of 1.0, "0.9" of 0.9.
+        ("{pass@1: true}", "Input should be a valid number"),
+        ("{pass@1: '0.9'}", "Input should be a valid number"),
     ],
 )
 def test_impossible_minimums_are_config_errors_with_their_line(
@@ -171,3 +174,36 @@ def test_scores_at_the_edge_of_a_float_render_and_aggregate(pytester: pytest.Pyt
     report = pytester.run("python", "-m", "pytest_agentcompass", "report", str(run_dir))
     assert report.ret == 0, report.stderr.str()
     assert "3 outside [0, 1]" in (run_dir / "report.html").read_text()
+
+
+SLOW = """
+import asyncio, dataclasses
+from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+
+
+class Slow(HarnessFreeBenchmark):
+    def load_tasks(self, req):
+        return [TaskSpec(f"t{i}") for i in range(3)]
+
+    async def run_task(self, task, prepared, env, req, plan):
+        if task.task_id == "t2":
+            await asyncio.sleep(600)
+        return RunResult(task.task_id, output="x")
+
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=1.0)
+"""
+
+
+def test_a_gate_judged_on_an_interrupted_run_says_so(pytester: pytest.Pytester) -> None:
+    # Printed "gates: MISSED (judged on 3 of 3 task(s) ...)" as if the run had finished.
+    pytester.makepyfile(slow=SLOW)
+    request = {"name": "a", "benchmark": {"id": "slow.py:Slow"}, "gates": {"pass@1": 0.9}}
+    write_config(pytester, [request], timeout_seconds=2)
+    result = pytester.runpytest_subprocess(RUN, "-p", "no:cacheprovider")
+    assert result.ret != pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        ["*gates: MISSED on an interrupted run (the run was interrupted (*): 1 task(s) cancelled before they finished*"]
+    )
+    # The gate item's own message says it too.
+    result.stdout.fnmatch_lines(["(the run was interrupted (timeout: *): 1 task(s) cancelled before they finished;*"])

@@ -60,6 +60,10 @@ def test_a_sigterm_is_named_in_the_record_and_the_errors(pytester: pytest.Pytest
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     assert "interrupted by the user" not in out, out
     assert "orchestration interrupted: terminated by a SIGTERM" in out, out
+    # pytest's banner named the class that carries it ("!!! ...driver.Terminated !!!").
+    banner = [line for line in out.splitlines() if line.startswith("!!!")]
+    assert banner and all("Terminated" not in line for line in banner), banner
+    assert any("SIGTERM arrived" in line for line in banner), banner
     (run_dir,) = (pytester.path / "runs/r").iterdir()
     info = json.loads((run_dir / "run_info.json").read_text())
     assert info["status"] == "interrupted" and info["stop_reason"] == "terminated by a SIGTERM", info

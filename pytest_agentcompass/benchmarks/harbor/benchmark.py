@@ -46,7 +46,7 @@ from .session_io import (
     read_reward_files,
     save_text,
 )
-from .taskdir import HarborTask, expand_env, read_task
+from .taskdir import TASK_FILE, HarborTask, expand_env, read_task
 from .verifier import (
     agent_processes,
     changed_path_findings,
@@ -179,6 +179,9 @@ class HarborBenchmark(BaseBenchmark):
         if req.environment.network.run is None and not parsed.allow_internet:
             run_policy = "disabled"
         environment = _environment(parsed)
+        toml = parsed.path / TASK_FILE
+        if not toml.is_file():  # its folder changed after the tasks were collected
+            environment["unavailable"] = f"{toml} is gone since the task was collected: the task directory changed"
         environment["verifier_mode"] = mode
         if evaluation := evaluation_params(mode, parsed):
             environment["evaluation"] = evaluation

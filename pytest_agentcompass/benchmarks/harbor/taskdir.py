@@ -180,6 +180,13 @@ def _files_problem(task: HarborTask) -> str | None:
         if dockerfile.is_file() and not _instructions(dockerfile):
             return f"{dockerfile} is empty: it has no instruction to build an image from"
     tests = task.path / "tests"
+    for link in sorted(p for p in tests.rglob("*") if p.is_symlink()) if tests.is_dir() else ():
+        # Staged as a link: one that leaves tests/ (or leads nowhere) is broken in the container.
+        target = os.readlink(link)
+        inside = not os.path.isabs(target) and tests.resolve() in link.resolve().parents
+        if not inside or not link.exists():
+            why = "does not exist" if not link.exists() else "is outside tests/, which is all the verifier gets"
+            return f"{link} is a symbolic link to {target}, which {why}"
     own_image = task.verifier_environment is not None and task.verifier_environment.docker_image
     baked = task.verifier_mode == "separate" and ((tests / "Dockerfile").is_file() or bool(own_image))
     if not baked and not (tests / "test.sh").is_file():  # a separate verifier's image may bring its own

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import posixpath
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -261,6 +263,11 @@ async def tests_findings(env: EnvironmentSession, tests: Path) -> list[dict[str,
     found = []
     for file in sorted(p for p in tests.rglob("*") if p.is_file()):
         rel = file.relative_to(tests).as_posix()
+        if file.is_symlink():  # staged as a link (its target, a file of tests/, is compared itself)
+            if not await _same_link(access, file, rel):
+                message = f"/tests/{rel} is no longer the task's link to {os.readlink(file)} after the verifier ran"
+                found.append(finding("tests-modified", f"/tests/{rel}", message))
+            continue
         if seen.get(rel) != file.read_bytes():
             state = "is gone" if rel not in seen else "differs from the task's"
             found.append(finding("tests-modified", f"/tests/{rel}", f"/tests/{rel} {state} after the verifier ran"))
@@ -270,6 +277,17 @@ async def tests_findings(env: EnvironmentSession, tests: Path) -> list[dict[str,
             message = f"/tests/{rel} appeared while the verifier ran (the task ships no such file)"
             found.append(finding("tests-modified", f"/tests/{rel}", message))
     return found
+
+
+async def _same_link(access: Any, file: Path, rel: str) -> bool:
+    """Whether ``/tests/<rel>`` is still the link ``file`` is (the engine names its target
+    as written or resolved, depending on its version)."""
+    info = await access.stat(f"/tests/{rel}")
+    if info is None:
+        return False
+    written = os.readlink(file)
+    resolved = posixpath.normpath(posixpath.join("/tests", posixpath.dirname(rel), written))
+    return str(info.get("linkTarget") or "") in (written, resolved)
 
 
 def tail(text: str, size: int = TAIL_CHARS) -> str:

@@ -16,12 +16,25 @@ from typing import Any
 from ...config import MAX_STORED_CHARS
 from ...vocabulary.types import to_jsonable
 
-__all__ = ["DEFAULT_FIELD_LIMIT", "TRUNCATED_KEY", "bound_fields", "cut_note", "same_as_task"]
+__all__ = [
+    "DEFAULT_FIELD_LIMIT",
+    "RECORD_FIELDS",
+    "TRUNCATED_KEY",
+    "bound_fields",
+    "cut_note",
+    "fitted_limit",
+    "same_as_task",
+]
 
 #: Characters kept per text field; configurable per request (``execution.max_stored_chars``).
 DEFAULT_FIELD_LIMIT = MAX_STORED_CHARS
 #: The key under which a record lists its cut fields.
 TRUNCATED_KEY = "truncated_fields"
+#: A whole record keeps the text of at most this many fields at the limit: past that, its
+#: fields are cut shorter (a metadata of a thousand fields, each under the limit, was unbounded).
+RECORD_FIELDS = 4
+#: Characters a field keeps however many fields a record has.
+_FLOOR = 100
 #: Result fields an attempt's entry in a detail does not repeat when they equal the task's.
 _SHARED_FIELDS = ("output", "error", "artifacts", "metadata")
 
@@ -59,10 +72,52 @@ def _bound(value: Any, limit: int, path: str, cuts: dict[str, int]) -> Any:
     return value if converted is value else _bound(converted, limit, path, cuts)
 
 
-def cut_note(cuts: Mapping[str, int], limit: int) -> str:
-    """One line for a record's notes (the detail's notes reach the terminal report and the HTML page)."""
-    fields = ", ".join(f"{path} ({length} characters)" for path, length in cuts.items())
-    return f"stored with fields cut to {limit} characters (execution.max_stored_chars): {fields}"
+def fitted_limit(value: Any, limit: int) -> int:
+    """The characters per field that keep the text of ``value`` near ``RECORD_FIELDS * limit``.
+
+    ``limit`` when it fits; else the largest per-field limit (at least
+    ``_FLOOR``) under which the fields' text adds up to that total: the long
+    fields are cut, the short ones kept whole.
+    """
+    lengths: list[int] = []
+    _lengths(value, lengths)
+    total = RECORD_FIELDS * limit
+    if sum(min(n, limit) for n in lengths) <= total:
+        return limit
+    low, high = _FLOOR, limit  # the answer is in [low, high]
+    while low < high:
+        middle = (low + high + 1) // 2
+        if sum(min(n, middle) for n in lengths) <= total:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _lengths(value: Any, into: list[int]) -> None:
+    if isinstance(value, str):
+        into.append(len(value))
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _lengths(item, into)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _lengths(item, into)
+
+
+def cut_note(cuts: Mapping[str, int], limit: int, configured: int | None = None) -> str:
+    """One line for a record's notes (the detail's notes reach the terminal report and the HTML page).
+
+    ``configured``: ``execution.max_stored_chars`` when ``limit`` is lower (the record was too large as a whole).
+    """
+    shown = list(cuts.items())
+    fields = ", ".join(f"{path} ({length} characters)" for path, length in shown[:20])
+    if len(shown) > 20:
+        fields += f" and {len(shown) - 20} more"
+    why = "execution.max_stored_chars"
+    if configured is not None and limit < configured:
+        why = f"a record keeps about {RECORD_FIELDS} x execution.max_stored_chars = {RECORD_FIELDS * configured}"
+    return f"stored with fields cut to {limit} characters ({why}): {fields}"
 
 
 def same_as_task(detail: Mapping[str, Any]) -> dict[str, Any]:
@@ -80,7 +135,18 @@ def same_as_task(detail: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(entry, Mapping):
             compact[index] = entry
             continue
-        same = [f for f in _SHARED_FIELDS if entry.get(f) not in (None, "", {}, []) and entry.get(f) == detail.get(f)]
+        same = [f for f in _SHARED_FIELDS if entry.get(f) not in (None, "", {}, []) and _within(f, entry, detail)]
         kept = {k: v for k, v in entry.items() if k not in same}
         compact[index] = {**kept, "same_as_task": same} if same else kept
     return {**detail, "attempt_results": compact}
+
+
+def _within(name: str, entry: Mapping[str, Any], detail: Mapping[str, Any]) -> bool:
+    """Whether the task's ``name`` holds the entry's: equal, or for ``metadata`` each of its keys with
+    the same value (the task's metadata adds its own keys, ``attempts`` and ``attempt_scores``)."""
+    mine, task = entry.get(name), detail.get(name)
+    if mine == task:
+        return True
+    if name != "metadata" or not isinstance(mine, Mapping) or not isinstance(task, Mapping):
+        return False
+    return all(key in task and task[key] == value for key, value in mine.items())

@@ -36,7 +36,7 @@ from typing import Any
 
 from ...vocabulary.redact import Redactor
 from ...vocabulary.types import ExecutionPlan, RunResult, to_jsonable
-from .bounds import DEFAULT_FIELD_LIMIT, TRUNCATED_KEY, bound_fields, cut_note, same_as_task
+from .bounds import DEFAULT_FIELD_LIMIT, TRUNCATED_KEY, bound_fields, cut_note, fitted_limit, same_as_task
 from .component_files import ComponentFiles
 from .page_records import page_record
 from .run_info import PLANS_KEY, RUN_INFO, fold_plans, read_run_info_head
@@ -134,6 +134,9 @@ class RunStore:
         self.redactor = redactor or Redactor()
         #: Characters kept per text field of a per-task record (``execution.max_stored_chars``).
         self.field_limit = field_limit
+        #: The line that said what the last bounded record lost (its fields may be cut below
+        #: ``field_limit`` when the record is large as a whole: ``bounds.fitted_limit``).
+        self.last_cut_note = ""
         self.details_dir = run_dir / "details"
         self.plans_path = run_dir / "plans.jsonl"
         self._details = str(self.details_dir)
@@ -175,12 +178,14 @@ class RunStore:
         text = encode(record)
         if len(text) <= self.field_limit:
             return text, {}
-        bounded, cuts = bound_fields(record, self.field_limit)
+        limit = fitted_limit(record, self.field_limit)
+        bounded, cuts = bound_fields(record, limit)
         if not cuts:
             return text, {}
+        self.last_cut_note = cut_note(cuts, limit, self.field_limit)
         record = {**bounded, TRUNCATED_KEY: cuts}
         if isinstance(record.get("notes"), list):
-            record["notes"] = [*record["notes"], cut_note(cuts, self.field_limit)]
+            record["notes"] = [*record["notes"], self.last_cut_note]
         return encode(record), cuts
 
     def _folder_of(self, path: str | Path) -> str:
@@ -343,7 +348,7 @@ class RunStore:
         text, cuts = self._bounded(same_as_task(detail))
         written, self._encoded = self._encoded, None  # what the file holds, redacted and bounded
         if cuts and notes is not None:
-            notes.append(cut_note(cuts, self.field_limit))
+            notes.append(self.last_cut_note)
         self._write_in_place(path, text)
         self._page[task_id] = page_record(written)
         if self._checkpoints_seen:

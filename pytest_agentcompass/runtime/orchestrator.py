@@ -21,16 +21,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..vocabulary.types import OrchestrationEvent, OrchestrationStatus, RequestState, TaskSpec
+from .grace import close_within_grace, sweep_environments, wait_within_grace
 from .request import INTERRUPTED_BY_USER, RequestRuntime
 from .task import TaskOutcome
 
 __all__ = ["OrchestrationResult", "Orchestrator", "Slots"]
 
-#: How long removing left-over Environments may take after the cleanup was cut short.
-SWEEP_SECONDS = 20.0
 #: Request preflights run at once (fetching agents' packages, building images).
 PREFLIGHTS_AT_ONCE = 4
 
@@ -276,23 +275,12 @@ class Orchestrator:
             raise
 
     async def _close_requests(self) -> None:
-        """Close what each request's harness shares (model clients), within what is left of the grace."""
+        """Close what each request's harness shares, within what is left of the grace."""
         grace = self.cleanup_grace_seconds
         if self.result.cleanup_started is not None:
             grace = max(0.1, grace - (time.monotonic() - self.result.cleanup_started))
-        closing: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(s.aclose() for s in self.requests)))
-        forced: asyncio.Future[Any] = asyncio.ensure_future(self._forced.wait())  # a 2nd Ctrl-C, a SIGTERM
-        try:
-            await asyncio.wait({closing, forced}, timeout=grace or None, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            forced.cancel()
-        if not closing.done():
-            closing.cancel()
-            why = "a second Ctrl-C cut it short" if self.result.forced else "it took longer than the cleanup grace"
-            log.warning("closing the harnesses was abandoned: %s", why)
-            await asyncio.wait({closing}, timeout=1.0)  # let the cancellation land
-            if not closing.done():
-                self.result.stuck_tasks += 1  # the driver lets it go quietly
+        if not await close_within_grace(self.requests, grace, self._forced):
+            self.result.stuck_tasks += 1  # the driver lets it go quietly
 
     async def _tick(self) -> None:
         assert self.on_tick is not None
@@ -428,7 +416,7 @@ class Orchestrator:
         running = {state.name: list(state.active.values()) for state in self.requests}
         for future in tasks:
             future.cancel()
-        still = await self._wait_within_grace(tasks)
+        still = await wait_within_grace(tasks, self.cleanup_grace_seconds, self._forced)
         self.result.stuck_tasks = len(still)
         if still:
             why = "a second Ctrl-C cut the cleanup short" if self.result.forced else "the cleanup grace ran out"
@@ -439,31 +427,5 @@ class Orchestrator:
             self._given_up.update((state.name, outcome.task.task_id) for outcome in cancelled)
             self.result.unfinished += cancelled
         if still:
-            await self._sweep()
+            await sweep_environments(self.requests)
         self._notify_all(self.result.unfinished)
-
-    async def _wait_within_grace(self, tasks: Sequence[asyncio.Future[None]]) -> set[asyncio.Future[Any]]:
-        """Wait for ``tasks`` until they are done, the grace is over, or :meth:`force` is called."""
-        pending: set[asyncio.Future[Any]] = set(tasks)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.cleanup_grace_seconds if self.cleanup_grace_seconds else None
-        forced: asyncio.Future[Any] = asyncio.ensure_future(self._forced.wait())
-        try:
-            while pending and not self._forced.is_set():
-                timeout = None if deadline is None else deadline - loop.time()
-                if timeout is not None and timeout <= 0:
-                    break
-                done, _ = await asyncio.wait({*pending, forced}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-                pending -= done
-        finally:
-            forced.cancel()
-        return pending
-
-    async def _sweep(self) -> None:
-        """Remove the Environments of this run that cleanups left open (they did not finish in time)."""
-        for state in self.requests:
-            try:
-                async with asyncio.timeout(SWEEP_SECONDS):
-                    await state.ctx.provider.sweep(state.ctx.run_id)
-            except Exception as exc:  # a bounded best effort: the next run sweeps again
-                log.warning("request %s: removing this run's environments failed: %s", state.name, exc)

@@ -12,7 +12,7 @@ from pytest_agentcompass.runtime.store import RunStore
 from pytest_agentcompass.vocabulary.types import RunResult
 
 from agent_helpers import detail, run_dir, trajectory, write_agent_config
-from openai_server import ScriptedServer, answer, error, garbage, scripted_server, tool_call
+from openai_server import ScriptedServer, answer, error, scripted_server, tool_call
 
 pytest.importorskip("openai")
 RUN = ("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
@@ -119,16 +119,8 @@ def test_one_attempt_metadata_is_stored_once_and_a_record_of_many_fields_is_boun
 
 
 def test_an_answer_cut_at_the_token_limit_is_said_to_be_truncated(pytester: pytest.Pytester) -> None:
-    body = {
-        "id": "c",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi the"}, "finish_reason": "length"}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 5, "total_tokens": 6},
-    }
     with scripted_server() as server:
-        server.push(garbage(json.dumps(body)))
+        server.push(answer("hi the", prompt_tokens=1, completion_tokens=5, cut=True))
         write_agent_config(pytester, server, harness="openai")
         pytester.runpytest(*RUN).assert_outcomes(failed=1)
     record = detail(pytester)

@@ -130,7 +130,7 @@ def render(protocol: str, turn: Turn, model: str) -> dict[str, Any]:
                 {
                     "index": 0,
                     "message": _chat_message(turn),
-                    "finish_reason": "tool_calls" if turn.tool_calls else "stop",
+                    "finish_reason": turn.finish("openai_chat"),
                     "logprobs": None,
                 }
             ],
@@ -145,13 +145,17 @@ def render(protocol: str, turn: Turn, model: str) -> dict[str, Any]:
             "role": "assistant",
             "model": model,
             "content": _anthropic_blocks(turn),
-            "stop_reason": "tool_use" if turn.tool_calls else "end_turn",
+            "stop_reason": turn.finish("anthropic"),
             "stop_sequence": None,
             "usage": usage,
         }
     return {
         "candidates": [
-            {"content": {"role": "model", "parts": _gemini_parts(turn)}, "finishReason": "STOP", "index": 0}
+            {
+                "content": {"role": "model", "parts": _gemini_parts(turn)},
+                "finishReason": turn.finish("gemini"),
+                "index": 0,
+            }
         ],
         "usageMetadata": usage,
         "modelVersion": model,
@@ -192,7 +196,7 @@ def _chat_stream(turn: Turn, model: str, include_usage: bool) -> list[bytes]:
         frames.append(chunk({"tool_calls": [{**head, "function": {"name": call.name, "arguments": ""}}]}))
         for piece in (args[: len(args) // 2], args[len(args) // 2 :]):
             frames.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
-    frames.append(chunk({}, "tool_calls" if turn.tool_calls else "stop"))
+    frames.append(chunk({}, turn.finish("openai_chat")))
     if include_usage:
         frames.append(_sse({**base, "choices": [], "usage": _usage("openai_chat", turn)}))
     frames.append(_sse("[DONE]"))
@@ -272,7 +276,7 @@ def _gemini_stream(turn: Turn, model: str) -> list[bytes]:
         done = turn.completion_tokens if last else min(index + 1, turn.completion_tokens)
         candidate: dict[str, Any] = {"content": {"role": "model", "parts": [part]}, "index": 0}
         if last:
-            candidate["finishReason"] = "STOP"
+            candidate["finishReason"] = turn.finish("gemini")
         usage = {"promptTokenCount": turn.prompt_tokens, "candidatesTokenCount": done}
         usage["totalTokenCount"] = turn.prompt_tokens + done
         frames.append(_sse({"candidates": [candidate], "usageMetadata": usage, "modelVersion": model}))

@@ -48,7 +48,8 @@ class Turn:
     ``stall`` streams the first event, then holds until the client hangs up;
     ``linger`` streams every event, then holds the body open until the client
     hangs up (an upstream that ends its body late: the agent closes first);
-    ``gate`` holds the answer until the test sets it.
+    ``gate`` holds the answer until the test sets it. ``cut``: the model stopped at its
+    token limit (``finish_reason`` length, ``max_tokens``, ``MAX_TOKENS``).
     """
 
     text: str | None = None
@@ -66,6 +67,16 @@ class Turn:
     prompt_tokens: int = 10
     completion_tokens: int = 5
     headers: dict[str, str] = field(default_factory=dict)
+    cut: bool = False
+
+    def finish(self, protocol: str) -> str:
+        """Why the model stopped, in ``protocol``'s words."""
+        words = {
+            "openai_chat": ("length", "tool_calls", "stop"),
+            "anthropic": ("max_tokens", "tool_use", "end_turn"),
+            "gemini": ("MAX_TOKENS", "STOP", "STOP"),
+        }[protocol]
+        return words[0] if self.cut else words[1] if self.tool_calls else words[2]
 
 
 def text(content: str, *, prompt_tokens: int = 10, completion_tokens: int = 5, delay: float = 0.0) -> Turn:

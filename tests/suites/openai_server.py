@@ -18,9 +18,13 @@ __all__ = ["Reply", "ScriptedServer", "answer", "error", "garbage", "scripted_se
 Reply = Turn
 
 
-def answer(content: str, *, prompt_tokens: int = 10, completion_tokens: int = 5, delay: float = 0.0) -> Turn:
-    """An assistant message without tool calls."""
-    return text(content, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, delay=delay)
+def answer(
+    content: str, *, prompt_tokens: int = 10, completion_tokens: int = 5, delay: float = 0.0, cut: bool = False
+) -> Turn:
+    """An assistant message without tool calls (``cut``: stopped at the token limit)."""
+    turn = text(content, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, delay=delay)
+    turn.cut = cut
+    return turn
 
 
 def tool_call(

@@ -121,6 +121,43 @@ def test_variable_defaults_apply_when_unset_and_are_no_secret(tmp_path: Path) ->
     assert empty.orchestration.output_dir == ""
 
 
+def test_only_credentials_from_variables_are_secrets(tmp_path: Path) -> None:
+    # Every ${VAR} was a secret: a mode or a model name of 8+ characters became *** in the
+    # request's name, in every plan and anywhere the word appeared, and the records no longer said
+    # which mode or model ran.
+    text = """\
+requests:
+  - name: "${MODE}"
+    benchmark: {id: "x.py:B", params: {verifier_mode: "${MODE}", data_token: "${DATA}"}}
+    model:
+      id: "${OPENAI_MODEL}"
+      params: {api_key: "${FAKE}", base_url: "${PROXY}", headers: {X-Team: "${TEAM}"}}
+"""
+    environ = {
+        "MODE": "snapshot",
+        "OPENAI_MODEL": "gpt-4o-mini-2024",
+        "FAKE": "plain-looking-value-1",
+        "PROXY": "https://bob:hunter22@proxy.example/v1",
+        "TEAM": "research-team",
+        "DATA": "abcdefgh-1234",
+        "UNUSED_API_KEY": "never-read-1234",
+    }
+    loaded = load_config(write(tmp_path, text), environ=environ)
+    dump = loaded.redacted_dump()
+    request = dump["requests"][0]
+    assert request["name"] == "snapshot" and request["benchmark"]["params"]["verifier_mode"] == "snapshot"
+    assert request["model"]["id"] == "gpt-4o-mini-2024"
+    # Named like a credential (the key it fills, or the variable), sent as a header, a URL with a password:
+    assert request["model"]["params"] == {"api_key": "***", "base_url": "***", "headers": {"X-Team": "***"}}
+    assert request["benchmark"]["params"]["data_token"] == "***"
+    assert loaded.secrets == {
+        "plain-looking-value-1",
+        "https://bob:hunter22@proxy.example/v1",
+        "research-team",
+        "abcdefgh-1234",
+    }
+
+
 def test_an_unset_variable_without_default_names_its_line(tmp_path: Path) -> None:
     text = GOOD + "    carry_over: '${RUN_TO_CARRY_OVER}'\n    harness: {id: '${HARNESS:-none}'}\n"
     path = write(tmp_path, text)

@@ -163,9 +163,13 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
         ) from None
     try:
         node = yaml.compose(text)
+        if node is not None:
+            _check_size(file, node)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{file}: invalid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{file}: invalid YAML: nested too deeply to read") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: the config must be a mapping with a 'requests' list")
     duplicates = list(_duplicate_keys(node, ())) if node is not None else []
@@ -191,6 +195,45 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
         raise ConfigError(_format_validation(file, exc, lines)) from None
     _check_model_params(file, orchestration, lines)
     return LoadedConfig(file, orchestration, frozenset(secrets), frozenset(secret_paths), lines, tuple(deprecations))
+
+
+#: Values a config may hold once its YAML aliases are expanded (each alias counts again).
+MAX_CONFIG_VALUES = 200_000
+
+
+def _check_size(file: Path, root: yaml.Node) -> None:
+    """Refuse a config whose aliases repeat it past :data:`MAX_CONFIG_VALUES` values, or into itself.
+
+    YAML shares an aliased value, but every walk of the loaded config (variables,
+    lines, validation) visits it once per alias: nine nested aliases of nine make
+    a billion values from a few hundred bytes, and loading hung.
+    """
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise ConfigError(f"{file}:{node.start_mark.line + 1}: a YAML alias refers to a value that holds it")
+        open_nodes.add(key)
+        if isinstance(node, yaml.MappingNode):
+            total = 1 + sum(size(k) + size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(size(item) for item in node.value)
+        else:
+            total = 1
+        open_nodes.discard(key)
+        if total > MAX_CONFIG_VALUES:
+            raise ConfigError(
+                f"{file}:{node.start_mark.line + 1}: its YAML aliases expand to more than "
+                f"{MAX_CONFIG_VALUES:,} values; write the repeated parts out or use fewer aliases"
+            )
+        sizes[key] = total
+        return total
+
+    size(root)
 
 
 def _renamed_keys(file: Path, data: dict[str, Any], lines: dict[tuple[Any, ...], int]) -> list[str]:

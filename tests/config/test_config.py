@@ -319,3 +319,20 @@ def test_a_retry_policy_in_the_wrong_shape_says_what_is_allowed(tmp_path: Path, 
     lines = str(info.value).splitlines()
     assert len(lines) == 2 and lines[1].startswith(f"{path}:5: requests[0].execution.retry_pattern_list: "), lines
     assert message in lines[1]
+
+
+def test_a_config_whose_aliases_explode_is_refused(tmp_path: Path) -> None:
+    # Nine nested aliases of nine: a billion values from a few hundred bytes. Loading hung.
+    levels = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        levels.append(f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]")
+    path = write(tmp_path, "\n".join(levels) + "\n" + GOOD)
+    with pytest.raises(ConfigError, match=r"c\.yaml:\d+: its YAML aliases expand to more than 200,000 values"):
+        load_config(path)
+
+
+def test_a_config_alias_into_itself_or_nested_past_reading_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"c\.yaml:1: a YAML alias refers to a value that holds it"):
+        load_config(write(tmp_path, "a: &a [1, *a]\n" + GOOD))
+    with pytest.raises(ConfigError, match=r"c\.yaml: invalid YAML: nested too deeply to read"):
+        load_config(write(tmp_path, "requests: " + "[" * 100_000))

@@ -18,10 +18,12 @@ from ..config import LoadedConfig, RunRequest
 from ..vocabulary.errors import ConfigError
 from .base import BaseBenchmark
 
-__all__ = ["DEFAULT_METRICS", "check_gate_names", "known_metric_names", "metric_range"]
+__all__ = ["DEFAULT_METRICS", "PASS_AT_K", "check_gate_names", "known_metric_names", "metric_range"]
 
 #: What the default ``aggregate_metrics`` returns (``pass@<k>`` is added for the request's k).
 DEFAULT_METRICS = ("tasks", "scored", "errors", "passed", "k", "mean_score", "pass@1")
+#: In ``metric_names``: the pass rate at the request's k, whatever it is.
+PASS_AT_K = "pass@<k>"
 #: The values the default metrics can take, ``None`` for no bound (scores are any finite number).
 DEFAULT_RANGES: dict[str, tuple[float | None, float | None]] = {
     "tasks": (0, None),
@@ -38,7 +40,10 @@ def known_metric_names(benchmark: Any, req: RunRequest) -> set[str] | None:
     if type(benchmark).aggregate_metrics is BaseBenchmark.aggregate_metrics:
         return {*DEFAULT_METRICS, f"pass@{req.execution.attempts.k}"}
     declared: Sequence[str] | None = getattr(benchmark, "metric_names", None)
-    return set(declared) if declared is not None else None
+    if declared is None:
+        return None
+    # "pass@<k>" declares the pass rate at the request's own k (pass@2 is no metric of a k=1 run).
+    return {f"pass@{req.execution.attempts.k}" if name == PASS_AT_K else name for name in declared}
 
 
 def metric_range(benchmark: Any, name: str) -> tuple[float | None, float | None]:

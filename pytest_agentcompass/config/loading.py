@@ -35,11 +35,17 @@ def expand_variables(text: str, environ: Mapping[str, str]) -> tuple[str, list[s
     """``text`` with every ``${NAME}`` / ``${NAME:-default}`` / ``${NAME:?message}`` filled from
     ``environ``, and every ``$${...}`` written as ``${...}``.
 
-    :returns: the text, the values read from ``environ`` (secrets: a default
-        written in the file is none), and the names that are not set and have
-        no default (each left as an empty string), a ``:?`` one as ``NAME (message)``.
+    :returns: the text, the values read from ``environ`` (a default written in
+        the file is none of them), and the names that are not set and have no
+        default (each left as an empty string), a ``:?`` one as ``NAME (message)``.
     """
-    read: list[str] = []
+    text, read, missing = _expand_text(text, environ)
+    return text, [value for _, value in read], missing
+
+
+def _expand_text(text: str, environ: Mapping[str, str]) -> tuple[str, list[tuple[str, str]], list[str]]:
+    """:func:`expand_variables`, with each value read named by its variable."""
+    read: list[tuple[str, str]] = []
     missing: list[str] = []
 
     def substitute(match: re.Match[str]) -> str:
@@ -47,7 +53,7 @@ def expand_variables(text: str, environ: Mapping[str, str]) -> tuple[str, list[s
         if escaped:
             return match.group(0)[1:]
         if name in environ:
-            read.append(environ[name])
+            read.append((name, environ[name]))
             return environ[name]
         if form == ":-":
             return word
@@ -55,6 +61,30 @@ def expand_variables(text: str, environ: Mapping[str, str]) -> tuple[str, list[s
         return ""
 
     return VARIABLE.sub(substitute, text), read, missing
+
+
+#: Words that make a variable, or the config key it fills, hold a secret.
+SECRET_WORDS = re.compile(r"key|token|secret|passw|passphrase|credential|auth|cookie|private|signature|cert", re.I)
+#: Keys whose values go to an agent or over HTTP as they are (a harness's env, extra headers).
+SECRET_MAPPINGS = frozenset({"env", "headers"})
+#: A URL with a user or password in it (``https://user:pass@proxy``).
+URL_USERINFO = re.compile(r"://[^/@\s]+@")
+
+
+def is_secret(name: str, loc: tuple[Any, ...], value: str) -> bool:
+    """Whether ``value``, read from variable ``name`` into the config key at ``loc``, is masked.
+
+    A variable or key named like a credential (``OPENAI_API_KEY``, ``api_key``,
+    ``GH_TOKEN``), anything under a harness's ``env`` or ``headers``, and a URL
+    with credentials are; a model name, a mode or a path is not, so that the
+    run's records still say which one ran.
+    """
+    keys = [k for k in loc if isinstance(k, str)]
+    return bool(
+        SECRET_WORDS.search(name)
+        or any(SECRET_WORDS.search(k) or k in SECRET_MAPPINGS for k in keys)
+        or URL_USERINFO.search(value)
+    )
 
 
 @dataclass(frozen=True)
@@ -133,9 +163,13 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
         ) from None
     try:
         node = yaml.compose(text)
+        if node is not None:
+            _check_size(file, node)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{file}: invalid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{file}: invalid YAML: nested too deeply to read") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: the config must be a mapping with a 'requests' list")
     duplicates = list(_duplicate_keys(node, ())) if node is not None else []
@@ -161,6 +195,45 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
         raise ConfigError(_format_validation(file, exc, lines)) from None
     _check_model_params(file, orchestration, lines)
     return LoadedConfig(file, orchestration, frozenset(secrets), frozenset(secret_paths), lines, tuple(deprecations))
+
+
+#: Values a config may hold once its YAML aliases are expanded (each alias counts again).
+MAX_CONFIG_VALUES = 200_000
+
+
+def _check_size(file: Path, root: yaml.Node) -> None:
+    """Refuse a config whose aliases repeat it past :data:`MAX_CONFIG_VALUES` values, or into itself.
+
+    YAML shares an aliased value, but every walk of the loaded config (variables,
+    lines, validation) visits it once per alias: nine nested aliases of nine make
+    a billion values from a few hundred bytes, and loading hung.
+    """
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise ConfigError(f"{file}:{node.start_mark.line + 1}: a YAML alias refers to a value that holds it")
+        open_nodes.add(key)
+        if isinstance(node, yaml.MappingNode):
+            total = 1 + sum(size(k) + size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(size(item) for item in node.value)
+        else:
+            total = 1
+        open_nodes.discard(key)
+        if total > MAX_CONFIG_VALUES:
+            raise ConfigError(
+                f"{file}:{node.start_mark.line + 1}: its YAML aliases expand to more than "
+                f"{MAX_CONFIG_VALUES:,} values; write the repeated parts out or use fewer aliases"
+            )
+        sizes[key] = total
+        return total
+
+    size(root)
 
 
 def _renamed_keys(file: Path, data: dict[str, Any], lines: dict[tuple[Any, ...], int]) -> list[str]:
@@ -284,11 +357,12 @@ def _expand(
         return [_expand(v, (*loc, i), environ, secrets, problems, paths) for i, v in enumerate(value)]
     if not isinstance(value, str) or "${" not in value:
         return value
-    text, read, missing = expand_variables(value, environ)
+    text, read, missing = _expand_text(value, environ)
     for name in missing:
         problems.append((loc, f"{format_loc(loc)}: environment variable {name} is not set"))
-    if read:
+    hidden = [v for name, v in read if v and is_secret(name, loc, v)]
+    if hidden:
         # Masked whole in the recorded config; a field filled from defaults alone is no secret.
         paths.add(loc)
-        secrets.update(v for v in read if v)
+        secrets.update(hidden)
     return text

@@ -1,6 +1,7 @@
 """Secret redaction for everything the run store and the reports write.
 
-Every ``${VAR}`` expansion of the config is a secret, and so is a value a
+A ``${VAR}`` expansion of the config that looks like a credential is a secret
+(``config.loading.is_secret``), and so is a value a
 harness learns at run time (:func:`add_runtime_secret`, e.g. an API key read
 from the process environment). A value of at least :data:`MIN_SECRET_LENGTH`
 characters is masked wherever it appears, inside any text. A shorter one

@@ -122,6 +122,22 @@ def test_unknown_param_is_refused(pytester: pytest.Pytester) -> None:
     assert "INTERNALERROR" not in result.stdout.str()
 
 
+def test_gates_a_harbor_request_can_never_meet_are_config_errors(pytester: pytest.Pytester) -> None:
+    # Both were accepted and failed only after every task had run: "rewards" is a mapping of
+    # means, and a run with k=1 has no pass@2.
+    write_task(pytester.path / "tasks", "a")
+    write_config(pytester, [harbor_request("h", "tasks", gates={"rewards": 0.5, "pass@2": 0.5, "pass@1": 0.5})])
+    result = pytester.runpytest_inprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider")
+    assert result.ret != pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "*agentcompass.yaml:*: requests[[]0[]].gates.rewards: unknown metric 'rewards'; HarborBenchmark returns: *",
+            "*agentcompass.yaml:*: requests[[]0[]].gates.pass@2: unknown metric 'pass@2'; *pass@1*",
+        ]
+    )
+    assert "pass@<k>" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()
+
+
 @pytest.mark.parametrize(
     "rel",
     [

@@ -121,6 +121,43 @@ def test_variable_defaults_apply_when_unset_and_are_no_secret(tmp_path: Path) ->
     assert empty.orchestration.output_dir == ""
 
 
+def test_only_credentials_from_variables_are_secrets(tmp_path: Path) -> None:
+    # Every ${VAR} was a secret: a mode or a model name of 8+ characters became *** in the
+    # request's name, in every plan and anywhere the word appeared, and the records no longer said
+    # which mode or model ran.
+    text = """\
+requests:
+  - name: "${MODE}"
+    benchmark: {id: "x.py:B", params: {verifier_mode: "${MODE}", data_token: "${DATA}"}}
+    model:
+      id: "${OPENAI_MODEL}"
+      params: {api_key: "${FAKE}", base_url: "${PROXY}", headers: {X-Team: "${TEAM}"}}
+"""
+    environ = {
+        "MODE": "snapshot",
+        "OPENAI_MODEL": "gpt-4o-mini-2024",
+        "FAKE": "plain-looking-value-1",
+        "PROXY": "https://bob:hunter22@proxy.example/v1",
+        "TEAM": "research-team",
+        "DATA": "abcdefgh-1234",
+        "UNUSED_API_KEY": "never-read-1234",
+    }
+    loaded = load_config(write(tmp_path, text), environ=environ)
+    dump = loaded.redacted_dump()
+    request = dump["requests"][0]
+    assert request["name"] == "snapshot" and request["benchmark"]["params"]["verifier_mode"] == "snapshot"
+    assert request["model"]["id"] == "gpt-4o-mini-2024"
+    # Named like a credential (the key it fills, or the variable), sent as a header, a URL with a password:
+    assert request["model"]["params"] == {"api_key": "***", "base_url": "***", "headers": {"X-Team": "***"}}
+    assert request["benchmark"]["params"]["data_token"] == "***"
+    assert loaded.secrets == {
+        "plain-looking-value-1",
+        "https://bob:hunter22@proxy.example/v1",
+        "research-team",
+        "abcdefgh-1234",
+    }
+
+
 def test_an_unset_variable_without_default_names_its_line(tmp_path: Path) -> None:
     text = GOOD + "    carry_over: '${RUN_TO_CARRY_OVER}'\n    harness: {id: '${HARNESS:-none}'}\n"
     path = write(tmp_path, text)
@@ -282,3 +319,20 @@ def test_a_retry_policy_in_the_wrong_shape_says_what_is_allowed(tmp_path: Path, 
     lines = str(info.value).splitlines()
     assert len(lines) == 2 and lines[1].startswith(f"{path}:5: requests[0].execution.retry_pattern_list: "), lines
     assert message in lines[1]
+
+
+def test_a_config_whose_aliases_explode_is_refused(tmp_path: Path) -> None:
+    # Nine nested aliases of nine: a billion values from a few hundred bytes. Loading hung.
+    levels = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        levels.append(f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]")
+    path = write(tmp_path, "\n".join(levels) + "\n" + GOOD)
+    with pytest.raises(ConfigError, match=r"c\.yaml:\d+: its YAML aliases expand to more than 200,000 values"):
+        load_config(path)
+
+
+def test_a_config_alias_into_itself_or_nested_past_reading_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"c\.yaml:1: a YAML alias refers to a value that holds it"):
+        load_config(write(tmp_path, "a: &a [1, *a]\n" + GOOD))
+    with pytest.raises(ConfigError, match=r"c\.yaml: invalid YAML: nested too deeply to read"):
+        load_config(write(tmp_path, "requests: " + "[" * 100_000))

@@ -25,6 +25,7 @@ from ...config import ConfigPath, ParamsModel
 from ...vocabulary.errors import ComponentError
 from ...vocabulary.types import EvaluationMode, ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
 from ..base import BaseBenchmark, MeanOf
+from ..metrics import DEFAULT_METRICS, PASS_AT_K
 from .discovery import files_digest, find_task_dirs, task_id_for
 from .handoff import restore_artifacts, take_artifacts
 from .integrity import finding
@@ -98,6 +99,9 @@ class HarborBenchmark(BaseBenchmark):
 
     params_model: ClassVar[type[BaseModel]] = HarborParams
     evaluation_environment_mode: ClassVar[EvaluationMode] = "reuse"
+    #: What gates may name: the default metrics (``rewards``, the mean of each reward
+    #: file's entry, is a mapping and no gate's number).
+    metric_names: ClassVar[tuple[str, ...]] = (*DEFAULT_METRICS, PASS_AT_K)
 
     def __init__(
         self,

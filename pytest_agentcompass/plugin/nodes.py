@@ -143,6 +143,7 @@ class TaskItem(pytest.Item):
         if task.category:
             self.extra_keyword_matches.add(task.category)
         self.extra_keyword_matches.update(task.tags)
+        self.extra_keyword_matches.update(task.aliases)
 
     @property
     def request_name(self) -> str:

@@ -131,6 +131,8 @@ class TaskSpec:
     :param task_id: Unique within the request; used as a file name and in the
         pytest node id, so it is restricted to ``[A-Za-z0-9._-]``.
     :param tags: Extra selection labels; each becomes a keyword and a marker.
+    :param aliases: Other names ``-k`` selects the task by (a keyword, never a marker):
+        the real name of a folder whose name could not be its id.
     :param evaluation_environment_mode: Per-task override of the benchmark's
         default evaluation mode; the request's own setting still wins.
     :param broken: Why the task itself cannot run (its files are malformed, it
@@ -148,6 +150,7 @@ class TaskSpec:
     #: Labels that, like ``category``, become pytest keywords and markers (``-k``/``-m``).
     tags: tuple[str, ...] = ()
     broken: str | None = None
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

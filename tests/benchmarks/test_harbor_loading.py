@@ -322,6 +322,12 @@ def test_odd_directory_names_get_ids_that_work(pytester: pytest.Pytester) -> Non
         "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", "--collect-only", "-q", "-k", ids[1]
     )
     assert again.ret == 0 and f"::{ids[1]}" in again.stdout.str()
+    # The real folder name selects too (-k matched only the id it was given).
+    by_name = pytester.runpytest_inprocess(
+        "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", "--collect-only", "-q", "-k", "café-ünïcode"
+    )
+    chosen = [line for line in by_name.stdout.lines if "::" in line]
+    assert by_name.ret == 0 and chosen == [f"agentcompass.yaml::odd::{ids[0]}"]
 
 
 def test_a_duplicate_id_names_both_directories(pytester: pytest.Pytester) -> None:

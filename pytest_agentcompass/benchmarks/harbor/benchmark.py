@@ -164,6 +164,7 @@ class HarborBenchmark(BaseBenchmark):
             question=parsed.instruction,
             category=parsed.category,
             tags=parsed.tags,
+            aliases=(parsed.name,) if task_id != parsed.name else (),
             metadata={
                 "path": str(parsed.path),
                 "files": files_digest(parsed.path),

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .process import EXEC_MARKER, kill_marked
+from .markers import EXEC_MARKER, kill_marked
 
 __all__ = ["DRAIN_GRACE", "INIT", "KILL_PATIENCE", "ExecStream", "exec_output", "kill_exec"]
 

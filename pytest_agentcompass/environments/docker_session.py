@@ -29,7 +29,7 @@ from .docker_engine import docker_sdk
 from .docker_exec import DRAIN_GRACE, INIT, ExecStream, exec_output, kill_exec
 from .docker_files import get_tree, put_tree, read_head
 from .docker_trusted import TrustedAccess
-from .process import EXEC_MARKER
+from .markers import EXEC_MARKER
 
 __all__ = ["BRIDGE", "DockerSession", "remove_container"]
 

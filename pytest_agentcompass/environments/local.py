@@ -24,7 +24,8 @@ from ..config import ConfigPath, ParamsModel
 from ..vocabulary.errors import SessionError, WorkspacePathError
 from ..vocabulary.types import ExecResult
 from .base import BaseEnvironment, EnvironmentSession, HostRoute, SessionConfig, argv_list
-from .process import DEFAULT_OUTPUT_LIMIT, MARKER, ExecControls, host_environment, kill_marked, run_reaped
+from .markers import MARKER, host_environment, kill_marked
+from .process import DEFAULT_OUTPUT_LIMIT, ExecControls, run_reaped
 from .workspaces import (
     INLINE_REMOVAL_BYTES,
     Identity,
@@ -51,7 +52,7 @@ class LocalSession(EnvironmentSession):
 
     Commands get a clean environment, as in a container: ``HOME`` is the
     workspace, and of pytest's own variables only ``PATH``, the locale and a
-    few more (:func:`.process.host_environment`) plus those ``pass_env`` names.
+    few more (:func:`.markers.host_environment`) plus those ``pass_env`` names.
     """
 
     network_policy = "full"

@@ -6,12 +6,12 @@ command returns as soon as its first process exits, with that process's exit
 code; everything else it started is killed then, on timeout, on cancel, on
 :meth:`ExecControls.kill_all` (a session's close), and when pytest dies.
 
-A command's environment is built, never inherited: :func:`host_environment`
+A command's environment is built, never inherited: :func:`.markers.host_environment`
 gives it the few host variables programs need to run (``PATH``, the locale,
 ...) and the ones a config names, never the rest of pytest's (API keys, CI
 tokens). Every command also carries ``AGENTCOMPASS_RUN=<run id>`` in its environment:
 if pytest *and* the reapers were killed (``kill -9`` of the process group),
-:func:`kill_marked` finds what is left by that marker when the run is resumed.
+:func:`.markers.kill_marked` finds what is left by that marker when the run is resumed.
 And a token of its own, ``AGENTCOMPASS_EXEC``: a command that kills or stops
 its own reaper (it is the command's parent) leaves nobody to kill its tree,
 so then the caller does, by that token (see :class:`_Reaped`).
@@ -20,11 +20,8 @@ so then the caller does, by that token (see :class:`_Reaped`).
 from __future__ import annotations
 
 import asyncio
-import fnmatch
-import functools
 import json
 import os
-import re
 import secrets
 import signal
 import socket
@@ -35,87 +32,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._reaper import _HEADER, children_of
+from ._reaper import _HEADER
 from .capture import StreamCapture
+from .markers import EXEC_MARKER, kill_marked
 
 __all__ = [
-    "BASE_VARIABLES",
     "DEFAULT_OUTPUT_LIMIT",
-    "EXEC_MARKER",
-    "MARKER",
     "Completed",
     "ExecControls",
-    "descendants",
-    "host_environment",
-    "kill_marked",
     "run_reaped",
     "shutdown_reaper",
 ]
 
 #: Bytes of stdout/stderr kept per stream; the rest is counted and dropped.
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024
-#: The environment variable naming the run a command belongs to.
-MARKER = "AGENTCOMPASS_RUN"
-#: The environment variable naming one exec (for providers that must find its processes).
-EXEC_MARKER = "AGENTCOMPASS_EXEC"
 _CHUNK = 64 * 1024
 #: How long to wait for the reaper's report after asking it to kill (it takes milliseconds).
 _KILL_WAIT = 10.0
 #: How often a reaper that has not answered yet is checked for being stopped meanwhile.
 _STOPPED_CHECK = 0.25
-
-
-#: Host variables every command sees: what programs need to find tools, read text and tell
-#: the time, none of what a CI job keeps in its environment for itself (keys, tokens).
-BASE_VARIABLES = ("PATH", "LANG", "LANGUAGE", "LC_*", "TZ", "TERM", "USER", "LOGNAME", "SHELL", "TMPDIR")
-
-
-@functools.lru_cache(maxsize=16)
-def _names(patterns: tuple[str, ...]) -> re.Pattern[str]:
-    return re.compile("|".join(fnmatch.translate(p) for p in (*BASE_VARIABLES, *patterns)))
-
-
-def host_environment(passed: Sequence[str] = ()) -> dict[str, str]:
-    """The variables of this process a command may see: :data:`BASE_VARIABLES` and the
-    names or shell-style patterns in ``passed`` (``["PYTHONPATH", "CUDA_*"]``); nothing else."""
-    wanted = _names(tuple(passed))
-    return {name: value for name, value in os.environ.items() if wanted.fullmatch(name)}
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid``, found by parent pid in ``/proc``."""
-    return children_of(pid)
-
-
-def kill_marked(value: str, variable: str = MARKER, rounds: int = 20) -> int:
-    """SIGKILL every process we may signal whose environment holds ``<variable>=<value>``.
-
-    Repeated until a scan finds none, since a dying process tree may fork
-    meanwhile. Returns how many were killed.
-    """
-    needle = f"{variable}={value}".encode()
-    mine = {os.getpid(), os.getppid()}
-    killed: set[int] = set()
-    for _ in range(rounds):
-        found = []
-        for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-            if not entry.isdigit() or int(entry) in mine:
-                continue
-            try:
-                environ = Path(f"/proc/{entry}/environ").read_bytes()
-            except OSError:
-                continue  # gone, or another user's
-            if needle in environ.split(b"\0"):
-                found.append(int(entry))
-        if not found:
-            break
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except OSError:
-                pass
-    return len(killed)
 
 
 class _ReaperServer:

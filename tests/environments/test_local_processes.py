@@ -21,7 +21,7 @@ from pytest_agentcompass import EnvironmentSpec, LocalEnvironment
 from pytest_agentcompass.environments import process
 from pytest_agentcompass.environments.conformance import make_plan
 from pytest_agentcompass.environments.local import LocalSession
-from pytest_agentcompass.environments.process import MARKER, kill_marked
+from pytest_agentcompass.environments.markers import MARKER, kill_marked
 
 # A daemon as careful as they come: its own session, a double fork, no pipes kept.
 DAEMON = "setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' </dev/null >/dev/null 2>&1 &"

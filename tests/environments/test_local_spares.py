@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcompass import EnvironmentSpec, LocalEnvironment
-from pytest_agentcompass.environments import process, workspaces
+from pytest_agentcompass.environments import markers, process, workspaces
 from pytest_agentcompass.environments.workspaces import InlineRemoval
 from pytest_agentcompass.vocabulary.errors import SessionError
 
@@ -238,7 +238,7 @@ def test_a_workspace_whose_commands_may_live_on_is_not_kept(
         deadline = time.monotonic() + 30  # a guard against a hang, not a measurement
         while not stopped and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-            reapers = [p for p in process.descendants(os.getpid()) if _is_exec_reaper(p)]
+            reapers = [p for p in markers.descendants(os.getpid()) if _is_exec_reaper(p)]
             for pid in reapers:
                 os.kill(pid, signal.SIGSTOP)
                 stopped.append(pid)
@@ -265,7 +265,7 @@ def _is_exec_reaper(pid: int) -> bool:
         if b"_reaper.py" not in Path(f"/proc/{pid}/cmdline").read_bytes():
             return False
         return any(
-            b"_reaper.py" not in Path(f"/proc/{child}/cmdline").read_bytes() for child in process.descendants(pid)
+            b"_reaper.py" not in Path(f"/proc/{child}/cmdline").read_bytes() for child in markers.descendants(pid)
         )
     except OSError:
         return False

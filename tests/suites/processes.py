@@ -6,7 +6,7 @@ import os
 import signal
 from pathlib import Path
 
-from pytest_agentcompass.environments.process import descendants
+from pytest_agentcompass.environments.markers import descendants
 
 
 def kill_with_its_reapers(pid: int) -> None:

@@ -12,7 +12,7 @@ import json
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
@@ -203,6 +203,95 @@ async def test_an_unreachable_upstream_is_a_502_naming_it(server: ScriptedServer
     assert raised.value.status_code == 502 and "cannot reach the openai upstream" in str(raised.value)
     (recorded,) = grant.calls
     assert recorded.status is None and "ClientConnectorError" in (recorded.error or "")
+
+
+@contextmanager
+def cutting_upstream(answer: bytes) -> Iterator[str]:
+    """A loopback HTTP server that reads each request, sends ``answer`` (headers and the start of a
+    body that promises more) and closes the connection; yields its OpenAI base URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = int(
+                    next(
+                        (h.split(b":")[1] for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")),
+                        b"0",
+                    )
+                )
+                while len(body) < length:
+                    body += conn.recv(65536)
+                conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    finally:
+        done.set()
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        listener.close()
+        thread.join(10)
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+EVENTS = [
+    b'data: {"id":"c1","object":"chat.completion.chunk","created":0,"model":"m",'
+    + b'"choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":null}]}\n\n' % word
+    for word in (b"Hel", b"lo")
+]
+
+
+@pytest.mark.asyncio
+async def test_a_stream_the_upstream_cuts_off_is_said_to_be_cut_not_unreachable(server: ScriptedServer) -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with cutting_upstream(head + b"".join(_chunk(e) for e in EVENTS)) as base_url:
+        async with attempt(server, base_url=base_url) as grant:
+            client = openai.AsyncOpenAI(api_key=grant.token, base_url=grant.base_url("openai_chat"), max_retries=0)
+            seen = []
+            with pytest.raises(openai.APIError) as raised:  # an error event: not a short answer
+                stream = await client.chat.completions.create(model=MODEL, messages=[], stream=True)
+                async for event in stream:
+                    seen.append(event.choices[0].delta.content)
+            await client.close()
+    assert seen == ["Hel", "lo"]  # what came before the cut reached the agent, then why it ended
+    assert f"model gateway: ClientPayloadError: the response of the openai upstream {base_url} was cut off" in str(
+        raised.value
+    )
+    (recorded,) = grant.calls
+    size = sum(len(e) for e in EVENTS)
+    assert recorded.status == 200 and (recorded.error or "").startswith(
+        f"ClientPayloadError: the response of the openai upstream {base_url} was cut off mid-stream after "
+        f"{size} bytes, 2 events: "
+    ), recorded.error
+    assert "cannot reach" not in (recorded.error or "")
+
+
+@pytest.mark.asyncio
+async def test_a_body_the_upstream_cuts_off_is_a_502_saying_so(server: ScriptedServer) -> None:
+    start = b'{"id": "c1", "object": "chat.completion", '
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n"
+    with cutting_upstream(head + start) as base_url:
+        async with attempt(server, base_url=base_url) as grant:
+            with pytest.raises(openai.InternalServerError) as raised:
+                await call("openai_chat", grant, stream=False)
+    expected = f"the response of the openai upstream {base_url} was cut off after {len(start)} bytes: "
+    assert raised.value.status_code == 502 and expected in str(raised.value)
+    (recorded,) = grant.calls
+    assert expected in (recorded.error or "") and "cannot reach" not in (recorded.error or "")
 
 
 @pytest.mark.asyncio

@@ -12,7 +12,7 @@ import json
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -21,7 +21,7 @@ from pytest_agentcompass import EnvironmentSpec, RunResult, RunStatus
 from pytest_agentcompass.environments.local import LocalEnvironment
 from pytest_agentcompass.gateway import GatewaySettings, Grant, ModelGateway
 
-from model_upstream import ScriptedServer, Turn, garbage, scripted_server, stall, text, tool
+from model_upstream import ScriptedServer, Turn, cutting_upstream, garbage, scripted_server, stall, text, tool
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -203,45 +203,6 @@ async def test_an_unreachable_upstream_is_a_502_naming_it(server: ScriptedServer
     assert raised.value.status_code == 502 and "cannot reach the openai upstream" in str(raised.value)
     (recorded,) = grant.calls
     assert recorded.status is None and "ClientConnectorError" in (recorded.error or "")
-
-
-@contextmanager
-def cutting_upstream(answer: bytes) -> Iterator[str]:
-    """A loopback HTTP server that reads each request, sends ``answer`` (headers and the start of a
-    body that promises more) and closes the connection; yields its OpenAI base URL."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    done = threading.Event()
-
-    def serve() -> None:
-        while not done.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:  # closed: the test is over
-                return
-            with conn:
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    data += conn.recv(65536)
-                head, _, body = data.partition(b"\r\n\r\n")
-                length = int(
-                    next(
-                        (h.split(b":")[1] for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")),
-                        b"0",
-                    )
-                )
-                while len(body) < length:
-                    body += conn.recv(65536)
-                conn.sendall(answer)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
-    finally:
-        done.set()
-        listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
-        listener.close()
-        thread.join(10)
 
 
 def _chunk(data: bytes) -> bytes:

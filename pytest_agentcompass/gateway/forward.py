@@ -148,7 +148,8 @@ class _Received:
 
     def __str__(self) -> str:
         size = int(getattr(self.content, "total_bytes", 0) or 0)
-        return f"{size} bytes" + (f", {self.events} events" if self.events else "")
+        events = f", {self.events} event{'' if self.events == 1 else 's'}" if self.events else ""
+        return f"{size} bytes{events}"
 
 
 def _failure(exc: BaseException, upstream: Upstream, settings: GatewaySettings, got: _Received | None) -> str:

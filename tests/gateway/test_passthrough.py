@@ -242,6 +242,21 @@ async def test_a_stream_the_upstream_cuts_off_is_said_to_be_cut_not_unreachable(
 
 
 @pytest.mark.asyncio
+async def test_a_stream_the_upstream_stops_sending_is_said_to_have_stopped(server: ScriptedServer) -> None:
+    server.push(stall(text("never finished")))
+    async with attempt(server, timeout=0.5) as grant:
+        client = openai.AsyncOpenAI(api_key=grant.token, base_url=grant.base_url("openai_chat"), max_retries=0)
+        with pytest.raises(openai.APIError) as raised:
+            async for _ in await client.chat.completions.create(model=MODEL, messages=[], stream=True):
+                pass
+        await client.close()
+    (recorded,) = grant.calls
+    expected = f"the openai upstream {server.base_url} sent no more of its response within 0.5s (after "
+    assert expected in (recorded.error or "") and "1 event)" in (recorded.error or ""), recorded.error
+    assert expected in str(raised.value)
+
+
+@pytest.mark.asyncio
 async def test_a_body_the_upstream_cuts_off_is_a_502_saying_so(server: ScriptedServer) -> None:
     start = b'{"id": "c1", "object": "chat.completion", '
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n"

@@ -241,6 +241,34 @@ async def test_a_stream_the_upstream_cuts_off_is_said_to_be_cut_not_unreachable(
     assert "cannot reach" not in (recorded.error or "")
 
 
+#: The start of a streamed answer in the other APIs: (server-sent events, how many).
+STARTS = {
+    "anthropic": (
+        b'event: message_start\ndata: {"type":"message_start","message":{"id":"m1","type":"message",'
+        b'"role":"assistant","model":"m","content":[],"stop_reason":null,"usage":{"input_tokens":1,"output_tokens":0}}}'
+        b'\n\nevent: content_block_start\ndata: {"type":"content_block_start","index":0,'
+        b'"content_block":{"type":"text","text":""}}\n\n',
+        2,
+    ),
+    "gemini": (b'data: {"candidates":[{"content":{"parts":[{"text":"Hel"}],"role":"model"},"index":0}]}\r\n\r\n', 1),
+}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("protocol", sorted(STARTS))
+async def test_a_cut_stream_ends_with_the_apis_error_event(server: ScriptedServer, protocol: str) -> None:
+    events, count = STARTS[protocol]
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with cutting_upstream(head + _chunk(events)) as base_url:
+        root = base_url.removesuffix("/v1")
+        async with attempt(server, **{f"{protocol}_base_url": root}) as grant:
+            with pytest.raises(Exception) as raised:  # the client's own error for the API's error event
+                await call(protocol, grant, stream=True)
+    expected = f"the response of the {protocol} upstream {root} was cut off mid-stream after {len(events)} bytes, "
+    assert f"{count} event" in (grant.calls[0].error or "") and expected in (grant.calls[0].error or "")
+    assert f"model gateway: ClientPayloadError: {expected}" in str(raised.value)
+
+
 @pytest.mark.asyncio
 async def test_a_stream_the_upstream_stops_sending_is_said_to_have_stopped(server: ScriptedServer) -> None:
     server.push(stall(text("never finished")))

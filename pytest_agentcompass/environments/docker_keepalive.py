@@ -55,8 +55,10 @@ def arch_of(client: Any) -> str | None:
     The engine's, not the image's: a host runs its own code natively even in a
     container of an emulated image.
     """
-    reported = str((client.version() or {}).get("Arch") or "")
-    return _ALIASES.get(reported)
+    version = client.version() or {}
+    if str(version.get("Os") or "linux") != "linux":  # Windows containers run no ELF
+        return None
+    return _ALIASES.get(str(version.get("Arch") or ""))
 
 
 def program(arch: str) -> bytes:

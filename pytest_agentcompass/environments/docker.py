@@ -41,6 +41,7 @@ from .base import BaseEnvironment, EnvironmentSession, HostRoute, SessionConfig
 from .docker_derived import with_agent
 from .docker_engine import Engine, docker_sdk, engine_list
 from .docker_images import choose_image
+from .docker_keepalive import KEEPALIVE_PREFIX, arch_of, install, program
 from .docker_network import GatewayNetworks, sweep_gateway
 from .docker_params import DockerParams, limits, session_params, storage_refused
 from .docker_pool import EnginePool
@@ -53,21 +54,27 @@ if TYPE_CHECKING:
 
 __all__ = ["DockerEnvironment", "DockerParams", "DockerSession"]
 
-#: What keeps a container up. An absolute path: resolved through ``PATH``, a ``sleep`` the agent put
-#: earlier on it would run as the keepalive of a snapshot's verifier container (``/bin/sleep`` itself
-#: replaced is a change the tamper evidence flags). Its pid is recorded when it starts (see
-#: :func:`.docker_state.runner_processes`); nothing identifies it by its command line.
-_KEEPALIVE = ["/bin/sleep", "2147483647"]
+#: What keeps a container up on an engine of an architecture :mod:`.docker_keepalive` has no program
+#: for (anything but amd64 and arm64): the image's own ``sleep``, by absolute path (through ``PATH``
+#: one the agent put earlier on it would run). Elsewhere the runner's own program does (see there).
+#: Either way its pid is recorded when it starts (:func:`.docker_state.runner_processes`); nothing
+#: identifies it by its command line.
+_IMAGE_KEEPALIVE = ["/bin/sleep", "2147483647"]
 log = logging.getLogger("pytest_agentcompass")
 
 
-def _create(client: Any, image: str, options: dict[str, Any], host: dict[str, Any]) -> Any:
-    """Create and start a container; a container that does not start is removed again."""
+def _create(client: Any, image: str, options: dict[str, Any], host: dict[str, Any], keepalive: bytes | None) -> Any:
+    """Create and start a container; a container that does not start is removed again.
+
+    ``keepalive``: the runner's program that the command runs, written to its path first (``None``:
+    the command is the image's ``sleep``)."""
     api = client.api
     created = api.create_container(image, host_config=api.create_host_config(**host), **options)
     # The model without the inspect ``containers.create`` would make: the id and name are all it needs.
     container = client.containers.prepare_model({"Id": created["Id"], "Name": "/" + options["name"]})
     try:
+        if keepalive is not None:  # written before the start (the archive API works on a created container)
+            install(api, created["Id"], options["command"][0], keepalive)
         api.start(created["Id"])
     except BaseException:
         remove_container(container)
@@ -75,10 +82,12 @@ def _create(client: Any, image: str, options: dict[str, Any], host: dict[str, An
     return container
 
 
-async def _start(client: Any, image: str, options: dict[str, Any], host: dict[str, Any]) -> Any:
+async def _start(
+    client: Any, image: str, options: dict[str, Any], host: dict[str, Any], keepalive: bytes | None
+) -> Any:
     """Create and start a container in one worker-thread call; shielded, so a cancel meanwhile
     still learns of the container and removes it."""
-    starting = asyncio.ensure_future(asyncio.to_thread(_create, client, image, options, host))
+    starting = asyncio.ensure_future(asyncio.to_thread(_create, client, image, options, host, keepalive))
     try:
         return await asyncio.shield(starting)
     except BaseException:
@@ -114,6 +123,8 @@ class DockerEnvironment(BaseEnvironment):
         self.snapshots = Snapshots()
         #: Engines whose storage driver refused a disk quota, and what they said.
         self._no_storage: dict[str, str] = {}
+        #: Each engine's architecture, if the runner has a keepalive program for it (see :mod:`.docker_keepalive`).
+        self._arches: dict[str, str | None] = {}
 
     @property
     def pool(self) -> EnginePool:
@@ -170,8 +181,13 @@ class DockerEnvironment(BaseEnvironment):
         host.update(limits(params))
         if "storage_opt" in host and engine.name in self._no_storage:
             self._without_storage(host, params, engine)
+        if engine.name not in self._arches:
+            self._arches[engine.name] = await asyncio.to_thread(arch_of, client)
+        arch = self._arches[engine.name]
+        # The runner's own keepalive (a path with a random name: nothing the agent planted is there).
+        keepalive = KEEPALIVE_PREFIX + secrets.token_hex(8) if arch else None
         options: dict[str, Any] = {
-            "command": _KEEPALIVE,
+            "command": [keepalive] if keepalive else _IMAGE_KEEPALIVE,
             "entrypoint": [],  # an image's ENTRYPOINT would wrap the keepalive
             "working_dir": workdir,  # the engine creates it
             "hostname": name,
@@ -179,19 +195,21 @@ class DockerEnvironment(BaseEnvironment):
             "name": name,
             "detach": True,
         }
+        code = program(arch) if arch else None
         try:
-            container = await _start(client, image, options, host)
+            container = await _start(client, image, options, host, code)
         except Exception as exc:
             if "storage_opt" not in host or not storage_refused(exc):
                 raise
             self._no_storage[engine.name] = str(getattr(exc, "explanation", None) or exc).strip()
             self._without_storage(host, params, engine)
-            container = await _start(client, image, options, host)
+            container = await _start(client, image, options, host, code)
         policy: NetworkPolicy = "disabled" if isolated else "full"
         output_limit = int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
         session = DockerSession(client, container, workdir, policy, output_limit, local=engine.local)
         session.agent_install = installed
         session.runner_pids = await asyncio.to_thread(runner_processes, container)
+        session.keepalive = keepalive
         session.snapshots, session.snapshot_key = self.snapshots, key
         session.snapshot_limit = int(params.get("snapshot_limit_mb") or 4096) * 1024 * 1024
         return session

@@ -35,6 +35,8 @@ class TrustedAccess:
     snapshot_key: tuple[str, int] | None = None
     #: Bytes of changes a snapshot may hold (``snapshot_limit_mb``).
     snapshot_limit: int = 4096 * 1024 * 1024
+    #: Path of the runner's keepalive program in the container (:mod:`.docker_keepalive`), if it has one.
+    keepalive: str | None = None
 
     def _path(self, path: str) -> str:
         raise NotImplementedError
@@ -78,8 +80,9 @@ class TrustedAccess:
         return await asyncio.to_thread(environ, self.container)
 
     async def changes(self) -> list[Change]:
-        """The paths changed relative to the image (``docker diff``)."""
-        return await asyncio.to_thread(changes, self.container)
+        """The paths changed relative to the image (``docker diff``); the runner's keepalive is not one."""
+        found = await asyncio.to_thread(changes, self.container)
+        return [c for c in found if c.path != self.keepalive]
 
     async def processes(self) -> list[Process]:
         """The container's processes as the host lists them (none once it is frozen)."""

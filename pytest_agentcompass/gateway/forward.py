@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import zlib
@@ -74,6 +75,7 @@ async def forward(
     if asked and asked != model:
         call.extra["requested_model"] = asked
     reader = AnswerReader(protocol)
+    got = _Received()
     scrub = _scrubber(upstream.api_key)
     answer: Any = None
     started = time.perf_counter()
@@ -88,11 +90,12 @@ async def forward(
                 timeout=aiohttp.ClientTimeout(total=None, sock_read=settings.timeout, sock_connect=30),
             ) as reply:
                 call.status = reply.status
+                got.content = reply.content
                 out = response_headers(reply.headers)
                 if reply.content_type == "text/event-stream" or (route.path_stream and reply.status < 400):
                     answer = web.StreamResponse(status=reply.status, headers=out)
                     await answer.prepare(request)
-                    await _pipe(reply, answer, reader, scrub, sse=reply.content_type == "text/event-stream")
+                    await _pipe(reply, answer, reader, scrub, got, sse=reply.content_type == "text/event-stream")
                 else:
                     payload = scrub(await reply.read())
                     _read_body(reader, payload)
@@ -102,16 +105,16 @@ async def forward(
                     answer = web.Response(body=payload, status=reply.status, headers=out)
         return answer
     except (aiohttp.ClientError, TimeoutError) as exc:
-        what = "no answer within" if isinstance(exc, TimeoutError) else "cannot reach"
-        call.error = f"{type(exc).__name__}: {what} the {upstream.family} upstream {upstream.endpoint}"
-        if isinstance(exc, TimeoutError):
-            call.error += f" ({settings.timeout:g}s)"
-        elif str(exc):
-            call.error += f": {exc}"
+        call.error = _failure(exc, upstream, settings, got if call.status is not None else None)
         if answer is None:  # nothing sent yet: the agent gets the reason
             status = 504 if isinstance(exc, TimeoutError) else 502
             return error_response(web, protocol, status, f"model gateway: {call.error}", "api_error")
-        answer.force_close()  # the stream broke off: the agent sees it end early
+        if got.sse:  # the stream broke off: an error event tells the agent's client why
+            event = b"event: error\n" if protocol == "anthropic" else b""
+            said = error_body(protocol, 502, f"model gateway: {call.error}", "api_error")
+            with contextlib.suppress(Exception):  # the agent may be gone too
+                await answer.write(event + b"data: " + said + b"\n\n")
+        answer.force_close()  # and the answer ends there
         return answer
     except ConnectionResetError:  # the agent hung up while the answer streamed to it
         if not reader.complete:  # else it had the whole answer: a completed call
@@ -130,15 +133,51 @@ async def forward(
             grant.record(call)
 
 
-async def _pipe(reply: Any, answer: Any, reader: AnswerReader, scrub: Any, *, sse: bool) -> None:
+class _Received:
+    """How much of the upstream's answer arrived: what an error after its headers says."""
+
+    def __init__(self) -> None:
+        #: The answer's body stream, once its headers arrived (it counts the bytes read from it).
+        self.content: Any = None
+        #: Whether the answer was being forwarded as it arrived (its headers already went to the agent).
+        self.streaming = False
+        #: Whether the answer is server-sent events.
+        self.sse = False
+        #: Server-sent events forwarded whole.
+        self.events = 0
+
+    def __str__(self) -> str:
+        size = int(getattr(self.content, "total_bytes", 0) or 0)
+        events = f", {self.events} event{'' if self.events == 1 else 's'}" if self.events else ""
+        return f"{size} bytes{events}"
+
+
+def _failure(exc: BaseException, upstream: Upstream, settings: GatewaySettings, got: _Received | None) -> str:
+    """The call's error: the upstream could not be reached, did not answer, or (``got``: its headers
+    had arrived) its answer broke off, and how much of it had come."""
+    who = f"the {upstream.family} upstream {upstream.endpoint}"
+    timeout = isinstance(exc, TimeoutError)
+    if got is None:
+        what = f"no answer within {settings.timeout:g}s from {who}" if timeout else f"cannot reach {who}"
+    elif timeout:
+        what = f"{who} sent no more of its response within {settings.timeout:g}s (after {got})"
+    else:
+        what = f"the response of {who} was cut off{' mid-stream' if got.streaming else ''} after {got}"
+    detail = f": {exc}" if str(exc) and not timeout else ""
+    return f"{type(exc).__name__}: {what}{detail}"
+
+
+async def _pipe(reply: Any, answer: Any, reader: AnswerReader, scrub: Any, got: _Received, *, sse: bool) -> None:
     """Forward a streamed answer chunk by chunk as it arrives, reading a copy."""
     parser = SSEParser()
     kept = bytearray()
+    got.streaming, got.sse = True, sse
     async for chunk in reply.content.iter_any():
         chunk = scrub(chunk)
         await answer.write(chunk)
         if sse:
             for name, data in parser.feed(chunk):
+                got.events += 1
                 reader.event(name, _json(data.encode()) if data != "[DONE]" else data)
         else:  # Gemini without alt=sse: one JSON array, read whole at the end
             kept += chunk

@@ -205,7 +205,9 @@ class ChatModel:
             return ModelCallError(message, kind="timeout", error_type=name)
         if isinstance(exc, openai.APIConnectionError):
             cause = exc.__cause__ or exc
-            message = f"{name}: cannot reach {endpoint}{after}: {type(cause).__name__}: {cause}"
+            # httpx's word for a server that closed the connection before its body's end: it was reached.
+            what = "the answer of {} was cut off" if "complete message body" in str(cause) else "cannot reach {}"
+            message = f"{name}: {what.format(endpoint)}{after}: {type(cause).__name__}: {cause}"
             return ModelCallError(message, kind="transport", error_type=name)
         if isinstance(exc, openai.APIResponseValidationError):  # strict validation, or no JSON where JSON was due
             return self._malformed(f"is not a chat completion ({exc.message})", getattr(exc, "body", None))

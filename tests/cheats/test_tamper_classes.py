@@ -32,6 +32,7 @@ from tamper_tasks import (
     NAN_TEST_SH,
     NEWLINE_LOG,
     SECRET_ENV,
+    SECRET_HOOK,
     SECRET_READER,
     SERVICE,
     SERVICE_TEST_SH,
@@ -73,6 +74,7 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> Played:
     write_cheat_task(tasks, "nan-reward", NAN, test_sh=NAN_TEST_SH)
     write_cheat_task(tasks, "needs-service", SERVICE, test_sh=SERVICE_TEST_SH)
     write_cheat_task(tasks, "secret-reader", SECRET_READER, environment=SECRET_ENV)
+    write_cheat_task(tasks, "secret-hook", SECRET_HOOK, environment=SECRET_ENV)
     write_cheat_task(tasks, "newline-log", NEWLINE_LOG)
     write_cheat_task(tasks, "many-logs", MANY_LOGS)
     write_cheat_task(root / "separate", "nothing-copied", "echo 42 > /app/answer.txt", artifacts="[]")
@@ -140,6 +142,15 @@ def test_verifier_secrets_beside_surviving_processes_are_flagged(played: Played)
     assert exposed and "TOKEN" in exposed[0]["message"], detail["metadata"].get("integrity")
     assert "s3cr3t-t0ken" not in json.dumps(detail)  # the value itself is masked wherever it is written
     assert "secrets-exposed" not in _checks(played.detail("snapshot", "secret-reader"))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_verifier_secrets_beside_code_the_agent_planted_are_flagged(played: Played, mode: str) -> None:
+    # No process survives in snapshot mode, but the verifier runs on the agent's file system.
+    detail = played.detail(mode, "secret-hook")
+    exposed = [f for f in detail["metadata"].get("integrity") or [] if f["check"] == "secrets-exposed"]
+    assert exposed and "startup-hook" in exposed[0]["message"], detail["metadata"].get("integrity")
+    assert "only mode 'separate'" in exposed[0]["message"]
 
 
 def test_a_nan_score_entry_is_an_evaluation_error_naming_it(played: Played) -> None:

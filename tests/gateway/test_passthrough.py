@@ -21,7 +21,7 @@ from pytest_agentcompass import EnvironmentSpec, RunResult, RunStatus
 from pytest_agentcompass.environments.local import LocalEnvironment
 from pytest_agentcompass.gateway import GatewaySettings, Grant, ModelGateway
 
-from model_upstream import ScriptedServer, Turn, garbage, scripted_server, stall, text, tool
+from model_upstream import ScriptedServer, Turn, cutting_upstream, garbage, scripted_server, stall, text, tool
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -203,6 +203,99 @@ async def test_an_unreachable_upstream_is_a_502_naming_it(server: ScriptedServer
     assert raised.value.status_code == 502 and "cannot reach the openai upstream" in str(raised.value)
     (recorded,) = grant.calls
     assert recorded.status is None and "ClientConnectorError" in (recorded.error or "")
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+EVENTS = [
+    b'data: {"id":"c1","object":"chat.completion.chunk","created":0,"model":"m",'
+    + b'"choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":null}]}\n\n' % word
+    for word in (b"Hel", b"lo")
+]
+
+
+@pytest.mark.asyncio
+async def test_a_stream_the_upstream_cuts_off_is_said_to_be_cut_not_unreachable(server: ScriptedServer) -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with cutting_upstream(head + b"".join(_chunk(e) for e in EVENTS)) as base_url:
+        async with attempt(server, base_url=base_url) as grant:
+            client = openai.AsyncOpenAI(api_key=grant.token, base_url=grant.base_url("openai_chat"), max_retries=0)
+            seen = []
+            with pytest.raises(openai.APIError) as raised:  # an error event: not a short answer
+                stream = await client.chat.completions.create(model=MODEL, messages=[], stream=True)
+                async for event in stream:
+                    seen.append(event.choices[0].delta.content)
+            await client.close()
+    assert seen == ["Hel", "lo"]  # what came before the cut reached the agent, then why it ended
+    assert f"model gateway: ClientPayloadError: the response of the openai upstream {base_url} was cut off" in str(
+        raised.value
+    )
+    (recorded,) = grant.calls
+    size = sum(len(e) for e in EVENTS)
+    assert recorded.status == 200 and (recorded.error or "").startswith(
+        f"ClientPayloadError: the response of the openai upstream {base_url} was cut off mid-stream after "
+        f"{size} bytes, 2 events: "
+    ), recorded.error
+    assert "cannot reach" not in (recorded.error or "")
+
+
+#: The start of a streamed answer in the other APIs: (server-sent events, how many).
+STARTS = {
+    "anthropic": (
+        b'event: message_start\ndata: {"type":"message_start","message":{"id":"m1","type":"message",'
+        b'"role":"assistant","model":"m","content":[],"stop_reason":null,"usage":{"input_tokens":1,"output_tokens":0}}}'
+        b'\n\nevent: content_block_start\ndata: {"type":"content_block_start","index":0,'
+        b'"content_block":{"type":"text","text":""}}\n\n',
+        2,
+    ),
+    "gemini": (b'data: {"candidates":[{"content":{"parts":[{"text":"Hel"}],"role":"model"},"index":0}]}\r\n\r\n', 1),
+}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("protocol", sorted(STARTS))
+async def test_a_cut_stream_ends_with_the_apis_error_event(server: ScriptedServer, protocol: str) -> None:
+    events, count = STARTS[protocol]
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with cutting_upstream(head + _chunk(events)) as base_url:
+        root = base_url.removesuffix("/v1")
+        async with attempt(server, **{f"{protocol}_base_url": root}) as grant:
+            with pytest.raises(Exception) as raised:  # the client's own error for the API's error event
+                await call(protocol, grant, stream=True)
+    expected = f"the response of the {protocol} upstream {root} was cut off mid-stream after {len(events)} bytes, "
+    assert f"{count} event" in (grant.calls[0].error or "") and expected in (grant.calls[0].error or "")
+    assert f"model gateway: ClientPayloadError: {expected}" in str(raised.value)
+
+
+@pytest.mark.asyncio
+async def test_a_stream_the_upstream_stops_sending_is_said_to_have_stopped(server: ScriptedServer) -> None:
+    server.push(stall(text("never finished")))
+    async with attempt(server, timeout=0.5) as grant:
+        client = openai.AsyncOpenAI(api_key=grant.token, base_url=grant.base_url("openai_chat"), max_retries=0)
+        with pytest.raises(openai.APIError) as raised:
+            async for _ in await client.chat.completions.create(model=MODEL, messages=[], stream=True):
+                pass
+        await client.close()
+    (recorded,) = grant.calls
+    expected = f"the openai upstream {server.base_url} sent no more of its response within 0.5s (after "
+    assert expected in (recorded.error or "") and "1 event)" in (recorded.error or ""), recorded.error
+    assert expected in str(raised.value)
+
+
+@pytest.mark.asyncio
+async def test_a_body_the_upstream_cuts_off_is_a_502_saying_so(server: ScriptedServer) -> None:
+    start = b'{"id": "c1", "object": "chat.completion", '
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n"
+    with cutting_upstream(head + start) as base_url:
+        async with attempt(server, base_url=base_url) as grant:
+            with pytest.raises(openai.InternalServerError) as raised:
+                await call("openai_chat", grant, stream=False)
+    expected = f"the response of the openai upstream {base_url} was cut off after {len(start)} bytes: "
+    assert raised.value.status_code == 502 and expected in str(raised.value)
+    (recorded,) = grant.calls
+    assert expected in (recorded.error or "") and "cannot reach" not in (recorded.error or "")
 
 
 @pytest.mark.asyncio

@@ -17,6 +17,7 @@ from pytest_agentcompass.models.client import MalformedResponseError, require_op
 from pytest_agentcompass.models.usage import Usage, sum_usage
 from pytest_agentcompass.vocabulary.errors import PreflightError
 
+from model_upstream import cutting_upstream
 from openai_server import ScriptedServer, answer, error, garbage, scripted_server, slow, tool_call
 
 pytest.importorskip("openai")
@@ -171,6 +172,21 @@ async def test_connection_refused_names_the_endpoint() -> None:
             await model.complete([{"role": "user", "content": "hi"}])
     finally:
         await model.aclose()
+
+
+@pytest.mark.asyncio
+async def test_an_answer_cut_off_is_said_to_be_cut_not_unreachable() -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n"
+    with cutting_upstream(head + b'{"id": "c1", "object": "chat.completion", ') as url:
+        spec = ModelSpec(id="m", params={"base_url": url, "api_key": KEY, "max_retries": 0})
+        model = ChatModel(resolve_model(spec, "test", environ={}))
+        try:
+            with pytest.raises(ModelCallError) as raised:
+                await model.complete([{"role": "user", "content": "hi"}])
+        finally:
+            await model.aclose()
+    assert str(raised.value).startswith(f"APIConnectionError: the answer of {url} was cut off: RemoteProtocolError: ")
+    assert "received 42 bytes, expected 500" in str(raised.value) and raised.value.kind == "transport"
 
 
 @pytest.mark.asyncio

@@ -53,6 +53,7 @@ __all__ = [
     "Seen",
     "ToolUse",
     "Turn",
+    "cutting_upstream",
     "garbage",
     "scripted_server",
     "stall",
@@ -341,3 +342,42 @@ def scripted_server(
         yield server
     finally:
         server.stop()
+
+
+@contextmanager
+def cutting_upstream(answer: bytes) -> Iterator[str]:
+    """A loopback HTTP server that reads each request, sends ``answer`` (headers and the start of a
+    body that promises more) and closes the connection; yields its OpenAI base URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = int(
+                    next(
+                        (h.split(b":")[1] for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")),
+                        b"0",
+                    )
+                )
+                while len(body) < length:
+                    body += conn.recv(65536)
+                conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    finally:
+        done.set()
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        listener.close()
+        thread.join(10)

@@ -28,7 +28,6 @@ from ..base import BaseBenchmark, MeanOf
 from ..metrics import DEFAULT_METRICS, PASS_AT_K
 from .discovery import files_digest, find_task_dirs, task_id_for
 from .handoff import restore_artifacts, take_artifacts
-from .integrity import finding
 from .modes import (
     RUNTIME_MODE,
     VerifierMode,
@@ -51,6 +50,7 @@ from .taskdir import TASK_FILE, HarborTask, expand_env, read_task
 from .verifier import (
     agent_processes,
     changed_path_findings,
+    exposed_secrets,
     listed,
     processes_left,
     run_verifier,
@@ -293,22 +293,11 @@ class HarborBenchmark(BaseBenchmark):
         workdir = getattr(env, "workdir", "")
         if mode == "shared":  # before the runner stages anything: what the agent changed and left running
             findings += await changed_path_findings(env, workdir)
-            left = await agent_processes(env)
-            findings += left
-            secrets = sorted(k for k, v in parsed.verifier_env.items() if "${" in v)
-            if left and secrets:  # /proc/<pid>/environ of the verifier is theirs to read (they run as root)
-                findings.append(
-                    finding(
-                        "secrets-exposed",
-                        None,
-                        f"the verifier's environment holds secrets from [verifier.env] ({', '.join(secrets)}) "
-                        "while processes the agent left are running, which can read it (/proc/<pid>/environ); "
-                        "shared mode cannot hide it: verify such a task in mode 'snapshot' or 'separate'",
-                    )
-                )
+            findings += await agent_processes(env)
         if mode == "separate":
             await make_log_dirs(env, ("/logs/agent", "/logs/artifacts"))
             findings += await restore_artifacts(env, result.metadata, self.run_dir, workdir)
+        findings += exposed_secrets(parsed.verifier_env, findings)
         # A reward the agent wrote itself must not count, nor a /tests it made: the
         # verifier starts from an empty log folder and the task's own tests.
         await prepare_verifier(env, None if tests_baked_in(mode, parsed) else tests)

@@ -41,6 +41,7 @@ __all__ = [
     "VerifierRun",
     "agent_processes",
     "changed_path_findings",
+    "exposed_secrets",
     "listed",
     "processes_left",
     "run_verifier",
@@ -120,6 +121,33 @@ async def agent_processes(env: EnvironmentSession) -> list[dict[str, Any]]:
             f"cannot keep them from changing the outcome): {listed(left)}",
         )
     ]
+
+
+#: Findings of code the verifier may run (or that runs beside it): whatever it is can read the
+#: verifier's environment. The planted /tests and reward the runner replaces are not among them.
+_RUNS_CODE = frozenset(RULES) - {"planted-tests", "planted-verifier-logs"} | {"agent-processes"}
+
+
+def exposed_secrets(verifier_env: Mapping[str, str], findings: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A ``secrets-exposed`` finding when the verifier is handed secrets (``[verifier.env]`` values
+    taken from the host's environment) and ``findings`` say code of the agent's runs in or beside it:
+    processes it left (shared mode), or a replaced tool, hook or module the diff found (any mode)."""
+    secrets = sorted(k for k, v in verifier_env.items() if "${" in v)
+    why = sorted({str(f["check"]) for f in findings if f.get("check") in _RUNS_CODE})
+    if not secrets or not why:
+        return []
+    advice = (
+        "verify such a task in mode 'separate' (no file or process of the agent's reaches its verifier) or "
+        "'snapshot' (no process of the agent's survives)"
+        if why == ["agent-processes"]
+        else "only mode 'separate' keeps what the agent wrote away from its verifier"
+    )
+    message = (
+        f"the verifier's environment holds secrets from [verifier.env] ({', '.join(secrets)}) and code the agent "
+        f"placed runs in or beside it ({', '.join(why)}), which can read them (its environment, "
+        f"/proc/<pid>/environ): {advice}"
+    )
+    return [finding("secrets-exposed", None, message)]
 
 
 def listed(procs: Sequence[Any]) -> str:

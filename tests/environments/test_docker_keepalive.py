@@ -1,0 +1,181 @@
+"""What keeps a docker container up is the runner's own program, on the real engine: an image
+with no ``sleep`` and no shell runs tasks, and a ``sleep`` the agent replaced never runs."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import io
+import platform
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from test_docker import IMAGE, containers
+
+from pytest_agentcompass import EnvironmentSpec
+from pytest_agentcompass.environments.conformance import make_plan
+from pytest_agentcompass.environments.docker import DockerEnvironment
+from pytest_agentcompass.environments.docker_keepalive import KEEPALIVE_PREFIX, program
+
+from conftest import write_config
+
+
+@pytest.fixture(scope="module")
+def bare_image() -> Iterator[str]:
+    """An image with one static program (busybox, under a path no tool looks in): no ``/bin/sleep``,
+    no ``sh``, nothing on ``PATH``."""
+    tag = f"agentcompass-bare:{uuid.uuid4().hex[:12]}"
+    dockerfile = f"FROM {IMAGE} AS tools\nFROM scratch\nCOPY --from=tools /bin/busybox /opt/box/busybox\n"
+    client = docker.from_env()
+    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, labels={"agentcompass.test": "1"})
+    try:
+        yield tag
+    finally:
+        client.images.remove(tag, force=True)
+        client.close()
+
+
+def _session_run(image: str, body: Any) -> Any:
+    """Run ``body(provider, session, run_id)`` on a task session of ``image``; all is closed after."""
+    provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": image}))
+    run_id = f"keepalive-{uuid.uuid4().hex[:8]}"
+
+    async def go() -> Any:
+        plan = dataclasses.replace(make_plan(), environment={})
+        session = await provider.open(provider.build_config(plan, "task", {"agentcompass.run": run_id}))
+        try:
+            return await body(provider, session, run_id)
+        finally:
+            await session.close()
+            await provider.end_attempt(plan.task_id, plan.attempt_index)
+            await provider.aclose()
+
+    try:
+        return asyncio.run(go())
+    finally:
+        assert containers(f"agentcompass.run={run_id}") == []
+
+
+async def _keepalive_args(session: Any) -> list[str]:
+    """The command lines of the runner's own processes in ``session`` (its init and keepalive)."""
+    return [p.args for p in await session.processes() if p.pid in session.runner_pids]
+
+
+def test_an_image_without_sleep_or_shell_runs_the_container_and_its_commands(bare_image: str) -> None:
+    async def body(provider: DockerEnvironment, session: Any, run_id: str) -> None:
+        done = await session.exec(["/opt/box/busybox", "echo", "from the image"])
+        assert (done.exit_code, done.stdout) == (0, "from the image\n")
+        await session.write_text("answer.txt", "42")
+        assert await session.read_text("answer.txt") == "42"
+        own = await _keepalive_args(session)
+        assert len(own) == 2 and any(a.startswith(KEEPALIVE_PREFIX) for a in own), own
+        # The runner's program is not a change the agent made.
+        changed = {c.path for c in await session.changes()}
+        assert "/work/answer.txt" in changed and not any(p.startswith(KEEPALIVE_PREFIX) for p in changed)
+        # A snapshot of it starts too (kept up by a program of its own, at another path).
+        await session.snapshot()
+        plan = dataclasses.replace(make_plan(mode="fresh"), environment={"evaluation": {"from_snapshot": True}})
+        evaluation = await provider.open(provider.build_config(plan, "evaluation", {"agentcompass.run": run_id}))
+        try:
+            assert await evaluation.read_text("answer.txt") == "42"
+            assert evaluation.keepalive != session.keepalive
+            assert any(a == evaluation.keepalive for a in await _keepalive_args(evaluation))
+        finally:
+            await evaluation.close()
+
+    _session_run(bare_image, body)
+
+
+BARE = """
+import dataclasses
+from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+
+class Count(HarnessFreeBenchmark):
+    def load_tasks(self, req):
+        return [TaskSpec(f"t{i}", ground_truth=f"t{i}") for i in range(3)]
+    async def run_task(self, task, prepared, env, req, plan):
+        done = await env.exec(["/opt/box/busybox", "echo", task.task_id])
+        assert done.exit_code == 0, done.stderr
+        await env.write_text("answer.txt", done.stdout.strip())
+        return RunResult(task.task_id, output=done.stdout.strip())
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=float(result.output == task.ground_truth))
+"""
+
+
+def test_tasks_run_on_an_image_without_sleep_or_shell(pytester: pytest.Pytester, bare_image: str) -> None:
+    pytester.makepyfile(bare=BARE)
+    environment = {"id": "docker", "params": {"image": bare_image}}
+    write_config(pytester, [{"name": "d", "benchmark": {"id": "bare.py:Count"}, "environment": environment}])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off")
+    result.assert_outcomes(passed=3)
+    (run_dir,) = (pytester.path / "runs/d").iterdir()
+    assert containers(f"agentcompass.run={run_dir.name}") == []
+
+
+def test_a_sleep_the_agent_replaced_never_runs_as_the_keepalive() -> None:
+    async def body(provider: DockerEnvironment, session: Any, run_id: str) -> None:
+        # The agent's own /bin/sleep: it would leave a mark, then sleep as asked.
+        script = '#!/bin/sh\\necho ran > /work/sleep-ran\\nexec /bin/busybox sleep "$@"\\n'
+        done = await session.exec(
+            ["sh", "-c", f"rm /bin/sleep && printf '{script}' > /bin/sleep && chmod 755 /bin/sleep"], user="0"
+        )
+        assert done.exit_code == 0, done.stderr
+        await session.snapshot()
+        plan = dataclasses.replace(make_plan(mode="fresh"), environment={"evaluation": {"from_snapshot": True}})
+        evaluation = await provider.open(provider.build_config(plan, "evaluation", {"agentcompass.run": run_id}))
+        try:
+            assert await evaluation.stat("/work/sleep-ran") is None
+            own = await _keepalive_args(evaluation)
+            assert evaluation.keepalive in own and not any("sleep" in a for a in own), own
+            assert await evaluation.stat("/bin/sleep") is not None  # the agent's file is there, never run
+        finally:
+            await evaluation.close()
+
+    _session_run(IMAGE, body)
+
+
+def test_the_keepalive_ends_with_a_stop_like_sleep_did(bare_image: str) -> None:
+    async def body(provider: DockerEnvironment, session: Any, run_id: str) -> int:
+        stopped = subprocess.run(["docker", "stop", "-t", "30", session.container.id], capture_output=True, check=True)
+        assert stopped.returncode == 0
+        return int(session.container.client.api.inspect_container(session.container.id)["State"]["ExitCode"])
+
+    # SIGTERM ends it at once (the default action: it has no handler), not the SIGKILL after 30 s.
+    assert _session_run(bare_image, body) == 143
+
+
+def _runner(arch: str) -> list[str] | None:
+    """How this machine runs a program of ``arch``: natively, under qemu's user mode, or not at all."""
+    native = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine())
+    if native == arch:
+        return []
+    emulator = shutil.which("qemu-x86_64-static" if arch == "amd64" else "qemu-aarch64-static")
+    return [emulator] if emulator else None
+
+
+@pytest.mark.parametrize("arch", ["amd64", "arm64"])
+def test_the_program_waits_until_a_signal_ends_it(tmp_path: Path, arch: str) -> None:
+    runner = _runner(arch)
+    if runner is None:
+        pytest.skip(f"this machine runs no {arch} program (no qemu-user-static)")
+    path = tmp_path / "keepalive"
+    path.write_bytes(program(arch))
+    path.chmod(0o555)
+    proc = subprocess.Popen([*runner, str(path)])
+    try:
+        # Waiting in its syscall (state S), not exited: a crash or a busy loop never gets there.
+        while proc.poll() is None and Path(f"/proc/{proc.pid}/stat").read_text().split(") ")[1][0] != "S":
+            time.sleep(0.01)
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+    assert proc.wait() == -signal.SIGTERM

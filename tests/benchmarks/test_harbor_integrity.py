@@ -106,7 +106,9 @@ def test_git_configuration_is_a_finding_only_when_it_runs_a_command() -> None:
     # What an honest agent writes (git init, git config user.email, a remote) runs nothing.
     honest = b"[core]\n\trepositoryformatversion = 0\n\tbare = false\n[user]\n\temail = a@b.c\n"
     honest += b'[remote "origin"]\n\turl = /srv/repo\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n'
+    honest += b"[core]\n\tpager = cat\n\teditor = vim\n[pager]\n\tlog = less -FRX\n"
     assert git_commands(honest) == []
+    assert git_commands(b"[core]\n\tpager = cat; sh /tmp/x\n") == ["core.pager"]
     planted = b'[core] fsmonitor = "sh -c x"\n[filter "lfs"]\n\tsmudge = x\n[includeIf "gitdir:/"]\n\tpath = /tmp/x\n'
     planted += b"[CORE]\n\tHooksPath = /tmp/hooks\n[diff.pdf]\n\ttextconv = x\n"
     assert git_commands(planted) == [

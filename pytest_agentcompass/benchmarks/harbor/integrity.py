@@ -133,7 +133,10 @@ GIT_COMMAND_KEYS = frozenset(
     }
 )
 _GIT_SECTION = re.compile(r'^\[\s*([A-Za-z0-9.-]+)(\s+"(?:[^"\\]|\\.)*")?\s*\](.*)$')
-_GIT_KEY = re.compile(r"^([A-Za-z][A-Za-z0-9-]*)\s*(=|[;#]|$)")
+_GIT_KEY = re.compile(r"^([A-Za-z][A-Za-z0-9-]*)\s*(=\s*(.*)|[;#].*|$)")
+#: A pager or editor agents set to keep git from waiting (``core.pager = cat``): a program, no shell.
+_PLAIN_PROGRAM = re.compile(r'^"?(cat|less|more|true|vi|vim|nano)(\s+-[A-Za-z]+)*"?$')
+_PAGERS = frozenset({"core.pager", "core.editor", "sequence.editor"})
 #: The user-level program folder installers (uv's among them) put first on ``PATH`` via ``~/.local/bin/env``.
 _USER_BIN = re.compile(rf"^{_HOME}/\.local/bin/[^/]+$")
 #: Compiled caches: Python uses them instead of their source while the source's mtime and size match
@@ -352,6 +355,9 @@ def git_commands(text: bytes) -> list[str]:
         if not (key and section):
             continue
         name = f"{section}.{key.group(1).lower()}"
+        value = (key.group(3) or "").strip()
+        if (name in _PAGERS or section == "pager") and _PLAIN_PROGRAM.match(value):
+            continue  # a known program by name: one planted on PATH is flagged as such
         if (name in GIT_COMMAND_KEYS or f"{section}.*" in GIT_COMMAND_KEYS) and name not in found:
             found.append(name)
     return found

@@ -145,8 +145,13 @@ def test_build_timeout_stops_the_build(
         ("echo passed > /logs/verifier/reward.txt", "*reward.txt holds 'passed', not a number*"),
         ("echo '[1]' > /logs/verifier/reward.json", "*reward.json must hold an object*"),
         ("echo started; sleep 30", "*verifier timed out after 1s*"),
+        ("echo 0_1 > /logs/verifier/reward.txt", "*reward.txt holds '0_1', not a number*"),
+        (
+            "head -c 100000 /dev/zero | tr '\\0' '[' > /logs/verifier/reward.json",
+            "*reward.json nests too deeply to be read*",
+        ),
     ],
-    ids=["missing", "empty", "word", "json-list", "timeout"],
+    ids=["missing", "empty", "word", "json-list", "timeout", "underscore", "deep-json"],
 )
 def test_unusable_reward_is_an_evaluation_error(pytester: pytest.Pytester, test: str, message: str) -> None:
     write_task(

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_agentcompass.benchmarks.harbor.integrity import DEFAULT_PATH, capped, classify, finding, path_findings
+from pytest_agentcompass.benchmarks.harbor.integrity import (
+    DEFAULT_PATH,
+    capped,
+    classify,
+    finding,
+    git_commands,
+    path_findings,
+)
 
 PATH_DIRS = DEFAULT_PATH.split(":")
 
@@ -29,6 +36,22 @@ PATH_DIRS = DEFAULT_PATH.split(":")
         ("added", "/app/conftest.py", "planted-config"),
         ("added", "/app/iniconfig.cpython-311-x86_64-linux-gnu.so", "shadowing-module"),
         ("added", "/opt/lib/extra/mod.py", "python-path"),  # on the container's PYTHONPATH
+        ("added", "/root/.curlrc", "tool-config"),
+        ("added", "/home/dev/.config/.curlrc", "tool-config"),
+        ("added", "/root/.wgetrc", "tool-config"),
+        ("changed", "/etc/wgetrc", "tool-config"),
+        ("added", "/root/.netrc", "tool-config"),
+        ("added", "/root/.npmrc", "tool-config"),
+        ("added", "/root/.config/uv/uv.toml", "tool-config"),
+        ("added", "/etc/uv/uv.toml", "tool-config"),
+        ("added", "/app/uv.toml", "tool-config"),
+        ("added", "/root/.ssh/config", "tool-config"),
+        ("added", "/root/.bash_logout", "shell-startup"),
+        ("added", "/root/.gitconfig", "git-command"),
+        ("added", "/root/.config/git/config", "git-command"),
+        ("changed", "/etc/gitconfig", "git-command"),
+        ("changed", "/app/.git/config", "git-command"),
+        ("added", "/app/.git/hooks/pre-commit", "git-command"),
     ],
 )
 def test_a_change_is_flagged_by_the_class_of_its_path(kind: str, path: str, check: str) -> None:
@@ -45,6 +68,9 @@ def test_a_change_is_flagged_by_the_class_of_its_path(kind: str, path: str, chec
         "/var/log/http.log",
         "/srv/www/index.html",
         "/tmp/work/build.so",
+        "/app/.git/hooks/pre-commit.sample",  # git init copies them; git never runs one
+        "/app/.git/objects/ab/cdef",
+        "/app/.git/index",
     ],
 )
 def test_what_an_honest_agent_writes_is_not_flagged(path: str) -> None:
@@ -74,3 +100,23 @@ def test_an_installed_package_is_a_few_findings_and_a_count() -> None:
     assert [f["check"] for f in kept].count("python-path") == 21
     assert "480 more paths" in kept[-1]["message"] and kept[-1]["path"] is None
     assert any(f["check"] == "path-program" for f in kept)
+
+
+def test_git_configuration_is_a_finding_only_when_it_runs_a_command() -> None:
+    # What an honest agent writes (git init, git config user.email, a remote) runs nothing.
+    honest = b"[core]\n\trepositoryformatversion = 0\n\tbare = false\n[user]\n\temail = a@b.c\n"
+    honest += b'[remote "origin"]\n\turl = /srv/repo\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n'
+    honest += b"[core]\n\tpager = cat\n\teditor = vim\n[pager]\n\tlog = less -FRX\n"
+    assert git_commands(honest) == []
+    assert git_commands(b"[core]\n\tpager = cat; sh /tmp/x\n") == ["core.pager"]
+    planted = b'[core] fsmonitor = "sh -c x"\n[filter "lfs"]\n\tsmudge = x\n[includeIf "gitdir:/"]\n\tpath = /tmp/x\n'
+    planted += b"[CORE]\n\tHooksPath = /tmp/hooks\n[diff.pdf]\n\ttextconv = x\n"
+    assert git_commands(planted) == [
+        "core.fsmonitor",
+        "filter.smudge",
+        "includeif.path",
+        "core.hookspath",
+        "diff.textconv",
+    ]
+    suspects = path_findings([("added", "/root/.gitconfig"), ("changed", "/app/.git/config")], "/app", PATH_DIRS)
+    assert suspects.git_configs == ["/root/.gitconfig", "/app/.git/config"] and suspects.findings == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -430,3 +431,109 @@ def test_verifier_env_takes_a_required_variable_and_a_literal_dollar(
     parsed = read_task(task)
     assert parsed.error is None
     assert expand_env(parsed.verifier_env, "verifier", parsed) == {"PRICE": "${literal}", "KEY": "k"}
+
+
+@pytest.mark.parametrize(
+    ("rel", "target", "why"),
+    [
+        ("instruction.md", "/proc/self/environ", "which is outside the task folder"),
+        ("instruction.md", "../secret.txt", "which is outside the task folder"),
+        ("instruction.md", "gone.md", "which does not exist"),
+        ("task.toml", "/etc/hostname", "which is outside the task folder"),
+        ("solution/solve.sh", "/etc/passwd", "which is outside the task folder"),
+        ("solution", "/", "which is outside the task folder"),
+    ],
+)
+def test_a_task_file_linked_out_of_its_folder_is_named_and_never_read(
+    tmp_path: Path, rel: str, target: str, why: str
+) -> None:
+    # instruction.md was followed to the host file, whose text went to the model.
+    task = write_task(tmp_path / "tasks", "t")
+    (task.parent / "secret.txt").write_text("host secret\n")
+    link = task / rel
+    if link.is_dir():
+        shutil.rmtree(link)
+    else:
+        link.unlink()
+    link.symlink_to(target)
+    parsed = read_task(task)
+    assert parsed.error is not None and parsed.error.startswith(f"{link} is a symbolic link to {target}, {why}")
+    assert "host secret" not in parsed.instruction
+    files_digest(task)  # a folder linked to / is not walked
+
+
+def test_a_link_that_stays_inside_the_task_folder_is_read(tmp_path: Path) -> None:
+    task = write_task(tmp_path, "t")
+    (task / "docs.md").write_text("the real instruction\n")
+    (task / "instruction.md").unlink()
+    (task / "instruction.md").symlink_to("docs.md")
+    parsed = read_task(task)
+    assert parsed.error is None and parsed.instruction == "the real instruction\n"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("memory_mb = 99999999999999999999", "[environment] memory_mb is 99999999999999999999, more than"),
+        ('memory = "99999999T"', "[environment] memory is 104857598951424 (in MB), more than 16777216"),
+        ("storage_mb = 1e300", "[environment] storage_mb is 1e+300, more than"),
+        ("cpus = 100000", "[environment] cpus is 100000, more than 4096"),
+        ("build_timeout_sec = 1e12", "[environment] build_timeout_sec is 1000000000000.0, more than 604800"),
+    ],
+)
+def test_a_resource_beyond_any_machine_is_a_task_error_at_load(tmp_path: Path, line: str, message: str) -> None:
+    # memory_mb = 99999999999999999999 became a Docker traceback (int64 overflow), retried as transient.
+    task = write_task(tmp_path, "t", toml=f'version = "1.0"\n\n[environment]\n{line}\n')
+    parsed = read_task(task)
+    assert parsed.error is not None and parsed.error.startswith(f"{task}/task.toml:4: {message}"), parsed.error
+
+
+def test_a_timeout_beyond_a_week_names_its_table(tmp_path: Path) -> None:
+    task = write_task(tmp_path, "t", toml="[verifier]\ntimeout_sec = 1e300\n")
+    assert (
+        read_task(task).error
+        == f"{task}/task.toml:2: [verifier] timeout_sec is 1e+300, more than 604800, the most it may be"
+    )
+
+
+@pytest.mark.parametrize(
+    ("txt", "js", "message"),
+    [
+        (b"0_1", None, "reward.txt holds '0_1', not a number"),
+        ("\u0661".encode(), None, "reward.txt holds '\u0661', not a number"),
+        (b"infinity", None, "reward.txt holds 'infinity', not a number"),
+        (b"1e999", None, "reward.txt holds '1e999', not a finite number"),
+        (None, b"[" * 100000, "reward.json nests too deeply to be read"),
+        (None, b'{"reward": ' + b"1" * 5000 + b"}", "reward.json is not usable JSON"),
+        (None, b'{"reward": ' + b"9" * 400 + b"}", "reward.json's 'reward' is 9999"),
+        (None, b'{"reward": "1"}', "reward.json's 'reward' is '1', not a finite number"),
+    ],
+    ids=["underscore", "arabic-indic", "infinity", "overflow", "deep", "digits", "huge-int", "string"],
+)
+def test_a_reward_only_python_would_read_as_a_number_is_an_error(
+    txt: bytes | None, js: bytes | None, message: str
+) -> None:
+    # float() took "0_1" and an Arabic-Indic digit as 1.0; json's recursion printed a raw traceback.
+    with pytest.raises(RewardError) as raised:
+        parse_rewards(txt, js)
+    assert str(raised.value).startswith(message) and "\n" not in str(raised.value), str(raised.value)
+
+
+def test_plain_rewards_in_every_notation_are_read() -> None:
+    for text, value in ((b"1", 1.0), (b"-0.5", -0.5), (b".25", 0.25), (b"3.", 3.0), (b"+1E-2\n", 0.01)):
+        assert parse_rewards(text, None).score == value
+
+
+def test_a_hidden_task_folder_is_skipped_with_a_warning_naming_it(pytester: pytest.Pytester) -> None:
+    tasks = pytester.path / "tasks"
+    write_task(tasks, "..dots")
+    write_task(tasks, "plain")
+    (tasks / ".git").mkdir()  # no task in it: nothing to say
+    write_config(pytester, [harbor_request("hidden", "tasks", environment={"id": "local"})])
+    result = pytester.runpytest_inprocess(
+        "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", "--collect-only", "-q"
+    )
+    assert result.ret == 0, result.stdout.str()
+    assert [line.rsplit("::", 1)[1] for line in result.stdout.lines if "::" in line] == ["plain"]
+    result.stdout.fnmatch_lines(["*1 task folder(s) under * skipped because their names start with '.'*: ..dots;*"])
+    assert ".git" not in result.stdout.str()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -143,7 +144,8 @@ class HarborBenchmark(BaseBenchmark):
             raise ComponentError(f"benchmark 'harbor': params.path {root} is not a folder")
         tasks: list[TaskSpec] = []
         where: dict[str, Path] = {}
-        for path in find_task_dirs(root):
+        hidden: list[Path] = []
+        for path in find_task_dirs(root, hidden):
             parsed = read_task(path)
             task_id = task_id_for(parsed.name)
             if task_id in where:
@@ -155,6 +157,14 @@ class HarborBenchmark(BaseBenchmark):
             where[task_id] = path
             self._parsed[task_id] = parsed
             tasks.append(self._spec(task_id, parsed))
+        if hidden:
+            names = ", ".join(p.relative_to(root).as_posix() for p in hidden)
+            warnings.warn(
+                f"benchmark 'harbor': {len(hidden)} task folder(s) under {root} skipped because their names "
+                f"start with '.' (hidden folders are not searched): {names}; rename them to run them",
+                UserWarning,
+                stacklevel=2,
+            )
         return tasks
 
     @staticmethod

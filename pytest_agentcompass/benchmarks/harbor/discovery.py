@@ -16,13 +16,20 @@ from .taskdir import INSTRUCTION_FILE, TASK_FILE
 __all__ = ["files_digest", "find_task_dirs", "task_id_for"]
 
 
-def find_task_dirs(root: Path) -> Iterator[Path]:
-    """Task directories under ``root`` (``root`` itself if it is one), sorted, nested folders allowed."""
+def find_task_dirs(root: Path, hidden: list[Path] | None = None) -> Iterator[Path]:
+    """Task directories under ``root`` (``root`` itself if it is one), sorted, nested folders allowed.
+
+    Hidden folders (``.git``, ``.cache``, ``..dots``) are not searched: a repository of tasks keeps
+    its tooling there. One that holds a ``task.toml`` itself is added to ``hidden``, so the caller
+    can say it was skipped rather than lose a task without a word."""
     if (root / TASK_FILE).is_file():
         yield root
         return
-    for child in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        yield from find_task_dirs(child)
+    for child in sorted(p for p in root.iterdir() if p.is_dir()):
+        if not child.name.startswith("."):
+            yield from find_task_dirs(child, hidden)
+        elif hidden is not None and (child / TASK_FILE).is_file():
+            hidden.append(child)
 
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
@@ -50,6 +57,9 @@ def files_digest(path: Path) -> str:
     for name in (TASK_FILE, INSTRUCTION_FILE):
         _add_file(digest, path, path / name, content=True)
     for folder, content in (("tests", True), ("solution", True), ("environment", False)):
+        if (path / folder).is_symlink():  # never walked: a link to / would be the whole disk
+            _add_file(digest, path, path / folder, content=False)
+            continue
         for root, dirs, files in os.walk(path / folder):
             dirs.sort()
             for name in sorted(files):

@@ -22,6 +22,9 @@ REWARD_FILES = ("reward.txt", "reward.json")
 REWARD_MAX_BYTES = 1024 * 1024
 #: A ``reward.json`` key usable as a metric name (in the summary, the HTML report, baselines).
 _KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$")
+#: A number as a verifier writes one: ASCII digits, a point, an exponent. Python's ``float()`` also
+#: takes ``0_1``, other scripts' digits (U+0661, Arabic-Indic one) and ``infinity``: none of them is a reward.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 
 
 class RewardError(ValueError):
@@ -54,11 +57,12 @@ def parse_rewards(txt: bytes | None, js: bytes | None, key: str | None = None) -
         text = txt.decode("utf-8", "replace").strip()
         if not text:
             raise RewardError("reward.txt is empty")
-        try:
-            value = float(text)
-        except ValueError:
-            raise RewardError(f"reward.txt holds {_cut(text)!r}, not a number") from None
-        if not math.isfinite(value):
+        if not _DECIMAL.fullmatch(text):
+            raise RewardError(
+                f"reward.txt holds {_cut(text)!r}, not a number (plain decimal or exponent notation, ASCII digits)"
+            )
+        value = float(text)
+        if not math.isfinite(value):  # 1e999
             raise RewardError(f"reward.txt holds {_cut(text)!r}, not a finite number")
         return Rewards(value, {"reward": value}, written=text)
     if js is None:
@@ -67,6 +71,10 @@ def parse_rewards(txt: bytes | None, js: bytes | None, key: str | None = None) -
         data = json.loads(js.decode("utf-8", "replace") or "null")
     except json.JSONDecodeError as exc:
         raise RewardError(f"reward.json is not JSON: {exc}") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise RewardError(f"reward.json is not usable JSON: {_cut(str(exc))}") from None
+    except RecursionError:  # "[[[[..." a hundred thousand deep: the parser's recursion, not a traceback
+        raise RewardError("reward.json nests too deeply to be read (an object of named numbers is flat)") from None
     if not isinstance(data, Mapping):
         raise RewardError(f"reward.json must hold an object of named numbers, not {type(data).__name__}")
     values, ignored = _named_numbers(data)
@@ -99,6 +107,8 @@ def _named_numbers(data: Mapping[str, object]) -> tuple[dict[str, float], list[s
             ignored.append(f"{shown}: not usable as a metric name (letters, digits, '_', '.', ':', '-')")
         elif isinstance(value, bool) or not isinstance(value, int | float):
             ignored.append(f"{shown}: {_cut(repr(value), 40)} is not a number")
+        elif isinstance(value, int) and abs(value) > 2**1023:  # no float holds it (float() overflows)
+            ignored.append(f"{shown}: an integer of {len(str(abs(value)))} digits is not a finite number")
         elif not math.isfinite(value):
             ignored.append(f"{shown}: {value!r} is not a finite number")
         else:

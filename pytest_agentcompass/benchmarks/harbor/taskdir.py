@@ -37,6 +37,19 @@ _MEMORY_FACTOR_MB = {"": 1 / 1024 / 1024, "k": 1 / 1024, "m": 1.0, "g": 1024.0, 
 DEFAULT_TIMEOUT_SEC = 600.0
 
 
+#: The largest value each numeric key may take: beyond it the number is a typo, and the engine would
+#: refuse it with a traceback (Docker's int64 bytes overflow) taken for a transient failure. Generous:
+#: a week for a timeout, 4096 CPUs, 16 TiB of memory or disk, 64 GPUs.
+LIMITS: dict[str, float] = {
+    "timeout_sec": 7 * 24 * 3600.0,
+    "build_timeout_sec": 7 * 24 * 3600.0,
+    "cpus": 4096.0,
+    "memory_mb": 16 * 1024 * 1024.0,
+    "storage_mb": 16 * 1024 * 1024.0,
+    "gpus": 64.0,
+}
+
+
 class TaskFileError(ValueError):
     """A value of ``task.toml`` that cannot be used; the message names file, line and key."""
 
@@ -131,6 +144,9 @@ def expand_env(env: Mapping[str, str], table: str, task: HarborTask) -> dict[str
 def read_task(path: Path) -> HarborTask:
     """Parse ``path``; a broken task comes back with ``error`` set, never an exception."""
     toml_path = path / TASK_FILE
+    link = _escaping_link(path, toml_path)
+    if link:
+        return HarborTask(name=path.name, path=path, error=link)
     try:
         text = toml_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -148,6 +164,9 @@ def read_task(path: Path) -> HarborTask:
     except TaskFileError as exc:
         return HarborTask(name=path.name, path=path, config=data, error=str(exc))
     instruction = path / INSTRUCTION_FILE
+    link = _escaping_link(path, instruction)  # read before it goes to the model: never a host file
+    if link:
+        return HarborTask(name=path.name, path=path, config=data, error=link)
     try:
         task = replace(task, instruction=instruction.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
@@ -187,11 +206,48 @@ def _files_problem(task: HarborTask) -> str | None:
         if not inside or not link.exists():
             why = "does not exist" if not link.exists() else "is outside tests/, which is all the verifier gets"
             return f"{link} is a symbolic link to {target}, which {why}"
+    solution = task.path / "solution"
+    for file in [solution, *sorted(_walk(solution))]:
+        broken = _escaping_link(task.path, file)
+        if broken:
+            return broken
     own_image = task.verifier_environment is not None and task.verifier_environment.docker_image
     baked = task.verifier_mode == "separate" and ((tests / "Dockerfile").is_file() or bool(own_image))
     if not baked and not (tests / "test.sh").is_file():  # a separate verifier's image may bring its own
         return f"{tests / 'test.sh'} does not exist: the task has no verifier"
     return None
+
+
+def _escaping_link(task: Path, file: Path) -> str | None:
+    """Why ``file`` (or a link among its folders below ``task``) is unusable: a symbolic link that
+    leaves the task folder or leads nowhere. Found without reading what it points to (a link to
+    ``/proc/self/environ`` or a host secret is never opened); ``None`` when it is fine or absent."""
+    rel = file.relative_to(task)
+    for depth in range(1, len(rel.parts) + 1):
+        part = task.joinpath(*rel.parts[:depth])
+        if not part.is_symlink():
+            continue
+        target = os.readlink(part)
+        try:
+            resolved = part.resolve()  # follows every link, reads no file
+        except (OSError, RuntimeError):  # a loop of links
+            return f"{part} is a symbolic link to {target}, which leads back to itself"
+        home = task.resolve()
+        if resolved != home and home not in resolved.parents:
+            return f"{part} is a symbolic link to {target}, which is outside the task folder {task}"
+        if not resolved.exists():
+            return f"{part} is a symbolic link to {target}, which does not exist"
+    return None
+
+
+def _walk(folder: Path) -> list[Path]:
+    """Every path below ``folder``, links not followed (``folder`` itself a link: nothing)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return []
+    found = []
+    for root, dirs, files in os.walk(folder):
+        found += [Path(root, name) for name in (*dirs, *files)]
+    return found
 
 
 def _instructions(dockerfile: Path) -> bool:
@@ -234,7 +290,23 @@ def _number(table: Mapping[str, Any], name: str, key: str, where: _Where, *, int
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         raise TaskFileError(f"{where(name, key)}: [{name}] {key} must be a non-negative number, not {value!r}")
+    _check_limit(value, name, key, where(name, key))
     return int(value) if integer else float(value)
+
+
+def _check_limit(value: float, table: str, key: str, at: str, shown: str | None = None) -> None:
+    """:raises TaskFileError: when ``value`` of ``key`` is beyond :data:`LIMITS` (``shown``: the key as written)."""
+    limit = LIMITS.get(key)
+    if limit is not None and value > limit:
+        unit = " (in MB)" if shown else ""
+        raise TaskFileError(
+            f"{at}: [{table}] {shown or key} is {_cut_number(value)}{unit}, more than {int(limit)}, the most it may be"
+        )
+
+
+def _cut_number(value: float) -> str:
+    text = repr(value)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
 
 
 def _env(table: Mapping[str, Any], name: str, where: _Where) -> dict[str, str]:
@@ -253,6 +325,7 @@ def _size_mb(environment: Mapping[str, Any], name: str, where: _Where, table: st
             raise TaskFileError(
                 f'{where(table, name)}: [{table}] {name} must be a size like "4G", not {environment[name]!r}'
             )
+        _check_limit(value, table, f"{name}_mb", where(table, name), shown=name)
     return value  # type: ignore[no-any-return]
 
 

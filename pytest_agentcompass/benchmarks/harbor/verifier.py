@@ -31,6 +31,7 @@ from .integrity import (
     capped,
     configures_pytest,
     finding,
+    git_commands,
     is_startup_code,
     path_dirs_of,
     path_findings,
@@ -200,6 +201,14 @@ async def changed_path_findings(env: EnvironmentSession, workdir: str) -> list[d
             if configures_pytest(head):
                 message = f"{config}: configures pytest in the verifier's working directory"
                 found.append(finding("planted-config", config, message))
+    for config in suspects.git_configs:
+        with contextlib.suppress(Exception):  # read through the engine: never with the container's own tools
+            head, _ = await access.read_head(config, 256 * 1024)
+            keys = git_commands(head)
+            if keys:
+                runs = "which git runs as a command (or reads as more configuration)"
+                message = f"{config}: sets {', '.join(keys[:5])}, {runs}"
+                found.append(finding("git-command", config, message))
     found += await shadowing_modules(access, suspects.workdir_modules, python_dirs)
     canonical: dict[str, str] = {}
 

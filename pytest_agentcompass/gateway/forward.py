@@ -11,8 +11,8 @@ from urllib.parse import urlencode
 
 from ..concurrency.limits import capacity_for
 from ..models.ledger import ModelCall, Protocol
-from ..vocabulary.redact import MIN_SECRET_LENGTH
 from .grant import Grant
+from .masking import SecretMask
 from .protocols import Route, error_body, prepare_body, response_headers, upstream_headers
 from .reading import AnswerReader, SSEParser, error_message
 from .settings import GatewaySettings, Upstream
@@ -74,7 +74,7 @@ async def forward(
     if asked and asked != model:
         call.extra["requested_model"] = asked
     reader = AnswerReader(protocol)
-    scrub = _scrubber(upstream.api_key)
+    mask = SecretMask((upstream.api_key, *settings.headers.values()))  # an upstream may quote what it was sent
     answer: Any = None
     started = time.perf_counter()
     try:
@@ -88,13 +88,13 @@ async def forward(
                 timeout=aiohttp.ClientTimeout(total=None, sock_read=settings.timeout, sock_connect=30),
             ) as reply:
                 call.status = reply.status
-                out = response_headers(reply.headers)
+                out = {name: mask.header(value) for name, value in response_headers(reply.headers).items()}
                 if reply.content_type == "text/event-stream" or (route.path_stream and reply.status < 400):
                     answer = web.StreamResponse(status=reply.status, headers=out)
                     await answer.prepare(request)
-                    await _pipe(reply, answer, reader, scrub, sse=reply.content_type == "text/event-stream")
+                    await _pipe(reply, answer, reader, mask, sse=reply.content_type == "text/event-stream")
                 else:
-                    payload = scrub(await reply.read())
+                    payload = mask.data(await reply.read())
                     _read_body(reader, payload)
                     if reply.status >= 400:
                         call.error = error_message(payload)
@@ -130,18 +130,24 @@ async def forward(
             grant.record(call)
 
 
-async def _pipe(reply: Any, answer: Any, reader: AnswerReader, scrub: Any, *, sse: bool) -> None:
-    """Forward a streamed answer chunk by chunk as it arrives, reading a copy."""
+async def _pipe(reply: Any, answer: Any, reader: AnswerReader, mask: SecretMask, *, sse: bool) -> None:
+    """Forward a streamed answer chunk by chunk as it arrives (secrets masked), reading a copy."""
     parser = SSEParser()
     kept = bytearray()
-    async for chunk in reply.content.iter_any():
-        chunk = scrub(chunk)
+
+    async def send(chunk: bytes) -> None:
+        if not chunk:
+            return
         await answer.write(chunk)
         if sse:
             for name, data in parser.feed(chunk):
                 reader.event(name, _json(data.encode()) if data != "[DONE]" else data)
         else:  # Gemini without alt=sse: one JSON array, read whole at the end
-            kept += chunk
+            kept.extend(chunk)
+
+    async for chunk in reply.content.iter_any():
+        await send(mask.chunk(chunk))
+    await send(mask.flush())
     if not sse:
         _read_body(reader, bytes(kept))
     await answer.write_eof()
@@ -168,14 +174,6 @@ def _kept(raw: bytes, value: Any, settings: GatewaySettings) -> Any:
     if len(raw) <= limit and value is not None:
         return value
     return {"truncated": len(raw) > limit, "bytes": len(raw), "text": raw[:limit].decode("utf-8", "replace")}
-
-
-def _scrubber(key: str | None) -> Any:
-    """Masks the real key in what goes back to the agent (an upstream error may quote it)."""
-    if not key or len(key) < MIN_SECRET_LENGTH:
-        return lambda data: data
-    needle = key.encode()
-    return lambda data: data.replace(needle, b"***") if needle in data else data
 
 
 def error_response(web: Any, protocol: Protocol, status: int, message: str, kind: str) -> Any:

@@ -53,7 +53,7 @@ async def forward(
         spent = grant.ledger.spent()
         if spent is not None:
             grant.ledger.refused += 1
-            refused = ModelCall(protocol, model, status=403, error=spent, extra={"refused": "token_budget"})
+            refused = ModelCall(protocol, model, status=403, error=spent, sent=False, extra={"refused": "token_budget"})
             grant.record(refused)
             message = f"{spent}; the model gateway refuses further calls"
             refusal = error_response(web, protocol, 403, message, "budget_exceeded")
@@ -69,7 +69,8 @@ async def forward(
     data = raw if sent is body else json.dumps(sent).encode()
     headers = upstream_headers(request.headers, protocol, upstream.api_key or "", settings.headers)
     streamed = route.path_stream or (isinstance(body, dict) and bool(body.get("stream")))
-    call = ModelCall(protocol, model, status=None, stream=streamed, request=_kept(raw, body, settings))
+    # Not sent until the permit is held: an agent may hang up while it waits.
+    call = ModelCall(protocol, model, status=None, stream=streamed, sent=False, request=_kept(raw, body, settings))
     call.extra["path"] = request.path
     if asked and asked != model:
         call.extra["requested_model"] = asked
@@ -80,6 +81,7 @@ async def forward(
     try:
         async with capacity_for(f"model:{upstream.endpoint}", settings.max_connections).permit():
             started = time.perf_counter()
+            call.sent = True
             async with client.request(
                 request.method,
                 URL(url, encoded=True),
@@ -103,6 +105,8 @@ async def forward(
         return answer
     except (aiohttp.ClientError, TimeoutError) as exc:
         what = "no answer within" if isinstance(exc, TimeoutError) else "cannot reach"
+        if isinstance(exc, aiohttp.ClientConnectorError):  # no connection: the upstream saw nothing
+            call.sent = False
         call.error = f"{type(exc).__name__}: {what} the {upstream.family} upstream {upstream.endpoint}"
         if isinstance(exc, TimeoutError):
             call.error += f" ({settings.timeout:g}s)"

@@ -21,7 +21,15 @@ __all__ = ["error_response", "forward"]
 
 
 async def forward(
-    request: Any, route: Route, grant: Grant, upstream: Upstream, *, model: str, settings: GatewaySettings, client: Any
+    request: Any,
+    route: Route,
+    grant: Grant,
+    upstream: Upstream,
+    *,
+    model: str,
+    settings: GatewaySettings,
+    client: Any,
+    secrets: tuple[str, ...] = (),
 ) -> Any:
     """Send ``request`` upstream with the real key and the answer back as it arrives; record the call.
 
@@ -75,7 +83,9 @@ async def forward(
     if asked and asked != model:
         call.extra["requested_model"] = asked
     reader = AnswerReader(protocol)
-    mask = SecretMask((upstream.api_key, *settings.headers.values()))  # an upstream may quote what it was sent
+    mask = SecretMask(
+        (upstream.api_key, *settings.headers.values(), *secrets)
+    )  # an upstream may quote what it was sent
     answer: Any = None
     started = time.perf_counter()
     try:

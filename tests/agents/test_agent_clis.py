@@ -67,14 +67,17 @@ def details(root: Path, agent: str) -> list[dict[str, Any]]:
 
 
 def counted(server: ScriptedServer, model: str) -> dict[str, int]:
-    """What the upstream reported for the calls made for ``model``."""
+    """What the upstream served and reported for the calls made for ``model`` (every call it was
+    sent counts, an error answer's too)."""
     totals = dict.fromkeys(("calls", "prompt_tokens", "completion_tokens", "total_tokens"), 0)
     for call in server.requests:
         body, usage = call["body"], call["usage"]
         named = body.get("model") if isinstance(body, dict) else None
-        if usage is None or model not in (named or call["path"]):
+        if model not in (named or call["path"]):
             continue
         totals["calls"] += 1
+        if usage is None:
+            continue
         for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
             totals[key] += usage[key]
     return totals

@@ -20,8 +20,10 @@ from model_upstream import ScriptedServer, Turn, scripted_server
 aiohttp = pytest.importorskip("aiohttp")
 
 KEY = "sk-upstream-echoed-key-8b3f2a61d0"
-#: Another secret of the run (a config ``${VAR}`` or a header value it masks), not the upstream's key.
+#: Another secret of the run (a runtime secret, such as an upstream header value), not the upstream's key.
 OTHER = "org-secret-7e41c9d2b5a8"
+#: A value of the config's ``${VAR}`` expansions, which the gateway is given.
+CONFIG = "cfg-secret-52d8e0b1f4"
 
 
 @pytest.fixture
@@ -34,7 +36,8 @@ def server() -> Iterator[ScriptedServer]:
 @asynccontextmanager
 async def attempt(server: ScriptedServer) -> AsyncIterator[Grant]:
     options = GatewaySettings(base_url=server.base_url, api_key=KEY)
-    gateway = ModelGateway("m", options, LocalEnvironment(EnvironmentSpec(id="local")), harness="t")
+    provider = LocalEnvironment(EnvironmentSpec(id="local"))
+    gateway = ModelGateway("m", options, provider, harness="t", secrets=(CONFIG,))
     gateway.preflight()
     try:
         async with gateway.open_attempt(None, "task-1", 0) as grant:  # type: ignore[arg-type]
@@ -56,14 +59,13 @@ async def post(grant: Grant, **body: Any) -> tuple[int, dict[str, str], bytes]:
 
 @pytest.mark.asyncio
 async def test_an_upstream_error_that_quotes_the_key_reaches_the_agent_masked(server: ScriptedServer) -> None:
-    echoed = {"x-echo-key": f"key={KEY}", "x-echo-other": OTHER}
-    server.push(Turn(status=401, error=f"invalid x-api-key: {KEY} ({OTHER})", headers=echoed))
+    echoed = {"x-echo-key": f"key={KEY}", "x-echo-other": OTHER, "x-echo-config": CONFIG}
+    server.push(Turn(status=401, error=f"invalid x-api-key: {KEY} ({OTHER}, {CONFIG})", headers=echoed))
     async with attempt(server) as grant:
         status, headers, body = await post(grant)
     assert status == 401
-    assert headers["x-echo-key"] == "key=***" and headers["x-echo-other"] == "***"
-    assert b"invalid x-api-key: *** (***)" in body
-    assert KEY.encode() not in body and OTHER.encode() not in body
+    assert headers["x-echo-key"] == "key=***" and headers["x-echo-other"] == headers["x-echo-config"] == "***"
+    assert b"invalid x-api-key: *** (***, ***)" in body
     (recorded,) = grant.calls
     assert KEY not in (recorded.error or "") and "***" in (recorded.error or "")
 

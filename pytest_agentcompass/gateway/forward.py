@@ -12,8 +12,8 @@ from urllib.parse import urlencode
 
 from ..concurrency.limits import capacity_for
 from ..models.ledger import ModelCall, Protocol
-from ..vocabulary.redact import MIN_SECRET_LENGTH
 from .grant import Grant
+from .masking import SecretMask
 from .protocols import Route, error_body, prepare_body, response_headers, upstream_headers
 from .reading import AnswerReader, SSEParser, error_message
 from .settings import GatewaySettings, Upstream
@@ -22,7 +22,15 @@ __all__ = ["error_response", "forward"]
 
 
 async def forward(
-    request: Any, route: Route, grant: Grant, upstream: Upstream, *, model: str, settings: GatewaySettings, client: Any
+    request: Any,
+    route: Route,
+    grant: Grant,
+    upstream: Upstream,
+    *,
+    model: str,
+    settings: GatewaySettings,
+    client: Any,
+    secrets: tuple[str, ...] = (),
 ) -> Any:
     """Send ``request`` upstream with the real key and the answer back as it arrives; record the call.
 
@@ -54,7 +62,7 @@ async def forward(
         spent = grant.ledger.spent()
         if spent is not None:
             grant.ledger.refused += 1
-            refused = ModelCall(protocol, model, status=403, error=spent, extra={"refused": "token_budget"})
+            refused = ModelCall(protocol, model, status=403, error=spent, sent=False, extra={"refused": "token_budget"})
             grant.record(refused)
             message = f"{spent}; the model gateway refuses further calls"
             refusal = error_response(web, protocol, 403, message, "budget_exceeded")
@@ -70,18 +78,22 @@ async def forward(
     data = raw if sent is body else json.dumps(sent).encode()
     headers = upstream_headers(request.headers, protocol, upstream.api_key or "", settings.headers)
     streamed = route.path_stream or (isinstance(body, dict) and bool(body.get("stream")))
-    call = ModelCall(protocol, model, status=None, stream=streamed, request=_kept(raw, body, settings))
+    # Not sent until the permit is held: an agent may hang up while it waits.
+    call = ModelCall(protocol, model, status=None, stream=streamed, sent=False, request=_kept(raw, body, settings))
     call.extra["path"] = request.path
     if asked and asked != model:
         call.extra["requested_model"] = asked
     reader = AnswerReader(protocol)
+    mask = SecretMask(
+        (upstream.api_key, *settings.headers.values(), *secrets)
+    )  # an upstream may quote what it was sent
     got = _Received()
-    scrub = _scrubber(upstream.api_key)
     answer: Any = None
     started = time.perf_counter()
     try:
         async with capacity_for(f"model:{upstream.endpoint}", settings.max_connections).permit():
             started = time.perf_counter()
+            call.sent = True
             async with client.request(
                 request.method,
                 URL(url, encoded=True),
@@ -91,13 +103,13 @@ async def forward(
             ) as reply:
                 call.status = reply.status
                 got.content = reply.content
-                out = response_headers(reply.headers)
+                out = {name: mask.header(value) for name, value in response_headers(reply.headers).items()}
                 if reply.content_type == "text/event-stream" or (route.path_stream and reply.status < 400):
                     answer = web.StreamResponse(status=reply.status, headers=out)
                     await answer.prepare(request)
-                    await _pipe(reply, answer, reader, scrub, got, sse=reply.content_type == "text/event-stream")
+                    await _pipe(reply, answer, reader, mask, got, sse=reply.content_type == "text/event-stream")
                 else:
-                    payload = scrub(await reply.read())
+                    payload = mask.data(await reply.read())
                     _read_body(reader, payload)
                     if reply.status >= 400:
                         call.error = error_message(payload)
@@ -105,6 +117,8 @@ async def forward(
                     answer = web.Response(body=payload, status=reply.status, headers=out)
         return answer
     except (aiohttp.ClientError, TimeoutError) as exc:
+        if isinstance(exc, aiohttp.ClientConnectorError):  # no connection: the upstream saw nothing
+            call.sent = False
         call.error = _failure(exc, upstream, settings, got if call.status is not None else None)
         if answer is None:  # nothing sent yet: the agent gets the reason
             status = 504 if isinstance(exc, TimeoutError) else 502
@@ -167,20 +181,26 @@ def _failure(exc: BaseException, upstream: Upstream, settings: GatewaySettings, 
     return f"{type(exc).__name__}: {what}{detail}"
 
 
-async def _pipe(reply: Any, answer: Any, reader: AnswerReader, scrub: Any, got: _Received, *, sse: bool) -> None:
-    """Forward a streamed answer chunk by chunk as it arrives, reading a copy."""
+async def _pipe(reply: Any, answer: Any, reader: AnswerReader, mask: SecretMask, got: _Received, *, sse: bool) -> None:
+    """Forward a streamed answer chunk by chunk as it arrives (secrets masked), reading a copy."""
     parser = SSEParser()
     kept = bytearray()
     got.streaming, got.sse = True, sse
-    async for chunk in reply.content.iter_any():
-        chunk = scrub(chunk)
+
+    async def send(chunk: bytes) -> None:
+        if not chunk:
+            return
         await answer.write(chunk)
         if sse:
             for name, data in parser.feed(chunk):
                 got.events += 1
                 reader.event(name, _json(data.encode()) if data != "[DONE]" else data)
         else:  # Gemini without alt=sse: one JSON array, read whole at the end
-            kept += chunk
+            kept.extend(chunk)
+
+    async for chunk in reply.content.iter_any():
+        await send(mask.chunk(chunk))
+    await send(mask.flush())
     if not sse:
         _read_body(reader, bytes(kept))
     await answer.write_eof()
@@ -207,14 +227,6 @@ def _kept(raw: bytes, value: Any, settings: GatewaySettings) -> Any:
     if len(raw) <= limit and value is not None:
         return value
     return {"truncated": len(raw) > limit, "bytes": len(raw), "text": raw[:limit].decode("utf-8", "replace")}
-
-
-def _scrubber(key: str | None) -> Any:
-    """Masks the real key in what goes back to the agent (an upstream error may quote it)."""
-    if not key or len(key) < MIN_SECRET_LENGTH:
-        return lambda data: data
-    needle = key.encode()
-    return lambda data: data.replace(needle, b"***") if needle in data else data
 
 
 def error_response(web: Any, protocol: Protocol, status: int, message: str, kind: str) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..models.ledger import CallLedger, ModelCall, Protocol
 from ..models.trajectory import Trajectory
-from ..models.usage import Usage
+from ..models.usage import Usage, unknown_usage_note
 from ..vocabulary.artifacts import save_artifact
 from ..vocabulary.types import RunResult, RunStatus
 
@@ -101,6 +101,9 @@ class Grant:
         }
         if self.calls:
             metadata["last_turns"] = self.trajectory.tail()
+        unknown = self.usage().calls_without_usage
+        if unknown:  # the totals are a lower bound: say so where they are read
+            metadata["usage_note"] = unknown_usage_note(unknown)
         status, error = result.status, result.error
         if self.stop_reason is not None:
             metadata["stop_reason"] = self.stop_reason

@@ -61,6 +61,8 @@ class ModelGateway:
         sessions to the gateway (:meth:`BaseEnvironment.host_route`).
     :param protocols: The APIs the harness's agent speaks: each needs an
         upstream key at preflight (empty: any one will do).
+    :param secrets: The config's secret values (``${VAR}`` expansions), masked
+        like the keys in every answer forwarded to an agent.
     """
 
     def __init__(
@@ -71,12 +73,14 @@ class ModelGateway:
         *,
         harness: str = "",
         protocols: frozenset[Protocol] = frozenset(),
+        secrets: tuple[str, ...] = (),
     ) -> None:
         self.model = model
         self.settings = settings
         self.provider = provider
         self.harness = harness
         self.protocols = protocols
+        self.secrets = secrets
         self._upstreams: dict[Family, Upstream] | None = None
         self._grants: dict[str, Grant] = {}
         self._listeners: dict[str, int] = {}
@@ -252,7 +256,7 @@ class ModelGateway:
         if not upstream.api_key:
             message = f"the model gateway has no API key for the {upstream.family} API (see model.params)"
             return error_response(web, route.protocol, 401, message, "authentication_error")
-        options = {"model": self.model, "settings": self.settings, "client": self._client}
+        options = {"model": self.model, "settings": self.settings, "client": self._client, "secrets": self.secrets}
         work = asyncio.ensure_future(forward(request, route, grant, upstream, **options))
         grant.in_flight.add(work)
         try:

@@ -29,7 +29,9 @@ class ModelCall:
     ``total_tokens`` as the endpoint reported them (``None`` when it reported
     none), plus ``cached_tokens`` / ``reasoning_tokens`` when it named those.
     ``status`` is the upstream's HTTP status, ``None`` when no answer came
-    (unreachable, cut off). ``message`` is the answer as an assistant message
+    (unreachable, cut off). ``sent`` is False for a call that never reached the
+    upstream (refused by the budget, the upstream unreachable, the agent gone
+    before it was sent): it is not counted in ``usage.calls``. ``message`` is the answer as an assistant message
     in chat-completions form, whatever the protocol, when it could be read.
     """
 
@@ -40,6 +42,7 @@ class ModelCall:
     usage: dict[str, int] | None = None
     error: str | None = None
     stream: bool = False
+    sent: bool = True
     finish_reason: str | None = None
     message: dict[str, Any] | None = None
     #: Bodies as recorded for the trajectory (bounded by whoever recorded them).
@@ -56,8 +59,12 @@ class ModelCall:
 class CallLedger:
     """Every call of one attempt, their usage, and the attempt's token and cost budget.
 
-    ``usage.calls`` counts the calls that were answered; the tokens count
-    whatever a call reported, an answer cut short included.
+    ``usage.calls`` counts every call sent upstream, whatever its end (an
+    error, a cut, an agent that hung up): the upstream served each. The tokens
+    count whatever a call reported, an answer cut short included; a call that
+    should have reported usage and did not (no answer, or a 2xx one without
+    its usage) is counted in ``usage.calls_without_usage`` instead of as zero
+    tokens. An error answer (4xx/5xx) reports none and costs none.
     """
 
     def __init__(
@@ -79,16 +86,21 @@ class CallLedger:
     def record(self, call: ModelCall) -> None:
         self.calls.append(call)
         counts = call.usage
-        if counts is not None:
-            self.usage.add_call(counts["prompt_tokens"], counts["completion_tokens"], counts.get("total_tokens"))
-            if not call.ok:
-                self.usage.calls -= 1  # its tokens count, the call does not
-        elif call.ok:
+        if call.sent:
             self.usage.calls += 1
+            if counts is None and (call.status is None or 200 <= call.status < 300):
+                self.usage.calls_without_usage += 1
+        if counts is not None:
+            self.usage.add_tokens(counts["prompt_tokens"], counts["completion_tokens"], counts.get("total_tokens"))
         self.usage.price(*self.prices)
 
     def spent(self) -> str | None:
-        """Why the budget allows no further call, or ``None`` while it does."""
+        """Why the budget allows no further call, or ``None`` while it does.
+
+        Reported tokens only: a call without usage adds nothing it could be
+        checked against (no estimate would be right for every model); the usage
+        says how many there were (``calls_without_usage``).
+        """
         used = self.usage.total_tokens
         if self.max_total_tokens is not None and used >= self.max_total_tokens:
             return f"the token budget of this attempt is spent ({used} of {self.max_total_tokens} tokens used)"

@@ -84,6 +84,8 @@ class Trajectory:
             # A call through the model gateway (or a failed one): what it was and how it went.
             event.update(protocol=call.protocol, model=call.model, status=call.status, stream=call.stream)
             event.update(call.extra)
+            if not call.sent:
+                event["sent"] = False
             for key in ("error", "request", "response"):
                 if getattr(call, key) is not None:
                     event[key] = getattr(call, key)

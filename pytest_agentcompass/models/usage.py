@@ -6,23 +6,34 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Usage", "format_usage", "sum_usage"]
+__all__ = ["Usage", "format_usage", "sum_usage", "unknown_usage_note"]
 
 _COUNTS = ("calls", "prompt_tokens", "completion_tokens", "total_tokens")
+#: Counted like :data:`_COUNTS` but written only when not zero (most runs have none).
+_UNKNOWN = "calls_without_usage"
 
 
 @dataclass(slots=True)
 class Usage:
-    """Token counts as the endpoint reported them; ``cost`` only when prices are configured."""
+    """Token counts as the endpoint reported them; ``cost`` only when prices are configured.
+
+    ``calls_without_usage``: calls among ``calls`` whose usage never arrived (an answer cut
+    off, an agent that hung up first, an endpoint that reports none); their tokens are in
+    none of the totals, which are then a lower bound.
+    """
 
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
     cost: float | None = None
+    calls_without_usage: int = 0
 
     def add_call(self, prompt: int, completion: int, total: int | None = None) -> None:
         self.calls += 1
+        self.add_tokens(prompt, completion, total)
+
+    def add_tokens(self, prompt: int, completion: int, total: int | None = None) -> None:
         self.prompt_tokens += prompt
         self.completion_tokens += completion
         self.total_tokens += total if total is not None else prompt + completion
@@ -37,6 +48,8 @@ class Usage:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: getattr(self, name) for name in _COUNTS}
+        if self.calls_without_usage:
+            out[_UNKNOWN] = self.calls_without_usage
         if self.cost is not None:
             out["cost"] = self.cost
         return out
@@ -45,16 +58,17 @@ class Usage:
 def sum_usage(records: Iterable[Mapping[str, Any] | None]) -> dict[str, Any] | None:
     """The totals of several ``usage`` dicts (``None`` when none carried usage).
 
-    ``cost`` is summed over the records that have one; ``tasks`` counts the records.
+    ``cost`` is summed over the records that have one; ``tasks`` counts the records;
+    ``calls_without_usage`` is there when some call had none.
     """
-    totals: dict[str, Any] = dict.fromkeys(_COUNTS, 0)
+    totals: dict[str, Any] = dict.fromkeys((*_COUNTS, _UNKNOWN), 0)
     tasks = 0
     cost: float | None = None
     for record in records:
         if not isinstance(record, Mapping):
             continue
         tasks += 1
-        for name in _COUNTS:
+        for name in (*_COUNTS, _UNKNOWN):
             value = record.get(name)
             if isinstance(value, int | float):
                 totals[name] += int(value)
@@ -62,6 +76,8 @@ def sum_usage(records: Iterable[Mapping[str, Any] | None]) -> dict[str, Any] | N
             cost = (cost or 0.0) + float(record["cost"])
     if not tasks:
         return None
+    if not totals[_UNKNOWN]:
+        del totals[_UNKNOWN]
     totals["tasks"] = tasks
     if cost is not None:
         totals["cost"] = round(cost, 6)
@@ -76,4 +92,14 @@ def format_usage(totals: Mapping[str, Any]) -> str:
     )
     if "cost" in totals:
         line += f", estimated cost {totals['cost']:.4f}"
+    if totals.get(_UNKNOWN):
+        line += f" ({unknown_usage_note(int(totals[_UNKNOWN]))})"
     return line
+
+
+def unknown_usage_note(calls: int) -> str:
+    """What the totals do not hold when ``calls`` calls reported no usage."""
+    return (
+        f"{calls} call(s) with unknown usage (cut off, hung up on, or none reported): "
+        "their tokens are in neither these totals nor the token budget"
+    )

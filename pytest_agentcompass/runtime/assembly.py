@@ -256,7 +256,8 @@ def _gateway(
 
     settings = _checked(GatewaySettings, req, loaded, loc)
     protocols = frozenset(harness.gateway_protocols)
-    return ModelGateway(req.model.id, settings, provider, harness=req.harness.id, protocols=protocols)
+    secrets = tuple(loaded.secrets) if loaded is not None else ()  # masked in what the agent is sent back
+    return ModelGateway(req.model.id, settings, provider, harness=req.harness.id, protocols=protocols, secrets=secrets)
 
 
 def _checked(schema: Any, req: RunRequest, loaded: LoadedConfig | None, loc: tuple[Any, ...]) -> Any:

@@ -79,6 +79,10 @@ class Redactor:
     def __bool__(self) -> bool:
         return bool(self._whole or _runtime)
 
+    def forms(self) -> list[str]:
+        """Every secret masked inside text now (its own and the runtime ones), JSON-escaped forms too."""
+        return list(self._secrets)
+
     def may_occur_in(self, value: Any) -> bool:
         """Whether a secret may occur anywhere in ``value`` (a cheap test before a deep :meth:`apply`).
 

@@ -67,14 +67,17 @@ def details(root: Path, agent: str) -> list[dict[str, Any]]:
 
 
 def counted(server: ScriptedServer, model: str) -> dict[str, int]:
-    """What the upstream reported for the calls made for ``model``."""
+    """What the upstream served and reported for the calls made for ``model`` (every call it was
+    sent counts, an error answer's too)."""
     totals = dict.fromkeys(("calls", "prompt_tokens", "completion_tokens", "total_tokens"), 0)
     for call in server.requests:
         body, usage = call["body"], call["usage"]
         named = body.get("model") if isinstance(body, dict) else None
-        if usage is None or model not in (named or call["path"]):
+        if model not in (named or call["path"]):
             continue
         totals["calls"] += 1
+        if usage is None:
+            continue
         for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
             totals[key] += usage[key]
     return totals
@@ -174,3 +177,22 @@ def test_ten_tasks_on_two_workers_install_the_agent_once_and_the_next_run_instal
 
     pytester.runpytest(*RUN, "--agentcompass-new-run", "-k", "hello-0 or hello-1").assert_outcomes(passed=2)
     assert not [d for d in details(pytester.path, "claude-code") if d["metadata"]["agent_install"]["installed"]]
+
+
+def test_codex_leaves_nothing_running_for_a_shared_verifier(
+    pytester: pytest.Pytester,
+    agent_packages: Path,
+    server: ScriptedServer,
+    monkeypatch: pytest.MonkeyPatch,
+    fresh_image: str,
+) -> None:
+    """codex 0.171 syncs its curated plugins with ``git ls-remote`` in the background unless the
+    harness's config.toml turns plugins off. The task's git never answers (as one reaching for
+    github.com through a network that drops it), so a sync would still run when the verifier starts."""
+    stuck_git = "RUN printf '#!/bin/sh\\nsleep 600\\n' > /usr/bin/git && chmod +x /usr/bin/git\n"
+    agent_task(pytester.path / "tasks", dockerfile_extra=fresh_image + stuck_git)
+    write_config(pytester, [request("codex", server, agent_packages, integrity="strict")])
+    offline(monkeypatch)
+    pytester.runpytest(*RUN).assert_outcomes(passed=1)
+    (record,) = details(pytester.path, "codex")
+    assert record["score"] == 1.0 and not record["metadata"].get("integrity"), record

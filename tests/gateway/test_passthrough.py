@@ -189,7 +189,8 @@ async def test_upstream_errors_reach_the_agent_as_sent_and_are_recorded(server: 
         (429, "Rate limit reached, slow down"),
         (502, "<html>502 Bad Gateway</html>"),
     ]
-    assert grant.usage().calls == 0
+    # Both reached the upstream, so both count; an error answer reports no usage and is due none.
+    assert grant.usage().calls == 2 and grant.usage().calls_without_usage == 0
 
 
 @pytest.mark.asyncio

@@ -43,6 +43,9 @@ class CodexHarness(AgentHarness):
         return {"CODEX_HOME": run.home, "AGENTCOMPASS_MODEL_KEY": run.endpoint.api_key}
 
     def files(self, run: AgentRun) -> dict[str, str]:
+        # ``features.plugins = false``: else codex 0.171 syncs its curated plugins in the background
+        # (``git ls-remote https://github.com/openai/plugins.git``), a child that outlives ``codex
+        # exec`` (flagged by the agent-processes integrity check) and reaches past the gateway.
         config = f"""model = {_toml(run.model)}
 model_provider = "agentcompass"
 approval_policy = "never"
@@ -57,6 +60,9 @@ wire_api = "responses"
 
 [analytics]
 enabled = false
+
+[features]
+plugins = false
 """
         return {f"{run.home}/config.toml": config}
 

@@ -71,11 +71,11 @@ class RunHandle(Protocol):
     def own_runtime(
         self, setup: RequestSetup, wanted: set[str], *, resume: bool = True, order: dict[str, int] | None = None
     ) -> RequestRuntime:
-        """The runtime of a request whose run directory this process owns (``runtime.assembly.own_runtime``)."""
+        """The runtime of a request whose run directory this process owns (``runtime.runtimes.own_runtime``)."""
         ...
 
     def shared_runtime(self, setup: RequestSetup, run_dir: Path | None) -> RequestRuntime:
-        """The runtime of a request whose run another process owns (``runtime.assembly.shared_runtime``)."""
+        """The runtime of a request whose run another process owns (``runtime.runtimes.shared_runtime``)."""
         ...
 
     def orchestrator(self, states: Sequence[RequestRuntime], *, fed: bool = False, **observers: Any) -> Orchestrator:

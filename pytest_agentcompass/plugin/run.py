@@ -16,28 +16,28 @@ import contextlib
 import functools
 import logging
 import os
+import sys
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..concurrency.limits import task_slots
 from ..config import SAFE_NAME, LoadedConfig, RunRequest
-from ..reports.terminal import write_terminal_summary
-from ..runtime.assembly import RequestSetup, RunOptions, build_request, own_runtime, shared_runtime
-from ..runtime.driver import Terminated
-from ..runtime.logs import capture_task_output
-from ..runtime.orchestrator import OrchestrationResult, Orchestrator
+from ..runtime.assembly import RequestSetup, RunOptions, build_request
 from ..runtime.registry import Registry
-from ..runtime.request import RequestRuntime
 from .nodes import ConfigFile, TaskItem
 from .outcomes import redact_longrepr, redact_report
 from .progress import say_line
 
+# What runs the tasks (the Orchestrator, the request runtimes and the run store beneath them, the
+# terminal summary) is imported where it is first used: configuration and collection need none of
+# it, so ``--collect-only`` and a config that fails to load do not pay for it.
 if TYPE_CHECKING:
     from _pytest.reports import TestReport
 
+    from ..runtime.orchestrator import OrchestrationResult, Orchestrator
+    from ..runtime.request import RequestRuntime
     from ..runtime.summary import RequestSummary
     from ..vocabulary.outcome import TaskOutcome
     from .verdicts import Verdicts
@@ -188,13 +188,20 @@ class AgentCompassRun:
     def own_runtime(
         self, setup: RequestSetup, wanted: set[str], *, resume: bool = True, order: dict[str, int] | None = None
     ) -> RequestRuntime:
+        from ..runtime.runtimes import own_runtime
+
         return own_runtime(setup, self.loaded.output_root, self.options(), wanted, resume=resume, order=order)
 
     def shared_runtime(self, setup: RequestSetup, run_dir: Path | None) -> RequestRuntime:
+        from ..runtime.runtimes import shared_runtime
+
         return shared_runtime(setup, self.loaded.output_root, self.options(), run_dir)
 
     # -- what in-process and xdist workers run tasks with ------------------------------
     def orchestrator(self, states: Sequence[RequestRuntime], *, fed: bool = False, **observers: Any) -> Orchestrator:
+        from ..concurrency.limits import task_slots
+        from ..runtime.orchestrator import Orchestrator
+
         concurrency = self.task_concurrency
         return Orchestrator(
             states,
@@ -209,6 +216,8 @@ class AgentCompassRun:
 
     @contextlib.contextmanager
     def task_output(self) -> Iterator[None]:
+        from ..runtime.logs import capture_task_output
+
         level = self.config.getoption("log_level", None) or self.config.getini("log_level")
         with capture_task_output(level or None):
             yield
@@ -296,7 +305,8 @@ class AgentCompassRun:
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         """pytest's banner names the exception's class; a SIGTERM is said in words (after the
         terminal reporter kept its text, which is what it prints at the end)."""
-        if not isinstance(excinfo.value, Terminated):
+        driver = sys.modules.get("pytest_agentcompass.runtime.driver")  # not loaded: no SIGTERM of ours
+        if driver is None or not isinstance(excinfo.value, driver.Terminated):
             return
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         memo = getattr(reporter, "_keyboardinterrupt_memo", None)
@@ -322,6 +332,8 @@ class AgentCompassRun:
 
     # -- summary -------------------------------------------------------------------------
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from ..reports.terminal import write_terminal_summary
+
         by_name = {state.name: state for state in self.runtimes}
         verdicts = self.verdicts
 

@@ -61,6 +61,7 @@ class AgentCompassRun:
         self.run_id = self._make_run_id()
         self.verdicts: Verdicts | None = None
         self._registered = False
+        self._classnames: dict[str, str] = {}
         from ..vocabulary.redact import Redactor
 
         self.redactor = Redactor(loaded.secrets)
@@ -236,6 +237,7 @@ class AgentCompassRun:
             write_run_report(state.store, self.verdicts.baseline if self.verdicts else None, details)
         except Exception as exc:  # the report is a view: never worth a result
             state.note(f"report.html was not written: {type(exc).__name__}: {exc}")
+        state.store.forget_page_records()  # the page is written: what it showed need not stay in memory
         self.config.hook.pytest_agentcompass_request_finalized(request=state.name, summary=state.summary or {})
 
     def run_single(self, item: TaskItem) -> TaskOutcome:
@@ -290,16 +292,25 @@ class AgentCompassRun:
         absolute (``.home.me.suite.agentcompass.yaml.r``, a leading dot).
         Set before junit records the report, it is kept as a user attribute.
         """
-        parts = report.nodeid.split("::")
-        if len(parts) != 3 or Path(parts[0]).name != self.loaded.path.name:
-            return
-        from _pytest.junitxml import xml_key
-
-        xml = self.config.stash.get(xml_key, None)
+        xml = self._junit
         if xml is None:
             return
-        classname = f"{self.loaded.path.name}.{parts[1]}"
-        xml.node_reporter(report).attrs["classname"] = f"{xml.prefix}.{classname}" if xml.prefix else classname
+        parts = report.nodeid.split("::")
+        if len(parts) != 3 or os.path.basename(parts[0]) != self.loaded.path.name:
+            return
+        # One string per request, not one per report: junit keeps every testcase's attributes to the end.
+        classname = self._classnames.get(parts[1])
+        if classname is None:
+            classname = f"{self.loaded.path.name}.{parts[1]}"
+            classname = self._classnames[parts[1]] = f"{xml.prefix}.{classname}" if xml.prefix else classname
+        xml.node_reporter(report).attrs["classname"] = classname
+
+    @functools.cached_property
+    def _junit(self) -> Any:
+        """pytest's junit writer of this session (``--junitxml``), or None."""
+        from _pytest.junitxml import xml_key
+
+        return self.config.stash.get(xml_key, None)
 
     @pytest.hookimpl(trylast=True)
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:

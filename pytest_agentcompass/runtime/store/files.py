@@ -38,7 +38,7 @@ from ...vocabulary.redact import Redactor
 from ...vocabulary.types import ExecutionPlan, RunResult, to_jsonable
 from .bounds import DEFAULT_FIELD_LIMIT, TRUNCATED_KEY, bound_fields, cut_note, fitted_limit, same_as_task
 from .component_files import ComponentFiles
-from .page_records import page_record
+from .page_records import PageRecords, packed, page_record
 from .run_info import PLANS_KEY, RUN_INFO, fold_plans, read_run_info_head
 
 __all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "read_json", "read_run_info_head"]
@@ -153,8 +153,8 @@ class RunStore:
         self._checkpoints_seen = self.checkpoint_dir.is_dir()
         #: What components write: each attempt's artifacts, and the request's files (its ``RunFiles``).
         self.component_files = ComponentFiles(self, OWN_NAMES)
-        #: What the run's page shows of each detail, by task (``page_records``): kept, not read back.
-        self._page: dict[str, dict[str, Any]] = {}
+        #: What the run's page shows of each detail, by task, packed (``page_records``): kept, not read back.
+        self._page: dict[str, bytes] = {}
         #: Whether every detail in ``details/`` went through this store (written, or read by ``iter_details``).
         self._page_complete = False
         #: The value :meth:`_encode` encoded last (redacted): a detail's, for its page record.
@@ -350,7 +350,7 @@ class RunStore:
         if cuts and notes is not None:
             notes.append(self.last_cut_note)
         self._write_in_place(path, text)
-        self._page[task_id] = page_record(written)
+        self._page[task_id] = packed(page_record(written))
         if self._checkpoints_seen:
             self.remove_checkpoints(task_id)
         return path
@@ -399,17 +399,23 @@ class RunStore:
             except (OSError, ValueError):
                 continue
             if isinstance(detail, dict):
-                self._page[name[:-5]] = page_record(detail)
+                self._page[name[:-5]] = packed(page_record(detail))
             yield detail
         self._page_complete = True
 
-    def page_records(self) -> list[dict[str, Any]] | None:
+    def page_records(self) -> PageRecords | None:
         """What the run's page shows of every detail in ``details/``, from memory (``page_records``).
 
         ``None`` when some detail there never went through this store (its
-        directory was not scanned by :meth:`iter_details` first): the page then reads them.
+        directory was not scanned by :meth:`iter_details` first), or once
+        :meth:`forget_page_records` ran: the page then reads the files.
         """
-        return list(self._page.values()) if self._page_complete else None
+        return PageRecords(self._page) if self._page_complete else None
+
+    def forget_page_records(self) -> None:
+        """Release the page records once the run's page is written (a page written later reads the files)."""
+        self._page = {}
+        self._page_complete = False
 
     def save_retry_detail(self, task_id: str, attempt_index: int, retry_number: int, payload: Any) -> Path:
         path = self.retry_dir / task_id / f"attempt-{attempt_index}-retry-{retry_number}.json"
@@ -466,8 +472,15 @@ class RunStore:
     def write_summary(self, summary: Mapping[str, Any]) -> Path:
         return self.write_json(self.run_dir / "summary.json", summary, pretty=True)
 
-    def write_page(self, name: str, text: str) -> Path:
-        """Write a page of the run (``report.html``) at its top level, redacted like every file."""
+    def write_page(self, name: str, text: str | Iterable[str]) -> Path:
+        """Write a page of the run (``report.html``) at its top level, redacted like every file.
+
+        ``text`` may come in pieces, written as they come; with secrets to mask they are
+        joined first (a secret may straddle two pieces).
+        """
         path = self.run_dir / name
-        self._write_text(path, self.redactor.text(text) if self.redactor else text)
+        if self.redactor:
+            self._write_text(path, self.redactor.text(text if isinstance(text, str) else "".join(text)))
+        else:
+            self._write_chunks(path, [text] if isinstance(text, str) else text)
         return path

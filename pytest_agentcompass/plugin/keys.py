@@ -93,6 +93,10 @@ class RunHandle(Protocol):
         """Run one task item in this process (pytest's standard protocol)."""
         ...
 
+    def release_outcomes(self) -> None:
+        """Every item has run: keep what the terminal summary prints, release the outcomes."""
+        ...
+
     def unregister(self) -> None:
         """Release the run's state and unregister its plugins (``pytest_unconfigure``)."""
         ...

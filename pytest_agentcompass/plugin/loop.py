@@ -67,6 +67,7 @@ class InProcessLoop:
         _run_items(session, after, None)
         if not after:
             session._setupstate.teardown_exact(None)
+        self.run.release_outcomes()
         return True
 
     def _run_tasks(self, session: pytest.Session, items: list[TaskItem]) -> None:

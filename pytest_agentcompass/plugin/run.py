@@ -62,6 +62,8 @@ class AgentCompassRun:
         self.verdicts: Verdicts | None = None
         self._registered = False
         self._classnames: dict[str, str] = {}
+        #: What the terminal summary prints of each request, once the outcomes are released.
+        self._printed: list[tuple[RequestSummary, list[str]]] | None = None
         from ..vocabulary.redact import Redactor
 
         self.redactor = Redactor(loaded.secrets)
@@ -101,6 +103,22 @@ class AgentCompassRun:
             from .xdist import register_side
 
             register_side(self)
+
+    def release_outcomes(self) -> None:
+        """Every item has run: compute what the terminal summary prints, then release the outcomes.
+
+        Before junit builds its whole file in memory at session finish: the memory of 10,000
+        outcomes is then there to reuse, not added to the run's peak (issue 27).
+        """
+        verdicts = self.verdicts
+        self._printed = [
+            (state.final_summary(), verdicts.summary_lines(state) if verdicts is not None else [])
+            for state in self.runtimes
+        ]
+        for state in self.runtimes:
+            state.forget_outcomes()
+        for item in self.items:
+            item.outcome = None
 
     def unregister(self) -> None:
         from ..concurrency.limits import reset_limits
@@ -347,13 +365,20 @@ class AgentCompassRun:
 
         by_name = {state.name: state for state in self.runtimes}
         verdicts = self.verdicts
+        printed = self._printed
+        if printed is None:  # the outcomes are still here (xdist, an interrupted loop)
+            printed = [
+                (state.final_summary(), verdicts.summary_lines(state) if verdicts is not None else [])
+                for state in by_name.values()
+            ]
+        lines = {summary.name: extra for summary, extra in printed}
 
         def extra(summary: RequestSummary) -> list[str]:
-            return verdicts.summary_lines(by_name[summary.name]) if verdicts is not None else []
+            return lines[summary.name]
 
         write_terminal_summary(
             terminalreporter,
-            [state.final_summary() for state in self.runtimes],
+            [summary for summary, _ in printed],
             self.result,
             extra,
             mask=self.redactor.text,

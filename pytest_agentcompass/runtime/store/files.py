@@ -433,10 +433,12 @@ class RunStore:
 
     def load_checkpoints(self, task_id: str, fingerprint: str) -> tuple[dict[int, RunResult], int]:
         """Compatible checkpoints of ``task_id`` and the number of incompatible ones ignored."""
-        folder = self.checkpoint_dir / task_id
         restored: dict[int, RunResult] = {}
         ignored = 0
-        if not self._checkpoints_seen or not folder.is_dir():
+        if not self._checkpoints_seen:  # asked once per task: no path built for nothing
+            return restored, ignored
+        folder = self.checkpoint_dir / task_id
+        if not folder.is_dir():
             return restored, ignored
         for path in folder.glob("attempt-*.json"):
             try:

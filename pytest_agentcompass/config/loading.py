@@ -17,7 +17,6 @@ import yaml
 from pydantic import ValidationError
 
 from ..vocabulary.errors import ConfigError
-from .model_params import GatewaySettings, ModelSettings
 from .schema import Orchestration
 
 __all__ = ["RENAMED_REQUEST_KEYS", "VARIABLE", "LoadedConfig", "expand_variables", "format_loc", "load_config"]
@@ -267,6 +266,9 @@ def _check_model_params(file: Path, orchestration: Orchestration, lines: Mapping
     for index, request in enumerate(orchestration.requests):
         if request.model is None:
             continue
+        # Imported on first use: two more pydantic models (a few ms) that a run without a model never needs.
+        from .model_params import GatewaySettings, ModelSettings
+
         failures: list[ValidationError] = []
         for schema in (ModelSettings, GatewaySettings):
             try:

@@ -189,7 +189,7 @@ def pytest_agentcompass_make_run_id(config: pytest.Config) -> str | None:
     workerinput = getattr(config, "workerinput", None)
     if workerinput and RUN_ID in workerinput:
         return str(workerinput[RUN_ID])
-    from ..runtime.store import new_run_id
+    from ..runtime.store.run_ids import new_run_id
 
     return new_run_id()
 

@@ -20,14 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..reports.gate_basis import GateVerdict, judge_request
-from ..runtime.context import request_fingerprint, task_fingerprint
 from .keys import RunHandle, run_key
 
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
 
     from ..config import RunRequest
+    from ..reports.gate_basis import GateVerdict
     from ..runtime.request import RequestRuntime
 
 __all__ = ["GATE_NAME", "GateFailed", "GateItem", "GateJudge", "gate_verdict", "report_gate"]
@@ -60,6 +59,10 @@ class GateJudge:
         """The verdict of ``req``'s gates; ``state``: its finalized runtime, if this session ran it."""
         if req.name in self.verdicts:
             return self.verdicts[req.name]
+        # Judging reads stored results (the summary, the store): loaded when a gate is judged, not at configuration.
+        from ..reports.gate_basis import judge_request
+        from ..runtime.context import request_fingerprint, task_fingerprint
+
         if state is None:
             state = next((s for s in self.run.runtimes if s.name == req.name and s.finalized), None)
         run = self.run

@@ -71,11 +71,11 @@ class RunHandle(Protocol):
     def own_runtime(
         self, setup: RequestSetup, wanted: set[str], *, resume: bool = True, order: dict[str, int] | None = None
     ) -> RequestRuntime:
-        """The runtime of a request whose run directory this process owns (``runtime.assembly.own_runtime``)."""
+        """The runtime of a request whose run directory this process owns (``runtime.runtimes.own_runtime``)."""
         ...
 
     def shared_runtime(self, setup: RequestSetup, run_dir: Path | None) -> RequestRuntime:
-        """The runtime of a request whose run another process owns (``runtime.assembly.shared_runtime``)."""
+        """The runtime of a request whose run another process owns (``runtime.runtimes.shared_runtime``)."""
         ...
 
     def orchestrator(self, states: Sequence[RequestRuntime], *, fed: bool = False, **observers: Any) -> Orchestrator:
@@ -91,6 +91,10 @@ class RunHandle(Protocol):
 
     def run_single(self, item: Any) -> TaskOutcome:
         """Run one task item in this process (pytest's standard protocol)."""
+        ...
+
+    def release_outcomes(self) -> None:
+        """Every item has run: keep what the terminal summary prints, release the outcomes."""
         ...
 
     def unregister(self) -> None:

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..runtime.driver import TERMINATED_REASON, Terminated, drive
 from ..runtime.gc_tuning import fewer_collections
 from ..vocabulary.errors import AgentCompassError
 from ..vocabulary.types import OrchestrationEvent, OrchestrationStatus
@@ -68,10 +67,13 @@ class InProcessLoop:
         _run_items(session, after, None)
         if not after:
             session._setupstate.teardown_exact(None)
+        self.run.release_outcomes()
         return True
 
     def _run_tasks(self, session: pytest.Session, items: list[TaskItem]) -> None:
         """Every task item on one Orchestrator; each reported through the standard hooks as it ends."""
+        from ..runtime.driver import TERMINATED_REASON, Terminated, drive  # the run's machinery: only now
+
         run = self.run
         by_key = {(i.request_name, i.task.task_id): i for i in items}
         run.items = items

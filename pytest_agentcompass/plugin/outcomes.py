@@ -158,19 +158,38 @@ def _footer(outcome: TaskOutcome) -> list[str]:
     return lines
 
 
+#: Property pairs many tasks share (``("agentcompass.status", "scored")``), one tuple each: every
+#: item keeps its properties to the end of the session (issue 27: memory per task).
+_SHARED_PAIRS: dict[tuple[str, type, Any], tuple[str, Any]] = {}
+_MAX_SHARED_PAIRS = 4096
+
+
+def _pair(name: str, value: Any) -> tuple[str, Any]:
+    key = (name, type(value), value)  # the type too: 1, 1.0 and True are equal keys
+    try:
+        pair = _SHARED_PAIRS.get(key)
+    except TypeError:  # an unhashable score a benchmark set: its own pair
+        return name, value
+    if pair is None:
+        pair = (name, value)
+        if len(_SHARED_PAIRS) < _MAX_SHARED_PAIRS:
+            _SHARED_PAIRS[key] = pair
+    return pair
+
+
 def set_properties(item: pytest.Item, outcome: TaskOutcome) -> None:
     """Attach the outcome to ``item.user_properties`` (junit reads them from teardown)."""
     result = outcome.result
     item.user_properties[:] = [(k, v) for k, v in item.user_properties if not str(k).startswith("agentcompass.")] + [
-        ("agentcompass.status", result.status.value),
-        ("agentcompass.score", "" if result.score is None else result.score),
-        ("agentcompass.attempts", outcome.attempts),
-        ("agentcompass.retries", outcome.retries),
-        ("agentcompass.evaluation_environment_mode", outcome.evaluation_environment_mode),
-        ("agentcompass.carried_over", outcome.carried_over),
+        _pair("agentcompass.status", result.status.value),
+        _pair("agentcompass.score", "" if result.score is None else result.score),
+        _pair("agentcompass.attempts", outcome.attempts),
+        _pair("agentcompass.retries", outcome.retries),
+        _pair("agentcompass.evaluation_environment_mode", outcome.evaluation_environment_mode),
+        _pair("agentcompass.carried_over", outcome.carried_over),
         ("agentcompass.detail", str(outcome.detail_path or "")),
         # Empty when nothing was found: what a benchmark saw the agent tamper with otherwise.
-        ("agentcompass.integrity", _integrity(outcome)),
+        _pair("agentcompass.integrity", _integrity(outcome)),
     ]
 
 

@@ -16,28 +16,28 @@ import contextlib
 import functools
 import logging
 import os
+import sys
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..concurrency.limits import task_slots
 from ..config import SAFE_NAME, LoadedConfig, RunRequest
-from ..reports.terminal import write_terminal_summary
-from ..runtime.assembly import RequestSetup, RunOptions, build_request, own_runtime, shared_runtime
-from ..runtime.driver import Terminated
-from ..runtime.logs import capture_task_output
-from ..runtime.orchestrator import OrchestrationResult, Orchestrator
+from ..runtime.assembly import RequestSetup, RunOptions, build_request
 from ..runtime.registry import Registry
-from ..runtime.request import RequestRuntime
 from .nodes import ConfigFile, TaskItem
 from .outcomes import redact_longrepr, redact_report
 from .progress import say_line
 
+# What runs the tasks (the Orchestrator, the request runtimes and the run store beneath them, the
+# terminal summary) is imported where it is first used: configuration and collection need none of
+# it, so ``--collect-only`` and a config that fails to load do not pay for it.
 if TYPE_CHECKING:
     from _pytest.reports import TestReport
 
+    from ..runtime.orchestrator import OrchestrationResult, Orchestrator
+    from ..runtime.request import RequestRuntime
     from ..runtime.summary import RequestSummary
     from ..vocabulary.outcome import TaskOutcome
     from .verdicts import Verdicts
@@ -61,6 +61,9 @@ class AgentCompassRun:
         self.run_id = self._make_run_id()
         self.verdicts: Verdicts | None = None
         self._registered = False
+        self._classnames: dict[str, str] = {}
+        #: What the terminal summary prints of each request, once the outcomes are released.
+        self._printed: list[tuple[RequestSummary, list[str]]] | None = None
         from ..vocabulary.redact import Redactor
 
         self.redactor = Redactor(loaded.secrets)
@@ -100,6 +103,22 @@ class AgentCompassRun:
             from .xdist import register_side
 
             register_side(self)
+
+    def release_outcomes(self) -> None:
+        """Every item has run: compute what the terminal summary prints, then release the outcomes.
+
+        Before junit builds its whole file in memory at session finish: the memory of 10,000
+        outcomes is then there to reuse, not added to the run's peak (issue 27).
+        """
+        verdicts = self.verdicts
+        self._printed = [
+            (state.final_summary(), verdicts.summary_lines(state) if verdicts is not None else [])
+            for state in self.runtimes
+        ]
+        for state in self.runtimes:
+            state.forget_outcomes()
+        for item in self.items:
+            item.outcome = None
 
     def unregister(self) -> None:
         from ..concurrency.limits import reset_limits
@@ -188,13 +207,20 @@ class AgentCompassRun:
     def own_runtime(
         self, setup: RequestSetup, wanted: set[str], *, resume: bool = True, order: dict[str, int] | None = None
     ) -> RequestRuntime:
+        from ..runtime.runtimes import own_runtime
+
         return own_runtime(setup, self.loaded.output_root, self.options(), wanted, resume=resume, order=order)
 
     def shared_runtime(self, setup: RequestSetup, run_dir: Path | None) -> RequestRuntime:
+        from ..runtime.runtimes import shared_runtime
+
         return shared_runtime(setup, self.loaded.output_root, self.options(), run_dir)
 
     # -- what in-process and xdist workers run tasks with ------------------------------
     def orchestrator(self, states: Sequence[RequestRuntime], *, fed: bool = False, **observers: Any) -> Orchestrator:
+        from ..concurrency.limits import task_slots
+        from ..runtime.orchestrator import Orchestrator
+
         concurrency = self.task_concurrency
         return Orchestrator(
             states,
@@ -209,6 +235,8 @@ class AgentCompassRun:
 
     @contextlib.contextmanager
     def task_output(self) -> Iterator[None]:
+        from ..runtime.logs import capture_task_output
+
         level = self.config.getoption("log_level", None) or self.config.getini("log_level")
         with capture_task_output(level or None):
             yield
@@ -227,6 +255,7 @@ class AgentCompassRun:
             write_run_report(state.store, self.verdicts.baseline if self.verdicts else None, details)
         except Exception as exc:  # the report is a view: never worth a result
             state.note(f"report.html was not written: {type(exc).__name__}: {exc}")
+        state.store.forget_page_records()  # the page is written: what it showed need not stay in memory
         self.config.hook.pytest_agentcompass_request_finalized(request=state.name, summary=state.summary or {})
 
     def run_single(self, item: TaskItem) -> TaskOutcome:
@@ -281,22 +310,32 @@ class AgentCompassRun:
         absolute (``.home.me.suite.agentcompass.yaml.r``, a leading dot).
         Set before junit records the report, it is kept as a user attribute.
         """
-        parts = report.nodeid.split("::")
-        if len(parts) != 3 or Path(parts[0]).name != self.loaded.path.name:
-            return
-        from _pytest.junitxml import xml_key
-
-        xml = self.config.stash.get(xml_key, None)
+        xml = self._junit
         if xml is None:
             return
-        classname = f"{self.loaded.path.name}.{parts[1]}"
-        xml.node_reporter(report).attrs["classname"] = f"{xml.prefix}.{classname}" if xml.prefix else classname
+        parts = report.nodeid.split("::")
+        if len(parts) != 3 or os.path.basename(parts[0]) != self.loaded.path.name:
+            return
+        # One string per request, not one per report: junit keeps every testcase's attributes to the end.
+        classname = self._classnames.get(parts[1])
+        if classname is None:
+            classname = f"{self.loaded.path.name}.{parts[1]}"
+            classname = self._classnames[parts[1]] = f"{xml.prefix}.{classname}" if xml.prefix else classname
+        xml.node_reporter(report).attrs["classname"] = classname
+
+    @functools.cached_property
+    def _junit(self) -> Any:
+        """pytest's junit writer of this session (``--junitxml``), or None."""
+        from _pytest.junitxml import xml_key
+
+        return self.config.stash.get(xml_key, None)
 
     @pytest.hookimpl(trylast=True)
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         """pytest's banner names the exception's class; a SIGTERM is said in words (after the
         terminal reporter kept its text, which is what it prints at the end)."""
-        if not isinstance(excinfo.value, Terminated):
+        driver = sys.modules.get("pytest_agentcompass.runtime.driver")  # not loaded: no SIGTERM of ours
+        if driver is None or not isinstance(excinfo.value, driver.Terminated):
             return
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         memo = getattr(reporter, "_keyboardinterrupt_memo", None)
@@ -322,15 +361,24 @@ class AgentCompassRun:
 
     # -- summary -------------------------------------------------------------------------
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from ..reports.terminal import write_terminal_summary
+
         by_name = {state.name: state for state in self.runtimes}
         verdicts = self.verdicts
+        printed = self._printed
+        if printed is None:  # the outcomes are still here (xdist, an interrupted loop)
+            printed = [
+                (state.final_summary(), verdicts.summary_lines(state) if verdicts is not None else [])
+                for state in by_name.values()
+            ]
+        lines = {summary.name: extra for summary, extra in printed}
 
         def extra(summary: RequestSummary) -> list[str]:
-            return verdicts.summary_lines(by_name[summary.name]) if verdicts is not None else []
+            return lines[summary.name]
 
         write_terminal_summary(
             terminalreporter,
-            [state.final_summary() for state in self.runtimes],
+            [summary for summary, _ in printed],
             self.result,
             extra,
             mask=self.redactor.text,

@@ -17,13 +17,13 @@ import contextlib
 import datetime as _dt
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ..runtime.store.files import read_run_info_head
-from ..runtime.store.page_records import Cut
+from ..runtime.store.page_records import Cut, PageRecords
 from .baseline import Baseline, compare, read_run_tasks, state_of
 from .html_blocks import clip as _clip
 from .html_blocks import esc, findings_of, request_block
@@ -51,8 +51,10 @@ def write_run_report(
         details = store.page_records()
     known = {run_dir: details} if details is not None else None
     title = f"{run_dir.parent.name} / {run_dir.name}"
-    page = render_page([run_dir], baseline, link_base=run_dir, title=title, known=known)
-    path: Path = store.write_page(REPORT_FILE, page)
+    # Written in pieces: the page of 10,000 tasks is megabytes, and each whole copy of it (joined,
+    # escaped, encoded) raised the run's peak memory at its very end (issue 27).
+    chunks = page_chunks([run_dir], baseline, link_base=run_dir, title=title, known=known)
+    path: Path = store.write_page(REPORT_FILE, chunks)
     return path
 
 
@@ -86,6 +88,27 @@ def render_page(
 
     ``known``: detail records already in memory, by run directory; the others are read from disk.
     """
+    return "".join(page_chunks(run_dirs, baseline, link_base=link_base, title=title, known=known))
+
+
+#: Task details per piece of the page :func:`page_chunks` yields.
+_DETAILS_PER_CHUNK = 500
+
+
+def _script_safe(text: str) -> str:
+    """``text`` inside the page's JSON script element: "</" must not end it early, "<!--" must not open a comment."""
+    return text.replace("<", "\\u003c")
+
+
+def page_chunks(
+    run_dirs: Sequence[Path],
+    baseline: Baseline | None,
+    *,
+    link_base: Path,
+    title: str,
+    known: Mapping[Path, Sequence[Mapping[str, Any]]] | None = None,
+) -> Iterator[str]:
+    """:func:`render_page`'s text in pieces, in order, none of them the whole page."""
     known = known or {}
     page = _Page(link_base, baseline, sum(len(known[d]) if d in known else _count_details(d) for d in run_dirs))
     blocks = [page.add_run(Path(d), index, known.get(d)) for index, d in enumerate(run_dirs)]
@@ -96,12 +119,6 @@ def render_page(
         columns.append("integrity")
         for row, count in zip(page.rows, page.integrity, strict=True):
             row.append(count or None)
-    # As json.dumps({"columns", "rows", "details", "requests"}) would write it, each detail encoded once, when added.
-    head = _json({"columns": columns, "rows": page.rows})
-    details = ",".join(page.details)
-    payload = f'{head[:-1]},"details":[{details}],"requests":{_json(page.requests)}}}'
-    # "</" must not end the script element early; "<!--" must not open a comment.
-    payload = payload.replace("<", "\\u003c")
     requests = "\n".join(blocks)
     options = "".join(f'<option value="{i}">{esc(r["name"])}</option>' for i, r in enumerate(page.requests))
     change_filter = (
@@ -120,7 +137,7 @@ def render_page(
     heads = "".join(f'<th data-col="{c}">{c}</th>' for c in columns)
     generated = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     source = f" · baseline: {esc(baseline.source)}" if baseline is not None else ""
-    return f"""<!DOCTYPE html>
+    yield f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <title>{esc(title)}</title><style>{_asset("report.css")}</style></head>
 <body>
@@ -133,7 +150,22 @@ def render_page(
 <select id="f-request" aria-label="request"><option value="">any request</option>{options}</select>
 {change_filter}{integrity_filter}<span id="shown" class="meta"></span></div>
 <table id="tasks"><thead><tr>{heads}</tr></thead><tbody></tbody></table><div id="more" class="meta"></div>
-<script id="agentcompass-data" type="application/json">{payload}</script>
+<script id="agentcompass-data" type="application/json">"""
+    # As json.dumps({"columns", "rows", "details", "requests"}) would write it, each detail encoded once, when added.
+    yield _script_safe(_json({"columns": columns, "rows": page.rows})[:-1])
+    page.rows = []
+    yield ',"details":['
+    group: list[str] = []
+    separator = ""
+    for text in page.detail_texts():
+        group.append(text)
+        if len(group) == _DETAILS_PER_CHUNK:
+            yield separator + _script_safe(",".join(group))
+            group, separator = [], ","
+    if group:
+        yield separator + _script_safe(",".join(group))
+    yield _script_safe(f'],"requests":{_json(page.requests)}}}')
+    yield f"""</script>
 <script>{_asset("report.js")}</script>
 </body></html>
 """
@@ -158,8 +190,10 @@ class _Page:
         self.rows: list[list[Any]] = []
         #: Integrity findings per row (a column of its own only when some task has any).
         self.integrity: list[int] = []
-        #: Each task's detail for the page, as compact JSON: a string holds far less than the dict it came from.
-        self.details: list[str] = []
+        #: Each task's detail for the page, in page order, run by run: compact JSON (a string holds far
+        #: less than the dict it came from) for a run read from disk; for a run whose records are in
+        #: memory, their ids, each detail encoded only as the page is written (:meth:`detail_texts`).
+        self.details: list[list[str] | tuple[Path, PageRecords, list[str]]] = []
         self.requests: list[dict[str, Any]] = []
 
     def add_run(self, run_dir: Path, index: int, known: Sequence[Mapping[str, Any]] | None = None) -> str:
@@ -167,11 +201,24 @@ class _Page:
         info = _read(run_dir / "run_info.json", head=True)
         name = str(summary.get("request") or info.get("request") or run_dir.parent.name)
         order = {str(t.get("task_id")): n for n, t in enumerate(summary.get("tasks", []))}
+        details: Iterable[Mapping[str, Any]]
+        texts: list[str] | None = []
         if known is None:
-            details: Sequence[Mapping[str, Any]] = [d for d in map(_read, _detail_paths(run_dir, order)) if d]
+            details = [d for d in map(_read, _detail_paths(run_dir, order)) if d]
         else:
             last = len(order)
-            details = sorted(known, key=lambda d: (order.get(str(d.get("task_id")), last), str(d.get("task_id"))))
+
+            def shown_before(task_id: str) -> tuple[int, str]:
+                return order.get(task_id, last), task_id
+
+            if isinstance(known, PageRecords):  # sorted by task id, each decoded when reached
+                ids = known.order(shown_before)
+                details, texts = map(known.record, ids), None
+                self.details.append((run_dir, known, ids))
+            else:
+                details = sorted(known, key=lambda d: shown_before(str(d.get("task_id"))))
+        if texts is not None:
+            self.details.append(texts)
         changes: dict[str, str] = {}
         if self.baseline is not None:
             old = self.baseline.request(name) or {}
@@ -185,14 +232,28 @@ class _Page:
             if state != "error" and isinstance(detail.get("score"), int | float):
                 scores.append(float(detail["score"]))
             self._add_task(
-                run_dir, len(self.requests), detail, state, changes.get(str(detail.get("task_id")), default_change)
+                run_dir,
+                len(self.requests),
+                detail,
+                state,
+                changes.get(str(detail.get("task_id")), default_change),
+                texts,
             )
         metrics = summary.get("metrics") or {}
         gates = _gates_of(info, name)
         self.requests.append({"name": name, "run_id": run_dir.name})
         return request_block(name, run_dir, info, summary, metrics, states, gates, scores)
 
-    def _add_task(self, run_dir: Path, request: int, detail: Mapping[str, Any], state: str, change: str) -> None:
+    def _add_task(
+        self,
+        run_dir: Path,
+        request: int,
+        detail: Mapping[str, Any],
+        state: str,
+        change: str,
+        texts: list[str] | None,
+    ) -> None:
+        """The task's row; its detail's text into ``texts`` (``None``: encoded later, by :meth:`detail_texts`)."""
         task_id = str(detail.get("task_id"))
         error = detail.get("error") or ""
         error = error.head if isinstance(error, Cut) else str(error)
@@ -216,7 +277,20 @@ class _Page:
         self.rows.append(row)
         found = findings_of(metadata)
         self.integrity.append(len(found))
-        self.details.append(self._detail(run_dir, task_id, detail, found))
+        if texts is not None:
+            texts.append(self._detail(run_dir, task_id, detail, found))
+
+    def detail_texts(self) -> Iterator[str]:
+        """Every task's detail for the page, in page order; those kept in memory encoded now, one at a time."""
+        for part in self.details:
+            if isinstance(part, list):
+                yield from part
+                continue
+            run_dir, records, ids = part
+            for task_id in ids:
+                detail = records.record(task_id)
+                yield self._detail(run_dir, task_id, detail, findings_of(detail.get("metadata") or {}))
+        self.details = []
 
     def _detail(self, run_dir: Path, task_id: str, detail: Mapping[str, Any], found: list[str]) -> str:
         link = f"{self._run_link(run_dir)}details/{task_id}.json"

@@ -104,6 +104,26 @@ def test_no_heavy_imports_without_the_option(pytester: pytest.Pytester) -> None:
     pytester.runpytest_subprocess().assert_outcomes(passed=1)
 
 
+def test_collect_only_imports_no_run_machinery(pytester: pytest.Pytester, trace: Path) -> None:
+    """Configuring and collecting load the config, the components and the tasks; what runs tasks
+    (Orchestrator, request runtimes, the store's writers, the driver) and the ``model.params``
+    schemas of a config without a model load only when used (issue 27: import cost at start)."""
+    write_config(pytester, [tracing_request("first", trace, n=2)])
+    pytester.makeconftest(
+        """
+        import sys
+        def pytest_collection_finish(session):
+            names = ("runtime.orchestrator", "runtime.request", "runtime.runtimes", "runtime.driver",
+                     "runtime.store.files", "runtime.summary", "reports.html", "config.model_params")
+            loaded = [n for n in names if "pytest_agentcompass." + n in sys.modules]
+            print("RUN MACHINERY LOADED:", loaded)
+        """
+    )
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "--co", "-s")
+    result.stdout.fnmatch_lines(["RUN MACHINERY LOADED: []"])
+    assert result.ret == 0
+
+
 def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
     """No import cycle hides behind the usual import order (the user-code caller, then ``_compat``, first failed)."""
     package = Path(pytest_agentcompass.__file__).parent

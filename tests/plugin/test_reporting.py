@@ -64,6 +64,52 @@ def test_junit_has_failure_error_and_properties(pytester: pytest.Pytester, trace
     assert {p.get("name"): p.get("value") for p in cases["mix::t0"].iter("property")}["agentcompass.score"] == "1.0"
 
 
+def test_tasks_with_equal_outcomes_share_their_property_pairs(pytester: pytest.Pytester, trace: Path) -> None:
+    """Every item keeps its ``user_properties`` to the end of the session: a pair that many tasks
+    carry alike (``agentcompass.status: scored``) is one tuple, not one per task (issue 27)."""
+    write_config(pytester, [tracing_request("ok", trace, n=3)])
+    pytester.makeconftest(
+        """
+        PAIRS = []
+        def pytest_runtest_logreport(report):
+            if report.when == "teardown":
+                PAIRS.append({pair[0]: pair for pair in report.user_properties})
+        def pytest_sessionfinish(session):
+            first, *others = PAIRS
+            shared = sorted(k for k in first if all(o[k] is first[k] for o in others))
+            print("SHARED:", ",".join(shared))
+        """
+    )
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-s", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=3)
+    line = next(x for x in result.stdout.lines if "SHARED:" in x)
+    shared = set(line.split("SHARED: ")[1].split(","))
+    assert "agentcompass.detail" not in shared  # each task's own file
+    assert {"agentcompass.status", "agentcompass.attempts", "agentcompass.score", "agentcompass.carried_over"} <= shared
+
+
+def test_outcomes_are_released_before_junit_writes_its_file(pytester: pytest.Pytester, trace: Path) -> None:
+    """At session finish junit builds its whole file in memory: the outcomes are gone by then
+    (issue 27: peak memory), and the terminal summary still says what they were."""
+    mixed_config(pytester, trace)
+    pytester.makeconftest(
+        """
+        import pytest
+        from pytest_agentcompass.plugin.keys import run_key
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_sessionfinish(session):
+            run = session.config.stash[run_key]
+            held = sum(len(state.outcomes) for state in run.runtimes)
+            print("OUTCOMES HELD AT SESSION FINISH:", held, [i.outcome for i in run.items].count(None))
+        """
+    )
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-s", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=1, failed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*OUTCOMES HELD AT SESSION FINISH: 0 3*", "*mix: 3 tasks, 1 passed, 1 failed, 1 error*"]
+    )
+
+
 def test_last_failed_reruns_only_failed_tasks(pytester: pytest.Pytester, trace: Path) -> None:
     mixed_config(pytester, trace)
     pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=1, failed=1, errors=1)

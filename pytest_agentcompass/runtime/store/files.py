@@ -23,58 +23,24 @@ record is bounded (``bounds``): a detail stores its output once, at most
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import re
-import secrets
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ...vocabulary.redact import Redactor
-from ...vocabulary.types import ExecutionPlan, RunResult, to_jsonable
+from ...vocabulary.types import ExecutionPlan, RunResult
 from .bounds import DEFAULT_FIELD_LIMIT, TRUNCATED_KEY, bound_fields, cut_note, fitted_limit, same_as_task
 from .component_files import ComponentFiles
-from .page_records import page_record
+from .page_records import PageRecords, packed, page_record
 from .run_info import PLANS_KEY, RUN_INFO, fold_plans, read_run_info_head
+from .writing import FileWriter, fallback, read_json, readable
 
 __all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "read_json", "read_run_info_head"]
-
-
-def _fallback(value: Any) -> Any:
-    # Only called by the C encoder for types JSON does not know.
-    return to_jsonable(value)
-
-
-def _readable(value: Any, depth: int = 2, indent: str = "") -> str:
-    """One entry per line for the first ``depth`` levels, compact below.
-
-    Keeps ``run_info.json`` readable without the pure-Python indenting
-    encoder, which costs seconds once ten thousand plans are recorded.
-    """
-    if depth == 0 or not isinstance(value, dict) or not value:
-        return json.dumps(value, separators=(",", ": "), default=_fallback)
-    inner = indent + "  "
-    items = [f"{inner}{json.dumps(str(k))}: {_readable(v, depth - 1, inner)}" for k, v in value.items()]
-    return "{\n" + ",\n".join(items) + "\n" + indent + "}"
-
-
-def read_json(path: str | os.PathLike[str]) -> Any:
-    with open(path, "rb") as fh:  # bytes: json decodes UTF-8 itself, without a text layer
-        return json.loads(fh.read())
-
-
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-
-
-def _write_all(fd: int, text: str) -> None:
-    """``text`` and a newline, as UTF-8, to ``fd``: every byte, however many writes it takes."""
-    view = memoryview((text + "\n").encode("utf-8"))
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 #: Values that hold no ``bytes``, known by their exact type: most of a result's metadata.
@@ -126,10 +92,11 @@ OWN_NAMES = frozenset(
 )
 
 
-class RunStore:
+class RunStore(FileWriter):
     """Reads and writes one run directory."""
 
     def __init__(self, run_dir: Path, redactor: Redactor | None = None, field_limit: int = DEFAULT_FIELD_LIMIT) -> None:
+        super().__init__()
         self.run_dir = run_dir
         self.redactor = redactor or Redactor()
         #: Characters kept per text field of a per-task record (``execution.max_stored_chars``).
@@ -144,17 +111,12 @@ class RunStore:
         self.checkpoint_dir = run_dir / "checkpoints"
         self._plans_file: Any = None
         self._closed = False
-        self._made: set[str] = set()
-        # Unique temporary names without a random draw per file: a kill can
-        # leave one behind, and two processes (xdist workers) share the folder.
-        self._tmp_tag = f"{os.getpid()}-{secrets.token_hex(3)}-"
-        self._serial = 0
         # Most runs never checkpoint: remember that instead of probing per task.
         self._checkpoints_seen = self.checkpoint_dir.is_dir()
         #: What components write: each attempt's artifacts, and the request's files (its ``RunFiles``).
         self.component_files = ComponentFiles(self, OWN_NAMES)
-        #: What the run's page shows of each detail, by task (``page_records``): kept, not read back.
-        self._page: dict[str, dict[str, Any]] = {}
+        #: What the run's page shows of each detail, by task, packed (``page_records``): kept, not read back.
+        self._page: dict[str, bytes] = {}
         #: Whether every detail in ``details/`` went through this store (written, or read by ``iter_details``).
         self._page_complete = False
         #: The value :meth:`_encode` encoded last (redacted): a detail's, for its page record.
@@ -163,7 +125,7 @@ class RunStore:
     # -- plumbing ------------------------------------------------------
     def _encode(self, data: Any, pretty: bool) -> str:
         value = self._encoded = self.redactor.apply(data) if self.redactor else data
-        return _readable(value) if pretty else json.dumps(value, separators=(",", ":"), default=_fallback)
+        return readable(value) if pretty else json.dumps(value, separators=(",", ":"), default=fallback)
 
     def _bounded(
         self, record: Mapping[str, Any], encode: Callable[[Any], str] | None = None
@@ -187,71 +149,6 @@ class RunStore:
         if isinstance(record.get("notes"), list):
             record["notes"] = [*record["notes"], self.last_cut_note]
         return encode(record), cuts
-
-    def _folder_of(self, path: str | Path) -> str:
-        """The folder of ``path``, made on its first file (remembered: no ``makedirs`` per file)."""
-        folder = os.path.dirname(path)
-        if folder not in self._made:
-            os.makedirs(folder, exist_ok=True)
-            self._made.add(folder)
-        return folder
-
-    @contextlib.contextmanager
-    def _replacing(self, path: str | Path) -> Iterator[str]:
-        """A temporary name that becomes ``path`` if the block succeeds and is removed if it fails."""
-        folder = self._folder_of(path)
-        self._serial += 1
-        tmp = f"{folder}/.{os.path.basename(path)}.{self._tmp_tag}{self._serial}.tmp"
-        try:
-            yield tmp
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-
-    def _write_chunks(self, path: Path, chunks: Iterable[str]) -> None:
-        """Like :meth:`_write_text` for a file too large to hold as one string."""
-        with self._replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(chunks)
-            fh.write("\n")
-
-    def _write_text(self, path: str | Path, text: str) -> None:
-        """Write ``text`` to ``path`` through a temporary name and a rename.
-
-        Synchronous on purpose: creating a small file costs tens of
-        microseconds, while a writer thread paid for every system call with
-        a wait for the GIL of a busy event loop (measured in
-        docs/performance.md). Plain ``os`` calls on ``str`` paths: pathlib's
-        parsing was a visible share of a no-op task.
-        """
-        with self._replacing(path) as tmp:
-            fd = os.open(tmp, _CREATE, 0o644)
-            try:
-                _write_all(fd, text)
-            finally:
-                os.close(fd)
-
-    def _write_in_place(self, path: str, text: str) -> None:
-        """Write ``text`` to ``path`` itself, no temporary name: for detail records.
-
-        A rename is two more changes to the folder, and under xdist two
-        workers create their details in one folder at once, where each change
-        waits for the folder's lock: on ext4, 10,000 details through a
-        temporary name cost seconds of kernel CPU more than in place. A record
-        cut short by a kill is not JSON (its closing brace comes last), and
-        every reader takes a detail that does not parse for a task not done.
-        """
-        self._folder_of(path)
-        fd = os.open(path, _CREATE, 0o644)
-        try:
-            _write_all(fd, text)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(path)  # half a record: gone, so the task reads as not done
-            raise
-        finally:
-            os.close(fd)
 
     def write_json(self, path: Path, data: Any, *, pretty: bool = False) -> Path:
         """Atomically write ``data`` (redacted) to ``path``.
@@ -325,7 +222,7 @@ class RunStore:
         data = plan.to_dict()
         if placement:
             data["placement"] = dict(placement)
-        line = json.dumps(self.redactor.apply(data), default=_fallback)
+        line = json.dumps(self.redactor.apply(data), default=fallback)
         self._plans_file.write(line + "\n")
         self._plans_file.flush()
 
@@ -350,7 +247,7 @@ class RunStore:
         if cuts and notes is not None:
             notes.append(self.last_cut_note)
         self._write_in_place(path, text)
-        self._page[task_id] = page_record(written)
+        self._page[task_id] = packed(page_record(written))
         if self._checkpoints_seen:
             self.remove_checkpoints(task_id)
         return path
@@ -399,17 +296,23 @@ class RunStore:
             except (OSError, ValueError):
                 continue
             if isinstance(detail, dict):
-                self._page[name[:-5]] = page_record(detail)
+                self._page[name[:-5]] = packed(page_record(detail))
             yield detail
         self._page_complete = True
 
-    def page_records(self) -> list[dict[str, Any]] | None:
+    def page_records(self) -> PageRecords | None:
         """What the run's page shows of every detail in ``details/``, from memory (``page_records``).
 
         ``None`` when some detail there never went through this store (its
-        directory was not scanned by :meth:`iter_details` first): the page then reads them.
+        directory was not scanned by :meth:`iter_details` first), or once
+        :meth:`forget_page_records` ran: the page then reads the files.
         """
-        return list(self._page.values()) if self._page_complete else None
+        return PageRecords(self._page) if self._page_complete else None
+
+    def forget_page_records(self) -> None:
+        """Release the page records once the run's page is written (a page written later reads the files)."""
+        self._page = {}
+        self._page_complete = False
 
     def save_retry_detail(self, task_id: str, attempt_index: int, retry_number: int, payload: Any) -> Path:
         path = self.retry_dir / task_id / f"attempt-{attempt_index}-retry-{retry_number}.json"
@@ -427,10 +330,12 @@ class RunStore:
 
     def load_checkpoints(self, task_id: str, fingerprint: str) -> tuple[dict[int, RunResult], int]:
         """Compatible checkpoints of ``task_id`` and the number of incompatible ones ignored."""
-        folder = self.checkpoint_dir / task_id
         restored: dict[int, RunResult] = {}
         ignored = 0
-        if not self._checkpoints_seen or not folder.is_dir():
+        if not self._checkpoints_seen:  # asked once per task: no path built for nothing
+            return restored, ignored
+        folder = self.checkpoint_dir / task_id
+        if not folder.is_dir():
             return restored, ignored
         for path in folder.glob("attempt-*.json"):
             try:
@@ -466,8 +371,15 @@ class RunStore:
     def write_summary(self, summary: Mapping[str, Any]) -> Path:
         return self.write_json(self.run_dir / "summary.json", summary, pretty=True)
 
-    def write_page(self, name: str, text: str) -> Path:
-        """Write a page of the run (``report.html``) at its top level, redacted like every file."""
+    def write_page(self, name: str, text: str | Iterable[str]) -> Path:
+        """Write a page of the run (``report.html``) at its top level, redacted like every file.
+
+        ``text`` may come in pieces, written as they come; with secrets to mask they are
+        joined first (a secret may straddle two pieces).
+        """
         path = self.run_dir / name
-        self._write_text(path, self.redactor.text(text) if self.redactor else text)
+        if self.redactor:
+            self._write_text(path, self.redactor.text(text if isinstance(text, str) else "".join(text)))
+        else:
+            self._write_chunks(path, [text] if isinstance(text, str) else text)
         return path

@@ -10,7 +10,6 @@ way, as a fallback for folders without one).
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import json
 import os
 import secrets
@@ -23,6 +22,7 @@ from ...concurrency.flock import try_lock
 from ...vocabulary.errors import AgentCompassError
 from ...vocabulary.types import RequestState
 from .files import RUN_INFO, RunStore, read_json, read_run_info_head
+from .run_ids import new_run_id, now
 
 __all__ = [
     "LOCK_FILE",
@@ -41,17 +41,6 @@ __all__ = [
 LOCK_FILE = "run.lock"
 #: A run that began and never ended: its process runs it, or was killed.
 UNFINISHED = frozenset(state for state in RequestState if state.unfinished)
-
-
-def now() -> str:
-    """A UTC timestamp with microseconds: two runs in one second still order."""
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds")
-
-
-def new_run_id() -> str:
-    """``<UTC time to the microsecond>-<random>``: sorts by creation time, unique across processes."""
-    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%f")
-    return f"{stamp}-{secrets.token_hex(2)}"
 
 
 def _run_info(run_dir: Path) -> dict[str, Any] | None:

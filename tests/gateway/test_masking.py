@@ -3,15 +3,14 @@ upstream quotes it: a real aiohttp client on the agent's side, the scripted upst
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
+from gateway_attempts import gateway_attempt
 
-from pytest_agentcompass import EnvironmentSpec
-from pytest_agentcompass.environments.local import LocalEnvironment
-from pytest_agentcompass.gateway import GatewaySettings, Grant, ModelGateway
+from pytest_agentcompass.gateway import GatewaySettings, Grant
 from pytest_agentcompass.gateway.masking import SecretMask
 from pytest_agentcompass.vocabulary.redact import add_runtime_secret
 
@@ -33,17 +32,8 @@ def server() -> Iterator[ScriptedServer]:
         yield running
 
 
-@asynccontextmanager
-async def attempt(server: ScriptedServer) -> AsyncIterator[Grant]:
-    options = GatewaySettings(base_url=server.base_url, api_key=KEY)
-    provider = LocalEnvironment(EnvironmentSpec(id="local"))
-    gateway = ModelGateway("m", options, provider, harness="t", secrets=(CONFIG,))
-    gateway.preflight()
-    try:
-        async with gateway.open_attempt(None, "task-1", 0) as grant:  # type: ignore[arg-type]
-            yield grant
-    finally:
-        await gateway.aclose()
+def attempt(server: ScriptedServer) -> AbstractAsyncContextManager[Grant]:
+    return gateway_attempt("m", GatewaySettings(base_url=server.base_url, api_key=KEY), secrets=(CONFIG,))
 
 
 async def post(grant: Grant, **body: Any) -> tuple[int, dict[str, str], bytes]:

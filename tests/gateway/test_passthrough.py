@@ -11,11 +11,12 @@ import asyncio
 import json
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
+from gateway_attempts import gateway_attempt, until
 
 from pytest_agentcompass import EnvironmentSpec, RunResult, RunStatus
 from pytest_agentcompass.environments.local import LocalEnvironment
@@ -47,24 +48,8 @@ def settings(server: ScriptedServer, **extra: Any) -> GatewaySettings:
     return GatewaySettings(**{**urls, "api_key": KEY, **extra})
 
 
-@asynccontextmanager
-async def attempt(server: ScriptedServer, **extra: Any) -> AsyncIterator[Grant]:
-    gateway = ModelGateway(MODEL, settings(server, **extra), LocalEnvironment(EnvironmentSpec(id="local")), harness="t")
-    gateway.preflight()
-    try:
-        async with gateway.open_attempt(None, "task-1", 0) as grant:  # type: ignore[arg-type]
-            yield grant
-    finally:
-        await gateway.aclose()
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Wait (on the loop, so the gateway keeps serving) until ``condition()`` holds; 60 s backstop."""
-    for _ in range(6000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("never happened")
+def attempt(server: ScriptedServer, **extra: Any) -> AbstractAsyncContextManager[Grant]:
+    return gateway_attempt(MODEL, settings(server, **extra))
 
 
 # -- one call in each API, through the official client ------------------------------------

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 
 import pytest
+from gateway_attempts import gateway_attempt, until
 
-from pytest_agentcompass import EnvironmentSpec, RunResult
-from pytest_agentcompass.environments.local import LocalEnvironment
-from pytest_agentcompass.gateway import GatewaySettings, Grant, ModelGateway
+from pytest_agentcompass import RunResult
+from pytest_agentcompass.gateway import GatewaySettings, Grant
 from pytest_agentcompass.models.ledger import CallLedger, ModelCall
 from pytest_agentcompass.models.usage import format_usage, sum_usage
 
@@ -31,25 +31,8 @@ def server() -> Iterator[ScriptedServer]:
         yield running
 
 
-@asynccontextmanager
-async def attempt(server: ScriptedServer) -> AsyncIterator[Grant]:
-    options = GatewaySettings(base_url=server.base_url, api_key=KEY, max_total_tokens=1000)
-    gateway = ModelGateway("m", options, LocalEnvironment(EnvironmentSpec(id="local")), harness="t")
-    gateway.preflight()
-    try:
-        async with gateway.open_attempt(None, "task-1", 0) as grant:  # type: ignore[arg-type]
-            yield grant
-    finally:
-        await gateway.aclose()
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Wait on the loop (the gateway keeps serving) until ``condition()`` holds; 60 s backstop."""
-    for _ in range(6000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("never happened")
+def attempt(server: ScriptedServer) -> AbstractAsyncContextManager[Grant]:
+    return gateway_attempt("m", GatewaySettings(base_url=server.base_url, api_key=KEY, max_total_tokens=1000))
 
 
 async def read_first_chunk_and_hang_up(session: aiohttp.ClientSession, grant: Grant) -> None:

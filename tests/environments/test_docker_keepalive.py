@@ -3,7 +3,6 @@ with no ``sleep`` and no shell runs tasks, and a ``sleep`` the agent replaced ne
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import io
 import platform
@@ -19,8 +18,8 @@ from typing import Any
 import docker
 import pytest
 from test_docker import IMAGE, containers
+from test_docker_trusted import scenario
 
-from pytest_agentcompass import EnvironmentSpec
 from pytest_agentcompass.environments.conformance import make_plan
 from pytest_agentcompass.environments.docker import DockerEnvironment
 from pytest_agentcompass.environments.docker_keepalive import KEEPALIVE_PREFIX, program
@@ -41,27 +40,6 @@ def bare_image() -> Iterator[str]:
     finally:
         client.images.remove(tag, force=True)
         client.close()
-
-
-def _session_run(image: str, body: Any) -> Any:
-    """Run ``body(provider, session, run_id)`` on a task session of ``image``; all is closed after."""
-    provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": image}))
-    run_id = f"keepalive-{uuid.uuid4().hex[:8]}"
-
-    async def go() -> Any:
-        plan = dataclasses.replace(make_plan(), environment={})
-        session = await provider.open(provider.build_config(plan, "task", {"agentcompass.run": run_id}))
-        try:
-            return await body(provider, session, run_id)
-        finally:
-            await session.close()
-            await provider.end_attempt(plan.task_id, plan.attempt_index)
-            await provider.aclose()
-
-    try:
-        return asyncio.run(go())
-    finally:
-        assert containers(f"agentcompass.run={run_id}") == []
 
 
 async def _keepalive_args(session: Any) -> list[str]:
@@ -91,7 +69,7 @@ def test_an_image_without_sleep_or_shell_runs_the_container_and_its_commands(bar
         finally:
             await evaluation.close()
 
-    _session_run(bare_image, body)
+    scenario({}, body, bare_image)
 
 
 BARE = """
@@ -140,7 +118,7 @@ def test_a_sleep_the_agent_replaced_never_runs_as_the_keepalive() -> None:
         finally:
             await evaluation.close()
 
-    _session_run(IMAGE, body)
+    scenario({}, body)
 
 
 def test_the_keepalive_ends_with_a_stop_like_sleep_did(bare_image: str) -> None:
@@ -150,7 +128,7 @@ def test_the_keepalive_ends_with_a_stop_like_sleep_did(bare_image: str) -> None:
         return int(session.container.client.api.inspect_container(session.container.id)["State"]["ExitCode"])
 
     # SIGTERM ends it at once (the default action: it has no handler), not the SIGKILL after 30 s.
-    assert _session_run(bare_image, body) == 143
+    assert scenario({}, body, bare_image) == 143
 
 
 def _runner(arch: str) -> list[str] | None:

@@ -23,10 +23,13 @@ from pytest_agentcompass.vocabulary.errors import SessionError
 T = TypeVar("T")
 
 
-def _scenario(params: dict[str, Any], body: Callable[[DockerEnvironment, Any, str], Awaitable[T]]) -> T:
-    """Run ``body(provider, session, run_id)`` on a task session; everything is closed afterwards."""
-    provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE, **params}))
-    run_id = f"trusted-{uuid.uuid4().hex[:8]}"
+def scenario(
+    params: dict[str, Any], body: Callable[[DockerEnvironment, Any, str], Awaitable[T]], image: str = IMAGE
+) -> T:
+    """Run ``body(provider, session, run_id)`` on a task session of ``image``; everything is closed
+    afterwards, and no container of the run is left."""
+    provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": image, **params}))
+    run_id = f"scenario-{uuid.uuid4().hex[:8]}"
 
     async def go() -> T:
         plan = dataclasses.replace(make_plan(), environment={})
@@ -35,6 +38,7 @@ def _scenario(params: dict[str, Any], body: Callable[[DockerEnvironment, Any, st
             return await body(provider, session, run_id)
         finally:
             await session.close()
+            await provider.end_attempt(plan.task_id, plan.attempt_index)
             await provider.aclose()
 
     try:
@@ -78,7 +82,7 @@ def test_replace_tree_takes_out_what_was_planted_without_running_the_containers_
         assert (await session.stat("/tests/test.sh"))["mode"] & 0o777 == 0o755
         assert await session.stat("/tests/conftest.py") is None
 
-    _scenario({}, body)
+    scenario({}, body)
 
 
 def test_reads_and_copies_are_bounded_whatever_the_file() -> None:
@@ -111,7 +115,7 @@ def test_reads_and_copies_are_bounded_whatever_the_file() -> None:
         with pytest.raises(SessionError, match="is not a file"):
             await session.read_head("/logs/out/deep", 10)
 
-    _scenario({}, body)
+    scenario({}, body)
 
 
 def test_changes_and_processes_come_from_the_engine() -> None:
@@ -128,7 +132,7 @@ def test_changes_and_processes_come_from_the_engine() -> None:
         assert await session.processes() == []
         assert "PATH=" in " ".join(await session.environ())
 
-    _scenario({}, body)
+    scenario({}, body)
 
 
 def test_a_snapshot_is_verified_from_and_removed_with_its_attempt() -> None:
@@ -152,7 +156,7 @@ def test_a_snapshot_is_verified_from_and_removed_with_its_attempt() -> None:
             await provider.open(provider.build_config(plan, "evaluation", labels))
         return image
 
-    _scenario({}, body)
+    scenario({}, body)
 
 
 def test_the_sweep_removes_a_killed_runs_snapshots() -> None:
@@ -163,7 +167,7 @@ def test_the_sweep_removes_a_killed_runs_snapshots() -> None:
         assert await provider.sweep(run_id) >= 1
         assert _images(run_id) == []
 
-    _scenario({}, body)
+    scenario({}, body)
 
 
 def test_a_container_too_large_to_snapshot_is_refused() -> None:
@@ -173,7 +177,7 @@ def test_a_container_too_large_to_snapshot_is_refused() -> None:
             await session.snapshot()
         assert _images(run_id) == []
 
-    _scenario({"snapshot_limit_mb": 1}, body)
+    scenario({"snapshot_limit_mb": 1}, body)
 
 
 @pytest.mark.parametrize(("params", "expected"), [({}, 1024), ({"pids_limit": 64}, 64), ({"pids_limit": 0}, 0)])
@@ -182,7 +186,7 @@ def test_pids_are_limited_by_default(params: dict[str, Any], expected: int) -> N
         inspected = json.loads(subprocess.run(["docker", "inspect", session.container.id], capture_output=True).stdout)
         assert (inspected[0]["HostConfig"]["PidsLimit"] or 0) == expected
 
-    _scenario(params, body)
+    scenario(params, body)
 
 
 def test_storage_is_applied_where_the_engine_can_and_said_once_where_it_cannot() -> None:
@@ -203,7 +207,7 @@ def test_storage_is_applied_where_the_engine_can_and_said_once_where_it_cannot()
         with pytest.raises(SessionError, match=r"disk quota \(storage_mb=512\).*storage_limits: require"):
             await strict.open(strict.build_config(plan, "task", labels))
 
-    _scenario({}, body)
+    scenario({}, body)
 
 
 def _images(run_id: str) -> list[str]:
@@ -231,4 +235,4 @@ def test_staging_under_a_racing_writer_is_done_with_its_processes_suspended() ->
         # Resumed afterwards: shared mode keeps what the agent left running.
         assert any(not p.stopped and "while :" in p.args for p in await session.processes())
 
-    _scenario({}, body)
+    scenario({}, body)

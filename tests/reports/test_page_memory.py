@@ -11,8 +11,11 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pytest_agentcompass.reports.html import page_chunks, render_page, write_run_report
 from pytest_agentcompass.runtime.store import RunStore
+from pytest_agentcompass.vocabulary import redact
 from pytest_agentcompass.vocabulary.redact import Redactor
 
 TASKS = 2000
@@ -68,7 +71,12 @@ def test_the_store_keeps_what_the_page_shows_in_a_few_hundred_bytes_per_task(tmp
     assert records.record("t7")["output"] == "ok" and records.record("t7")["attempt_results"]["0"]["score"] == 1.0
 
 
-def test_the_page_is_written_in_pieces_none_of_them_the_whole_page(tmp_path: Path) -> None:
+def test_the_page_is_written_in_pieces_none_of_them_the_whole_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run without secrets. Runtime secrets are process-wide: one an earlier test of this worker
+    # registered (an API key) would make the page be joined whole to be masked, as it must.
+    monkeypatch.setattr(redact, "_runtime", frozenset())
     store = filled_store(tmp_path / "run", tasks=10_000)
     gc.collect()
     tracemalloc.start()

@@ -228,25 +228,35 @@ def test_without_a_registry_an_empty_cache_is_one_clear_message(
     assert "Traceback" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()
 
 
-@pytest.mark.parametrize(
-    ("harness", "said"),
-    [
-        ("FailsInItsReport", "(its report): the model refused: quota of org-7 spent"),
-        ("FailsOnStdout", "(stdout): step 1\nstep 2\nError: the workspace /app is read-only"),
-        ("FailsOnStderr", "(stderr): Traceback (most recent call last):\nRuntimeError: the model endpoint closed"),
-    ],
-)
+#: Each failing agent, and the start of the error its task ends with (where the agent said why).
+FAILURES = {
+    "FailsInItsReport": "(its report): the model refused: quota of org-7 spent",
+    "FailsOnStdout": "(stdout): step 1\nstep 2\nError: the workspace /app is read-only",
+    "FailsOnStderr": "(stderr): Traceback (most recent call last):\nRuntimeError: the model endpoint closed",
+}
+
+
 def test_a_failing_agent_s_error_is_taken_from_where_the_agent_says_it(
-    pytester: pytest.Pytester, registry: LocalRegistry, server: ScriptedServer, harness: str, said: str
+    pytester: pytest.Pytester, registry: LocalRegistry, server: ScriptedServer
 ) -> None:
     """Agents say why they failed in different places: the error showed stderr whenever it had anything
-    (a warning), and never the error event of an agent's JSON report on stdout."""
-    config(pytester, server, harness)
-    pytester.runpytest(*RUN).assert_outcomes(errors=1)
-    record = detail(pytester)
-    assert record["status"] == "inference_error"
-    assert record["error"].startswith(f"{AGENT_NAME} exited with 1 {said}"), record["error"]
-    assert "warning" not in record["error"].lower()
+    (a warning), and never the error event of an agent's JSON report on stdout. One request per agent,
+    in one session (the agent is installed once for all three)."""
+    config(pytester, server, "MyAgent")
+    data = yaml.safe_load((pytester.path / "agentcompass.yaml").read_text())
+    requests = []
+    for harness in FAILURES:
+        request = {**data["requests"][0], "name": harness}
+        request["harness"] = {**request["harness"], "id": f"agent6.py:{harness}"}
+        requests.append(request)
+    write_config(pytester, requests)
+    pytester.runpytest(*RUN).assert_outcomes(errors=3)
+    for harness, said in FAILURES.items():
+        (run,) = (pytester.path / "runs" / harness).iterdir()
+        record = json.loads((run / "details" / "hello-agent.json").read_text())
+        assert record["status"] == "inference_error"
+        assert record["error"].startswith(f"{AGENT_NAME} exited with 1 {said}"), record["error"]
+        assert "warning" not in record["error"].lower()
 
 
 def test_the_agents_of_several_requests_are_fetched_at_once(

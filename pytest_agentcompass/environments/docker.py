@@ -63,11 +63,15 @@ _IMAGE_KEEPALIVE = ["/bin/sleep", "2147483647"]
 log = logging.getLogger("pytest_agentcompass")
 
 
-def _create(client: Any, image: str, options: dict[str, Any], host: dict[str, Any], keepalive: bytes | None) -> Any:
-    """Create and start a container; a container that does not start is removed again.
+def _create(
+    client: Any, image: str, options: dict[str, Any], host: dict[str, Any], keepalive: bytes | None
+) -> tuple[Any, frozenset[int]]:
+    """Create and start a container; returns it with the pids of the runner's own processes in it
+    (:func:`.docker_state.runner_processes`). A container that does not get that far is removed again.
 
     ``keepalive``: the runner's program that the command runs, written to its path first (``None``:
-    the command is the image's ``sleep``)."""
+    the command is the image's ``sleep``). All of it is one worker-thread call, so that a cancel can
+    land only before the create or after the container is known to the caller (see :func:`_start`)."""
     api = client.api
     created = api.create_container(image, host_config=api.create_host_config(**host), **options)
     # The model without the inspect ``containers.create`` would make: the id and name are all it needs.
@@ -76,15 +80,15 @@ def _create(client: Any, image: str, options: dict[str, Any], host: dict[str, An
         if keepalive is not None:  # written before the start (the archive API works on a created container)
             install(api, created["Id"], options["command"][0], keepalive)
         api.start(created["Id"])
+        return container, runner_processes(container)
     except BaseException:
         remove_container(container)
         raise
-    return container
 
 
 async def _start(
     client: Any, image: str, options: dict[str, Any], host: dict[str, Any], keepalive: bytes | None
-) -> Any:
+) -> tuple[Any, frozenset[int]]:
     """Create and start a container in one worker-thread call; shielded, so a cancel meanwhile
     still learns of the container and removes it."""
     starting = asyncio.ensure_future(asyncio.to_thread(_create, client, image, options, host, keepalive))
@@ -95,10 +99,10 @@ async def _start(
         raise
 
 
-async def _discard(starting: asyncio.Future[Any]) -> None:
+async def _discard(starting: asyncio.Future[tuple[Any, frozenset[int]]]) -> None:
     """Remove the container ``starting`` gives, once it gives one (its open was cancelled or failed)."""
     try:
-        container = await starting
+        container, _ = await starting
     except BaseException:
         return  # nothing was created, or _create removed it
     await asyncio.to_thread(remove_container, container)
@@ -197,18 +201,18 @@ class DockerEnvironment(BaseEnvironment):
         }
         code = program(arch) if arch else None
         try:
-            container = await _start(client, image, options, host, code)
+            container, pids = await _start(client, image, options, host, code)
         except Exception as exc:
             if "storage_opt" not in host or not storage_refused(exc):
                 raise
             self._no_storage[engine.name] = str(getattr(exc, "explanation", None) or exc).strip()
             self._without_storage(host, params, engine)
-            container = await _start(client, image, options, host, code)
+            container, pids = await _start(client, image, options, host, code)
         policy: NetworkPolicy = "disabled" if isolated else "full"
         output_limit = int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
         session = DockerSession(client, container, workdir, policy, output_limit, local=engine.local)
         session.agent_install = installed
-        session.runner_pids = await asyncio.to_thread(runner_processes, container)
+        session.runner_pids = pids  # no await from the start to the return: a cancel cannot orphan the container
         session.keepalive = keepalive
         session.snapshots, session.snapshot_key = self.snapshots, key
         session.snapshot_limit = int(params.get("snapshot_limit_mb") or 4096) * 1024 * 1024

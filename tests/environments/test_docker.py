@@ -242,6 +242,48 @@ def test_cancel_while_the_exec_is_starting_kills_it() -> None:
     assert containers(f"agentcompass.conformance={mark}") == []
 
 
+def test_a_cancel_right_after_the_container_started_removes_it() -> None:
+    """A cancel that lands while the open still reads the runner's pids (the container runs, the
+    session is not yet returned: nothing else knows of it) removes the container."""
+    import asyncio
+
+    from pytest_agentcompass.environments import docker as docker_module
+    from pytest_agentcompass.environments.conformance import make_plan
+
+    provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE}))
+    mark = uuid.uuid4().hex
+    real = docker_module.runner_processes
+    loop: asyncio.AbstractEventLoop | None = None
+    task: asyncio.Future[Any] | None = None
+
+    def pids(container: Any) -> frozenset[int]:
+        assert loop is not None and task is not None
+        found = real(container)  # the real engine started the container
+        loop.call_soon_threadsafe(task.cancel)  # the cancel lands while this call is in flight
+        time.sleep(0.2)
+        return found
+
+    async def scenario() -> None:
+        nonlocal loop, task
+        loop = asyncio.get_running_loop()
+        config = provider.build_config(make_plan(), "task", {"agentcompass.conformance": mark})
+        task = asyncio.ensure_future(provider.open(config))
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            await provider.aclose()
+
+    docker_module.runner_processes = pids  # type: ignore[assignment]
+    try:
+        asyncio.run(scenario())
+    finally:
+        docker_module.runner_processes = real
+    left = containers(f"agentcompass.conformance={mark}")
+    subprocess.run(["docker", "rm", "-f", *left], capture_output=True, check=False)  # a failure leaves none either
+    assert left == []
+
+
 def run_in_session(scenario: Any) -> Any:
     """Run ``scenario(session)`` in a new container, removed after."""
     import asyncio

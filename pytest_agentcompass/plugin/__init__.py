@@ -112,6 +112,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="write one self-contained HTML report of the session to PATH",
     )
+    group.addoption(
+        "--agentcompass-properties",
+        dest="agentcompass_properties",
+        choices=["brief", "all"],
+        default="brief",
+        help="agentcompass.* properties of each item (junit <properties>): brief (default) has status, score "
+        "and detail, and the others where they say something; all has every one on every item",
+    )
     parser.addini("agentcompass_config", "agentcompass YAML config to run when --agentcompass is not given")
 
 

@@ -178,19 +178,40 @@ def _pair(name: str, value: Any) -> tuple[str, Any]:
 
 
 def set_properties(item: pytest.Item, outcome: TaskOutcome) -> None:
-    """Attach the outcome to ``item.user_properties`` (junit reads them from teardown)."""
+    """Attach the outcome to ``item.user_properties`` (junit reads them from teardown).
+
+    Brief (the default, ``--agentcompass-properties``): status, score and detail always; attempts,
+    retries, carried_over and integrity only where they differ from a first attempt's plain run; the
+    request's evaluation mode not at all (``run_info.json`` has it). junit keeps every property of
+    every testcase as an XML element to the end of the session: at 10,000 tasks the full eight
+    cost more memory than the rest of the plugin's per-task bookkeeping (issue 27)."""
     result = outcome.result
-    item.user_properties[:] = [(k, v) for k, v in item.user_properties if not str(k).startswith("agentcompass.")] + [
+    mine = [
         _pair("agentcompass.status", result.status.value),
         _pair("agentcompass.score", "" if result.score is None else result.score),
-        _pair("agentcompass.attempts", outcome.attempts),
-        _pair("agentcompass.retries", outcome.retries),
-        _pair("agentcompass.evaluation_environment_mode", outcome.evaluation_environment_mode),
-        _pair("agentcompass.carried_over", outcome.carried_over),
-        ("agentcompass.detail", str(outcome.detail_path or "")),
-        # Empty when nothing was found: what a benchmark saw the agent tamper with otherwise.
-        _pair("agentcompass.integrity", _integrity(outcome)),
     ]
+    integrity = _integrity(outcome)
+    if getattr(item.config.option, "agentcompass_properties", "brief") == "all":
+        mine += [
+            _pair("agentcompass.attempts", outcome.attempts),
+            _pair("agentcompass.retries", outcome.retries),
+            _pair("agentcompass.evaluation_environment_mode", outcome.evaluation_environment_mode),
+            _pair("agentcompass.carried_over", outcome.carried_over),
+            # Empty when nothing was found: what a benchmark saw the agent tamper with otherwise.
+            _pair("agentcompass.integrity", integrity),
+        ]
+    else:
+        if outcome.attempts != 1:
+            mine.append(_pair("agentcompass.attempts", outcome.attempts))
+        if outcome.retries:
+            mine.append(_pair("agentcompass.retries", outcome.retries))
+        if outcome.carried_over:
+            mine.append(_pair("agentcompass.carried_over", True))
+        if integrity:
+            mine.append(("agentcompass.integrity", integrity))
+    mine.append(("agentcompass.detail", str(outcome.detail_path or "")))
+    theirs = [(k, v) for k, v in item.user_properties if not str(k).startswith("agentcompass.")]
+    item.user_properties[:] = theirs + mine
 
 
 def _integrity(outcome: TaskOutcome) -> str:

@@ -45,9 +45,11 @@ def test_all_passing_exits_zero(pytester: pytest.Pytester, trace: Path) -> None:
     assert result.ret == pytest.ExitCode.OK
 
 
-def test_junit_has_failure_error_and_properties(pytester: pytest.Pytester, trace: Path) -> None:
+@pytest.mark.parametrize("properties", ["brief", "all"])
+def test_junit_has_failure_error_and_properties(pytester: pytest.Pytester, trace: Path, properties: str) -> None:
     mixed_config(pytester, trace)
-    pytester.runpytest("--agentcompass=agentcompass.yaml", "--junitxml=junit.xml")
+    option = f"--agentcompass-properties={properties}"
+    pytester.runpytest("--agentcompass=agentcompass.yaml", "--junitxml=junit.xml", option)
     root = ET.parse(pytester.path / "junit.xml").getroot()
     cases = {f"{case.get('classname')}::{case.get('name')}": case for case in root.iter("testcase")}
     assert set(cases) == {"agentcompass.yaml.mix::t0", "agentcompass.yaml.mix::t1", "agentcompass.yaml.mix::t2"}
@@ -58,9 +60,14 @@ def test_junit_has_failure_error_and_properties(pytester: pytest.Pytester, trace
     for name, case in cases.items():
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
         assert props["agentcompass.status"] in {"scored", "inference_error"}, name
-        assert props["agentcompass.evaluation_environment_mode"] == "none"
-        assert props["agentcompass.attempts"] == "1"
         assert Path(props["agentcompass.detail"]).is_file()
+        if properties == "all":
+            assert props["agentcompass.evaluation_environment_mode"] == "none"
+            assert props["agentcompass.attempts"] == "1"
+            assert (props["agentcompass.retries"], props["agentcompass.carried_over"]) == ("0", "False")
+            assert props["agentcompass.integrity"] == ""
+        else:  # a first attempt's plain run: what the brief set leaves out says nothing
+            assert set(props) == {"agentcompass.status", "agentcompass.score", "agentcompass.detail"}, name
     assert {p.get("name"): p.get("value") for p in cases["mix::t0"].iter("property")}["agentcompass.score"] == "1.0"
 
 
@@ -80,7 +87,9 @@ def test_tasks_with_equal_outcomes_share_their_property_pairs(pytester: pytest.P
             print("SHARED:", ",".join(shared))
         """
     )
-    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-s", "--junitxml=junit.xml")
+    result = pytester.runpytest_subprocess(
+        "--agentcompass=agentcompass.yaml", "-s", "--junitxml=junit.xml", "--agentcompass-properties=all"
+    )
     result.assert_outcomes(passed=3)
     line = next(x for x in result.stdout.lines if "SHARED:" in x)
     shared = set(line.split("SHARED: ")[1].split(","))

@@ -2,7 +2,7 @@
 
 Both sides run ``--n`` copies of a small Harbor task (busybox image, built
 once before the rounds, so every round is a cached run), one attempt at a
-time, and per attempt do the same container work: create and start a
+time (``--concurrency N``: N at once, on both sides), and per attempt do the same container work: create and start a
 container from the task image, create ``/logs/*``, copy ``solution/`` in and
 run ``solve.sh``, copy ``tests/`` to ``/tests`` and run ``test.sh`` as root in
 the WORKDIR, read the reward, copy the log folders out, remove the
@@ -14,7 +14,7 @@ engine wall time says little, so both sides also count their requests to the
 engine per attempt (``COUNT_CALLS``: every HTTP request the SDK sends, by
 kind), which does not depend on the load.
 
-    python perf/bench_harbor.py --n 20 --repeat 5
+    python perf/bench_harbor.py --n 20 --repeat 5 [--concurrency 10]
 """
 
 from __future__ import annotations
@@ -74,11 +74,12 @@ atexit.register(lambda: open(os.environ["COUNT_CALLS"], "w").write(json.dumps(_c
 BARE = r"""
 import count_calls
 import io, sys, tarfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import docker
 
-tag, root = sys.argv[1], Path(sys.argv[2])
-client = docker.from_env()
+tag, root, concurrency = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+client = docker.from_env(max_pool_size=max(10, concurrency))
 
 def put(container, source, target):
     buf = io.BytesIO()
@@ -90,8 +91,7 @@ def run(container, argv, **kw):
     code, out = container.exec_run(argv, user="0", demux=True, **kw)
     return code, out
 
-passed = 0
-for task in sorted(p for p in root.iterdir() if (p / "task.toml").is_file()):
+def attempt(task):
     c = client.containers.create(tag, command=["sleep", "2147483647"], entrypoint=[], detach=True, init=True,
                                  working_dir="/app", labels={"agentcompass-bench": "bare"}, network_mode="bridge")
     try:
@@ -104,17 +104,22 @@ for task in sorted(p for p in root.iterdir() if (p / "task.toml").is_file()):
         run(c, ["bash", "/tests/test.sh"])
         chunks, _ = c.get_archive("/logs/verifier/reward.txt")
         with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
-            passed += float(tar.extractfile(tar.next()).read()) == 1.0
+            passed = float(tar.extractfile(tar.next()).read()) == 1.0
         for folder in ("/logs/agent", "/logs/artifacts", "/logs/verifier"):
             b"".join(c.get_archive(folder)[0])
+        return passed
     finally:
         c.remove(force=True, v=True)
+
+tasks = sorted(p for p in root.iterdir() if (p / "task.toml").is_file())
+with ThreadPoolExecutor(concurrency) as pool:
+    passed = sum(pool.map(attempt, tasks))
 print(f"{passed} passed")
-sys.exit(0 if passed == len([p for p in root.iterdir() if (p / "task.toml").is_file()]) else 1)
+sys.exit(0 if passed == len(tasks) else 1)
 """
 
 
-def write_tasks(root: Path, n: int) -> None:
+def write_tasks(root: Path, n: int, concurrency: int) -> None:
     marker = uuid.uuid4().hex
     for i in range(n):
         task = root / "tasks" / f"task-{i:03d}"
@@ -131,7 +136,7 @@ def write_tasks(root: Path, n: int) -> None:
     (root / "count_calls.py").write_text(COUNT_CALLS)
     (root / "conftest.py").write_text("import count_calls  # noqa: F401\n")
     (root / "agentcompass.yaml").write_text(
-        "output_dir: runs\ntask_concurrency: 1\nrequests:\n"
+        f"output_dir: runs\ntask_concurrency: {concurrency}\nrequests:\n"
         "  - name: bench\n    benchmark: {id: harbor, params: {path: tasks}}\n"
         "    harness: {id: oracle}\n    environment: {id: docker}\n"
     )
@@ -141,6 +146,7 @@ def load_time(root: Path, n: int) -> None:
     """Reading ``n`` task directories (what collection does): nothing is built or hashed."""
     import time
 
+    from pytest_agentcompass import ComponentRef, EnvironmentSpec, RunRequest
     from pytest_agentcompass.benchmarks.harbor import HarborBenchmark
 
     many = root / "many"
@@ -150,7 +156,8 @@ def load_time(root: Path, n: int) -> None:
         (task / "task.toml").write_text(TASK_TOML)
         (task / "instruction.md").write_text("Write hello.txt.\n")
     wall, cpu = time.perf_counter(), time.process_time()
-    tasks = HarborBenchmark(path=str(many)).load_tasks(None)  # type: ignore[arg-type]
+    req = RunRequest(name="bench", benchmark=ComponentRef(id="harbor"), environment=EnvironmentSpec(id="docker"))
+    tasks = HarborBenchmark(path=str(many)).load_tasks(req)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     print(f"load_tasks of {len(tasks)} task dirs: {wall * 1000:.0f} ms wall, {cpu * 1000:.0f} ms CPU")
 
@@ -159,6 +166,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=20, help="tasks per run")
     parser.add_argument("--repeat", type=int, default=5, help="alternating rounds")
+    parser.add_argument("--concurrency", type=int, default=1, help="attempts at once, on both sides")
     args = parser.parse_args()
     import docker
 
@@ -169,7 +177,7 @@ def main() -> None:
     tag = ""
     try:
         load_time(root, 1000)
-        write_tasks(root, args.n)
+        write_tasks(root, args.n, args.concurrency)
         tag = image_tag(docker.from_env(), root / "tasks" / "task-000" / "environment")
         plugin_cmd = pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off")
         first = measure(plugin_cmd, root)  # builds the image: the cold run
@@ -179,7 +187,7 @@ def main() -> None:
         pairs: list[tuple[Measurement, Measurement]] = []
         for _ in range(args.repeat):
             os.environ["COUNT_CALLS"] = str(root / "bare-calls.json")
-            bare = measure([sys.executable, "bare.py", tag, "tasks"], root)
+            bare = measure([sys.executable, "bare.py", tag, "tasks", str(args.concurrency)], root)
             os.environ["COUNT_CALLS"] = str(root / "plugin-calls.json")
             plugin = measure(plugin_cmd, root)
             for name, run in (("bare SDK", bare), ("agentcompass", plugin)):

@@ -35,6 +35,7 @@ __all__ = [
     "get_tree",
     "make_dirs",
     "put_tree",
+    "read_entry",
     "read_head",
     "replace_tree",
     "stat",
@@ -110,16 +111,27 @@ def stat(container: Any, path: str) -> dict[str, Any] | None:
 def read_head(container: Any, path: str, limit: int) -> tuple[bytes, int] | None:
     """The first ``limit`` bytes of the file at ``path`` and its whole size; ``None`` when there is no
     such regular file. Nothing past ``limit`` is read: a sparse or endless file costs ``limit`` at most."""
-    info = stat(container, path)
-    if info is None:
+    found = read_entry(container, path, limit)
+    return found if isinstance(found, tuple) else None
+
+
+def read_entry(container: Any, path: str, limit: int) -> tuple[bytes, int] | str | None:
+    """:func:`read_head` in one engine request, saying what ``path`` is when it is no regular file:
+    ``None`` when it does not exist, else ``"a link to <target>"``, ``"a folder"`` or ``"a special
+    file"``. The archive's first entry says what the path is (no ``stat`` request first); the rest of
+    a folder's archive is not read."""
+    try:
+        with _archive(container, path) as body, tarfile.open(fileobj=body, mode="r|") as archive:
+            for member in archive:
+                if member.issym() or member.islnk():
+                    return f"a link to {member.linkname}"
+                handle = archive.extractfile(member) if member.isfile() else None
+                if handle is None:
+                    return "a folder" if member.isdir() else "a special file"
+                return handle.read(min(limit, member.size)), member.size
+    except _Absent:
         return None
-    with _archive(container, path) as body, tarfile.open(fileobj=body, mode="r|") as archive:
-        for member in archive:
-            handle = archive.extractfile(member) if member.isfile() else None
-            if handle is None:
-                return None  # a folder, a link, a device: not a file to read
-            return handle.read(min(limit, member.size)), member.size
-    return None
+    return "a special file"  # an empty archive: nothing the engine could pack
 
 
 def get_tree(container: Any, source: str, limit: int) -> tuple[dict[str, bytes], bool]:

@@ -18,7 +18,18 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from ..vocabulary.errors import SessionError
-from .docker_files import Save, Skip, TreeCopy, blank_files, copy_out, make_dirs, read_head, replace_tree, stat
+from .docker_files import (
+    Save,
+    Skip,
+    TreeCopy,
+    blank_files,
+    copy_out,
+    make_dirs,
+    read_entry,
+    read_head,
+    replace_tree,
+    stat,
+)
 from .docker_state import Change, Process, Snapshots, changes, environ, freeze, pause, processes, resume
 
 __all__ = ["TrustedAccess"]
@@ -67,6 +78,11 @@ class TrustedAccess:
         if found is None:
             raise SessionError(f"{path!r} is not a file in container {self.container.short_id}")
         return found
+
+    async def read_entry(self, path: str, limit: int) -> tuple[bytes, int] | str | None:
+        """:meth:`read_head` in one engine request: ``None`` when ``path`` does not exist, what it is
+        instead (``"a link to /etc/hostname"``, ``"a folder"``) when it is no regular file."""
+        return await asyncio.to_thread(read_entry, self.container, self._path(path), limit)
 
     async def copy_out(
         self, source: str, save: Save, limit: int, time_limit: float | None = None, skip: Skip | None = None

@@ -20,7 +20,6 @@ from typing import IO, Any
 from ...environments.base import EnvironmentSession
 from ...environments.transfer import run_as_root, trusted, upload_tree
 from ...vocabulary.artifacts import artifact_name, save_artifact, save_artifact_stream
-from ...vocabulary.errors import SessionError
 from .rewards import REWARD_FILES, REWARD_MAX_BYTES
 
 __all__ = [
@@ -132,17 +131,14 @@ async def read_reward_files(env: EnvironmentSession) -> dict[str, bytes | int | 
     access = trusted(env)
     for name in REWARD_FILES:
         path = f"{VERIFIER_LOGS}/{name}"
-        if access is not None:
-            info = await access.stat(path)
-            if info is None:
+        if access is not None:  # one engine request per file
+            entry = await access.read_entry(path, REWARD_MAX_BYTES)
+            if entry is None:
                 continue
-            try:
-                data, size = await access.read_head(path, REWARD_MAX_BYTES)
-            except SessionError:
-                found[name] = "not a regular file" + (
-                    f" (a link to {info['linkTarget']})" if info.get("linkTarget") else ""
-                )
+            if isinstance(entry, str):
+                found[name] = f"not a regular file ({entry})"
                 continue
+            data, size = entry
             found[name] = size if size > REWARD_MAX_BYTES else data
             continue
         try:

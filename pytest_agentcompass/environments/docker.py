@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,21 +64,28 @@ log = logging.getLogger("pytest_agentcompass")
 
 
 def _create(
-    client: Any, image: str, options: dict[str, Any], host: dict[str, Any], keepalive: bytes | None
+    client: Any,
+    image: str,
+    options: dict[str, Any],
+    host: dict[str, Any],
+    keepalive: bytes | None,
+    dirs: Sequence[str] = (),
 ) -> tuple[Any, frozenset[int]]:
     """Create and start a container; returns it with the pids of the runner's own processes in it
     (:func:`.docker_state.runner_processes`). A container that does not get that far is removed again.
 
     ``keepalive``: the runner's program that the command runs, written to its path first (``None``:
-    the command is the image's ``sleep``). All of it is one worker-thread call, so that a cancel can
-    land only before the create or after the container is known to the caller (see :func:`_start`)."""
+    the command is the image's ``sleep``); ``dirs``: folders made with it (``make_dirs``). All of it
+    is one worker-thread call, so that a cancel can land only before the create or after the
+    container is known to the caller (see :func:`_start`)."""
     api = client.api
     created = api.create_container(image, host_config=api.create_host_config(**host), **options)
     # The model without the inspect ``containers.create`` would make: the id and name are all it needs.
     container = client.containers.prepare_model({"Id": created["Id"], "Name": "/" + options["name"]})
     try:
-        if keepalive is not None:  # written before the start (the archive API works on a created container)
-            install(api, created["Id"], options["command"][0], keepalive)
+        if keepalive is not None or dirs:  # written before the start (the archive API works on a created container)
+            own = (options["command"][0], keepalive) if keepalive is not None else None
+            install(api, created["Id"], own, dirs)
         api.start(created["Id"])
         return container, runner_processes(container)
     except BaseException:
@@ -87,11 +94,16 @@ def _create(
 
 
 async def _start(
-    client: Any, image: str, options: dict[str, Any], host: dict[str, Any], keepalive: bytes | None
+    client: Any,
+    image: str,
+    options: dict[str, Any],
+    host: dict[str, Any],
+    keepalive: bytes | None,
+    dirs: Sequence[str],
 ) -> tuple[Any, frozenset[int]]:
     """Create and start a container in one worker-thread call; shielded, so a cancel meanwhile
     still learns of the container and removes it."""
-    starting = asyncio.ensure_future(asyncio.to_thread(_create, client, image, options, host, keepalive))
+    starting = asyncio.ensure_future(asyncio.to_thread(_create, client, image, options, host, keepalive, dirs))
     try:
         return await asyncio.shield(starting)
     except BaseException:
@@ -106,6 +118,16 @@ async def _discard(starting: asyncio.Future[tuple[Any, frozenset[int]]]) -> None
     except BaseException:
         return  # nothing was created, or _create removed it
     await asyncio.to_thread(remove_container, container)
+
+
+def _absolute_dirs(value: Any) -> list[str]:
+    """``make_dirs`` of a session's params (a benchmark's ``plan.environment``): absolute folders the
+    container starts with, mode 0777, made in the request that writes the keepalive."""
+    if value is None:
+        return []
+    if isinstance(value, str) or not all(isinstance(d, str) and d.startswith("/") for d in value):
+        raise SessionError(f"make_dirs must be a list of absolute folders, not {value!r}")
+    return list(value)
 
 
 class DockerEnvironment(BaseEnvironment):
@@ -200,18 +222,20 @@ class DockerEnvironment(BaseEnvironment):
             "detach": True,
         }
         code = program(arch) if arch else None
+        dirs = _absolute_dirs(params.get("make_dirs"))
         try:
-            container, pids = await _start(client, image, options, host, code)
+            container, pids = await _start(client, image, options, host, code, dirs)
         except Exception as exc:
             if "storage_opt" not in host or not storage_refused(exc):
                 raise
             self._no_storage[engine.name] = str(getattr(exc, "explanation", None) or exc).strip()
             self._without_storage(host, params, engine)
-            container, pids = await _start(client, image, options, host, code)
+            container, pids = await _start(client, image, options, host, code, dirs)
         policy: NetworkPolicy = "disabled" if isolated else "full"
         output_limit = int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
         session = DockerSession(client, container, workdir, policy, output_limit, local=engine.local)
         session.agent_install = installed
+        session.made_dirs = tuple(dirs)
         session.runner_pids = pids  # no await from the start to the return: a cancel cannot orphan the container
         session.keepalive = keepalive
         session.snapshots, session.snapshot_key = self.snapshots, key

@@ -85,6 +85,7 @@ class DockerSession(TrustedAccess, EnvironmentSession):
         within ``KILL_PATIENCE`` plus ``DRAIN_GRACE`` whatever it left.
         """
         api = self.client.api
+        self.made_dirs = ()  # a command may remove them: made again when asked for from now on
         # The exec's init carries the token, so a kill can find it (and its tree) inside the container.
         token = secrets.token_hex(16)
         options = {

@@ -21,6 +21,7 @@ from ..vocabulary.errors import SessionError
 from .docker_files import (
     Save,
     Skip,
+    Tree,
     TreeCopy,
     blank_files,
     copy_out,
@@ -28,6 +29,7 @@ from .docker_files import (
     read_entry,
     read_head,
     replace_tree,
+    replace_trees,
     stat,
 )
 from .docker_state import Change, Process, Snapshots, changes, environ, freeze, pause, processes, resume
@@ -48,6 +50,9 @@ class TrustedAccess:
     snapshot_limit: int = 4096 * 1024 * 1024
     #: Path of the runner's keepalive program in the container (:mod:`.docker_keepalive`), if it has one.
     keepalive: str | None = None
+    #: Folders the container started with (``make_dirs``, mode 0777) while no command has run in it
+    #: since (the first exec clears it): :meth:`make_dirs` of them is then no engine request.
+    made_dirs: tuple[str, ...] = ()
 
     def _path(self, path: str) -> str:
         raise NotImplementedError
@@ -56,6 +61,11 @@ class TrustedAccess:
         """Make ``target`` exactly the local folder ``source`` (or an empty folder): what was there goes."""
         await asyncio.to_thread(replace_tree, self.container, self._path(target), source, mode)
 
+    async def replace_trees(self, trees: Iterable[Tree]) -> None:
+        """:meth:`replace_tree` for each ``(target, source, mode)`` of ``trees``, in one engine request."""
+        trees = [(self._path(target), source, mode) for target, source, mode in trees]
+        await asyncio.to_thread(replace_trees, self.container, trees)
+
     async def blank_files(self, paths: Iterable[str]) -> None:
         """Make each file of ``paths`` empty (what a compiled cache the agent wrote becomes: Python then
         compiles the source again)."""
@@ -63,7 +73,10 @@ class TrustedAccess:
 
     async def make_dirs(self, paths: Iterable[str], mode: int = 0o777) -> None:
         """Create the folders ``paths`` with ``mode`` (existing ones keep their content)."""
-        await asyncio.to_thread(make_dirs, self.container, [self._path(p) for p in paths], mode)
+        paths = [self._path(p) for p in paths]
+        if mode == 0o777 and set(paths) <= set(self.made_dirs):
+            return  # made when the container started, before anything of the task ran
+        await asyncio.to_thread(make_dirs, self.container, paths, mode)
 
     async def stat(self, path: str) -> dict[str, Any] | None:
         """The engine's stat of ``path`` (``size``, ``mode``, ``mtime``, ``linkTarget``), ``None`` if absent."""

@@ -24,15 +24,18 @@ T = TypeVar("T")
 
 
 def scenario(
-    params: dict[str, Any], body: Callable[[DockerEnvironment, Any, str], Awaitable[T]], image: str = IMAGE
+    params: dict[str, Any],
+    body: Callable[[DockerEnvironment, Any, str], Awaitable[T]],
+    image: str = IMAGE,
+    environment: dict[str, Any] | None = None,
 ) -> T:
-    """Run ``body(provider, session, run_id)`` on a task session of ``image``; everything is closed
-    afterwards, and no container of the run is left."""
+    """Run ``body(provider, session, run_id)`` on a task session of ``image`` (``environment``: the
+    plan's per-task params); everything is closed afterwards, and no container of the run is left."""
     provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": image, **params}))
     run_id = f"scenario-{uuid.uuid4().hex[:8]}"
 
     async def go() -> T:
-        plan = dataclasses.replace(make_plan(), environment={})
+        plan = dataclasses.replace(make_plan(), environment=environment or {})
         session = await provider.open(provider.build_config(plan, "task", {"agentcompass.run": run_id}))
         try:
             return await body(provider, session, run_id)
@@ -70,8 +73,7 @@ def test_replace_tree_takes_out_what_was_planted_without_running_the_containers_
             "cd /bin && for t in mv cat mkdir chmod rm; do busybox rm -f $t && printf '#!/bin/sh\\nexit 9\\n' > $t "
             "&& busybox chmod 755 $t; done",
         )
-        await session.replace_tree("/tests", source)
-        await session.replace_tree("/logs/verifier", None, 0o777)
+        await session.replace_trees([("/tests", source, 0o755), ("/logs/verifier", None, 0o777)])
         await session.make_dirs(["/logs/agent", "/logs/artifacts"])
         listing = await _sh(
             session, "cd /tests && find . | sort; ls -ld /logs/verifier /logs/agent; ls /logs/verifier /elsewhere"
@@ -83,6 +85,42 @@ def test_replace_tree_takes_out_what_was_planted_without_running_the_containers_
         assert await session.stat("/tests/conftest.py") is None
 
     scenario({}, body)
+
+
+def test_a_container_starts_with_the_folders_its_plan_asks_for() -> None:
+    """``make_dirs`` (Harbor's log folders): made with the keepalive, before the start, mode 0777;
+    asked for again before any command ran, no request; after one ran, made again."""
+
+    async def body(provider: DockerEnvironment, session: Any, run_id: str) -> None:
+        from pytest_agentcompass.environments import docker_trusted
+
+        real, calls = docker_trusted.make_dirs, []
+
+        def counted(*args: Any) -> None:
+            calls.append(args[1])
+            real(*args)
+
+        docker_trusted.make_dirs = counted  # type: ignore[assignment]
+        try:
+            await session.make_dirs(["/logs/agent", "/logs/verifier"], 0o777)
+            assert calls == []  # there already
+            listing = await _sh(session, "ls -ld /logs/agent /logs/verifier && rmdir /logs/agent")
+            assert listing.count("drwxrwxrwx") == 2, listing
+            await session.make_dirs(["/logs/agent"], 0o777)  # a command ran (and removed it): made again
+            assert calls == [["/logs/agent"]]
+            assert "drwxrwxrwx" in await _sh(session, "ls -ld /logs/agent")
+        finally:
+            docker_trusted.make_dirs = real  # type: ignore[assignment]
+
+    scenario({}, body, environment={"make_dirs": ["/logs/agent", "/logs/verifier"]})
+
+
+def test_make_dirs_must_be_absolute_folders() -> None:
+    async def body(provider: DockerEnvironment, session: Any, run_id: str) -> None:
+        raise AssertionError("opened")
+
+    with pytest.raises(SessionError, match="make_dirs must be a list of absolute folders"):
+        scenario({}, body, environment={"make_dirs": ["logs"]})
 
 
 def test_reads_and_copies_are_bounded_whatever_the_file() -> None:

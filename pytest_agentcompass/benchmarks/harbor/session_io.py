@@ -58,9 +58,8 @@ async def prepare_verifier(env: EnvironmentSession, tests: Path | None) -> None:
         return
     async with access.paused():
         try:
-            await access.replace_tree(VERIFIER_LOGS, None, 0o777)
-            if tests is not None:
-                await access.replace_tree("/tests", tests, 0o755)
+            trees = [(VERIFIER_LOGS, None, 0o777), *([("/tests", tests, 0o755)] if tests is not None else [])]
+            await access.replace_trees(trees)  # one engine request
         except Exception as exc:
             if "Error processing tar file" not in str(exc):
                 raise  # the engine itself failed

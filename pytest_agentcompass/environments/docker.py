@@ -70,24 +70,34 @@ def _create(
     host: dict[str, Any],
     keepalive: bytes | None,
     dirs: Sequence[str] = (),
-) -> tuple[Any, frozenset[int]]:
-    """Create and start a container; returns it with the pids of the runner's own processes in it
-    (:func:`.docker_state.runner_processes`). A container that does not get that far is removed again.
+) -> tuple[Any, frozenset[int], tuple[str, ...]]:
+    """Create and start a container; returns it, the pids of the runner's own processes in it
+    (:func:`.docker_state.runner_processes`) and the folders of ``dirs`` it made. A container that
+    does not get that far is removed again.
 
     ``keepalive``: the runner's program that the command runs, written to its path first (``None``:
-    the command is the image's ``sleep``); ``dirs``: folders made with it (``make_dirs``). All of it
-    is one worker-thread call, so that a cancel can land only before the create or after the
-    container is known to the caller (see :func:`_start`)."""
+    the command is the image's ``sleep``); ``dirs``: folders written in the same request (only with
+    a keepalive). Should the image refuse them (its ``/logs`` a file, say), the keepalive goes alone
+    and the folders are left to whoever asks for them later, as without ``make_dirs``. All of it is
+    one worker-thread call, so that a cancel can land only before the create or after the container
+    is known to the caller (see :func:`_start`)."""
     api = client.api
     created = api.create_container(image, host_config=api.create_host_config(**host), **options)
     # The model without the inspect ``containers.create`` would make: the id and name are all it needs.
     container = client.containers.prepare_model({"Id": created["Id"], "Name": "/" + options["name"]})
+    made: tuple[str, ...] = ()
     try:
-        if keepalive is not None or dirs:  # written before the start (the archive API works on a created container)
-            own = (options["command"][0], keepalive) if keepalive is not None else None
-            install(api, created["Id"], own, dirs)
+        if keepalive is not None:  # written before the start (the archive API works on a created container)
+            own = (options["command"][0], keepalive)
+            try:
+                install(api, created["Id"], own, dirs)
+                made = tuple(dirs)
+            except Exception as exc:
+                if not dirs or "Error processing tar file" not in str(exc):
+                    raise
+                install(api, created["Id"], own)
         api.start(created["Id"])
-        return container, runner_processes(container)
+        return container, runner_processes(container), made
     except BaseException:
         remove_container(container)
         raise
@@ -100,7 +110,7 @@ async def _start(
     host: dict[str, Any],
     keepalive: bytes | None,
     dirs: Sequence[str],
-) -> tuple[Any, frozenset[int]]:
+) -> tuple[Any, frozenset[int], tuple[str, ...]]:
     """Create and start a container in one worker-thread call; shielded, so a cancel meanwhile
     still learns of the container and removes it."""
     starting = asyncio.ensure_future(asyncio.to_thread(_create, client, image, options, host, keepalive, dirs))
@@ -111,10 +121,10 @@ async def _start(
         raise
 
 
-async def _discard(starting: asyncio.Future[tuple[Any, frozenset[int]]]) -> None:
+async def _discard(starting: asyncio.Future[tuple[Any, frozenset[int], tuple[str, ...]]]) -> None:
     """Remove the container ``starting`` gives, once it gives one (its open was cancelled or failed)."""
     try:
-        container, _ = await starting
+        container, _, _ = await starting
     except BaseException:
         return  # nothing was created, or _create removed it
     await asyncio.to_thread(remove_container, container)
@@ -125,8 +135,10 @@ def _absolute_dirs(value: Any) -> list[str]:
     container starts with, mode 0777, made in the request that writes the keepalive."""
     if value is None:
         return []
-    if isinstance(value, str) or not all(isinstance(d, str) and d.startswith("/") for d in value):
-        raise SessionError(f"make_dirs must be a list of absolute folders, not {value!r}")
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(d, str) and d.startswith("/") and d.strip("/") for d in value
+    ):
+        raise SessionError(f"make_dirs must be a list of absolute folders (not /), not {value!r}")
     return list(value)
 
 
@@ -222,20 +234,21 @@ class DockerEnvironment(BaseEnvironment):
             "detach": True,
         }
         code = program(arch) if arch else None
-        dirs = _absolute_dirs(params.get("make_dirs"))
+        # Not into a snapshot: its files are the agent's (a /logs it broke fails the verifier, not the open).
+        dirs = [] if params.get("from_snapshot") else _absolute_dirs(params.get("make_dirs"))
         try:
-            container, pids = await _start(client, image, options, host, code, dirs)
+            container, pids, made = await _start(client, image, options, host, code, dirs)
         except Exception as exc:
             if "storage_opt" not in host or not storage_refused(exc):
                 raise
             self._no_storage[engine.name] = str(getattr(exc, "explanation", None) or exc).strip()
             self._without_storage(host, params, engine)
-            container, pids = await _start(client, image, options, host, code, dirs)
+            container, pids, made = await _start(client, image, options, host, code, dirs)
         policy: NetworkPolicy = "disabled" if isolated else "full"
         output_limit = int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
         session = DockerSession(client, container, workdir, policy, output_limit, local=engine.local)
         session.agent_install = installed
-        session.made_dirs = tuple(dirs)
+        session.made_dirs = made
         session.runner_pids = pids  # no await from the start to the return: a cancel cannot orphan the container
         session.keepalive = keepalive
         session.snapshots, session.snapshot_key = self.snapshots, key

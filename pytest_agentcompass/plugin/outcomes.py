@@ -191,12 +191,14 @@ def set_properties(item: pytest.Item, outcome: TaskOutcome) -> None:
         _pair("agentcompass.score", "" if result.score is None else result.score),
     ]
     integrity = _integrity(outcome)
-    if getattr(item.config.option, "agentcompass_properties", "brief") == "all":
+    detail = ("agentcompass.detail", str(outcome.detail_path or ""))
+    if getattr(item.config.option, "agentcompass_properties", "brief") == "all":  # the order of old
         mine += [
             _pair("agentcompass.attempts", outcome.attempts),
             _pair("agentcompass.retries", outcome.retries),
             _pair("agentcompass.evaluation_environment_mode", outcome.evaluation_environment_mode),
             _pair("agentcompass.carried_over", outcome.carried_over),
+            detail,
             # Empty when nothing was found: what a benchmark saw the agent tamper with otherwise.
             _pair("agentcompass.integrity", integrity),
         ]
@@ -207,9 +209,9 @@ def set_properties(item: pytest.Item, outcome: TaskOutcome) -> None:
             mine.append(_pair("agentcompass.retries", outcome.retries))
         if outcome.carried_over:
             mine.append(_pair("agentcompass.carried_over", True))
+        mine.append(detail)
         if integrity:
             mine.append(("agentcompass.integrity", integrity))
-    mine.append(("agentcompass.detail", str(outcome.detail_path or "")))
     theirs = [(k, v) for k, v in item.user_properties if not str(k).startswith("agentcompass.")]
     item.user_properties[:] = theirs + mine
 

@@ -80,9 +80,11 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> Played:
     write_cheat_task(root / "separate", "nothing-copied", "echo 42 > /app/answer.txt", artifacts="[]")
     write_cheat_task(root / "separate", "artifact-shadow", WORKDIR_MODULE, artifacts='["/app/iniconfig.py"]')
     write_cheat_task(root / "broken", "broken-logs", BROKEN_LOGS)
+    write_cheat_task(root / "snap-broken", "logs-gone", "rm -rf /logs && ln -s /nowhere /logs\n")
     requests = [_request(mode, "tasks", mode) for mode in MODES]
     requests.append(_request("separate", "separate", "separate"))
     requests.append(_request("retry", "broken", "shared", max_retries=2, retry_pattern_list="transient"))
+    requests.append(_request("snap-retry", "snap-broken", "snapshot", max_retries=2, retry_pattern_list="transient"))
     config = {"output_dir": "runs", "task_concurrency": 8, "requests": requests}
     (root / "agentcompass.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     done = subprocess.run(
@@ -163,6 +165,15 @@ def test_an_engine_refusal_the_agent_caused_is_not_retried_as_transient(played: 
     detail = played.detail("retry", "broken-logs")
     assert detail["retries"] == 0, detail["retries"]
     assert detail["status"] != "scored" and "/logs/agent" in detail["error"], detail["error"]
+
+
+def test_logs_the_agent_broke_fail_a_snapshot_verifier_not_its_environment(played: Played) -> None:
+    """The runner writes nothing into a snapshot as its container opens (its files are the agent's):
+    a /logs the agent made a dangling link is the verifier's failure, never an environment error
+    that a transient policy would retry."""
+    detail = played.detail("snap-retry", "logs-gone")
+    assert (detail["status"], detail["retries"]) == ("evaluation_error", 0), (detail["status"], detail["error"])
+    assert "/logs/verifier" in detail["error"], detail["error"]
 
 
 def test_a_service_a_snapshot_does_not_carry_over_is_said(played: Played) -> None:

@@ -115,6 +115,24 @@ def test_a_container_starts_with_the_folders_its_plan_asks_for() -> None:
     scenario({}, body, environment={"make_dirs": ["/logs/agent", "/logs/verifier"]})
 
 
+def test_an_image_that_refuses_the_folders_still_starts(tmp_path: Path) -> None:
+    """A ``/logs`` that is a file in the image: the keepalive goes alone, and the folders are the
+    benchmark's to make (and fail) later, as without ``make_dirs``."""
+    tag = f"agentcompass-logs-file:{uuid.uuid4().hex[:12]}"
+    (tmp_path / "Dockerfile").write_text(f"FROM {IMAGE}\nRUN touch /logs\n")
+    subprocess.run(["docker", "build", "-q", "-t", tag, str(tmp_path)], check=True, capture_output=True)
+
+    async def body(provider: DockerEnvironment, session: Any, run_id: str) -> None:
+        assert session.made_dirs == ()
+        with pytest.raises(Exception, match="Error processing tar file"):
+            await session.make_dirs(["/logs/agent"], 0o777)
+
+    try:
+        scenario({}, body, image=tag, environment={"make_dirs": ["/logs/agent"]})
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
+
+
 def test_make_dirs_must_be_absolute_folders() -> None:
     async def body(provider: DockerEnvironment, session: Any, run_id: str) -> None:
         raise AssertionError("opened")

@@ -100,13 +100,26 @@ class EnginePool:
 
     def _spread_image(self, image: str, pull: bool, skip: set[str]) -> dict[str, str]:
         """Make ``image`` available on every engine not in ``skip``; why it failed, per engine."""
-        engines = [e for e in self.engines if e.name not in skip]
-        having = [e for e in engines if has_image(e.client(), image)]
+        engines: list[Engine] = []
+        having: list[Engine] = []
         failed: dict[str, str] = {}
+        for engine in (e for e in self.engines if e.name not in skip):
+            try:
+                found = has_image(engine.client(), image)
+            except Exception as exc:  # it answered the ping and died since: left out like one that did not
+                if not self.pooled:
+                    raise
+                failed[engine.name] = f"not reachable ({reason(exc)})"
+                continue
+            engines.append(engine)
+            if found:
+                having.append(engine)
+        if not engines:
+            return failed
         if not having and not pull:
             where = engines[0].url if not self.pooled else "any engine of the pool"
             missing = f"docker image {image!r} is not on the engine at {where}; build or pull it"
-            return {e.name: missing for e in engines}
+            return {**failed, **{e.name: missing for e in engines}}
         for engine in engines:
             if engine in having:
                 continue

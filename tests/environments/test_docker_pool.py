@@ -308,6 +308,33 @@ def test_a_dead_engine_takes_work_again_once_it_answers(engines: Engines) -> Non
     assert a.containers(f"m={mark}") == [] and b.containers(f"m={mark}") == []
 
 
+def test_an_engine_that_dies_right_after_its_preflight_ping_is_left_out(engines: Engines) -> None:
+    """An engine that answered the ping and died before its image was looked for (a race CI met
+    under xdist: another worker's task made the test kill it) is left out, not the whole request."""
+    from pytest_agentcompass.environments import docker_pool
+
+    a, b = engines.engines
+    provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE, "engines": [a.url, b.url]}))
+    real = docker_pool.has_image
+    on_b = provider.pool.engines[1]
+
+    def dies_first(client: Any, image: str) -> bool:
+        if client is on_b.client():
+            b.kill()  # the real engine goes away between the ping and this call
+        return real(client, image)
+
+    docker_pool.has_image = dies_first  # type: ignore[assignment]
+    try:
+        asyncio.run(provider.preflight())
+        notes = list(provider.notes)
+        asyncio.run(provider.aclose())
+    finally:
+        docker_pool.has_image = real
+        if b.proc is None:
+            b.start()
+    assert len(notes) == 1 and b.url in notes[0] and "left out: not reachable" in notes[0], notes
+
+
 async def _open_close(provider: DockerEnvironment, config: SessionConfig) -> str | None:
     session = await provider.open(config)
     await session.close()

@@ -33,6 +33,7 @@ __all__ = [
     "TreeCopy",
     "blank_files",
     "copy_out",
+    "dir_entry",
     "get_tree",
     "make_dirs",
     "put_tree",
@@ -53,7 +54,7 @@ def put_tree(container: Any, source: str | os.PathLike[str], target: str) -> Non
     payload = io.BytesIO()
     with tarfile.open(fileobj=payload, mode="w") as archive:
         for parent in reversed(PurePosixPath(destination).parents[:-1]):
-            archive.addfile(_dir_entry(str(parent)))
+            archive.addfile(dir_entry(str(parent)))
         archive.add(os.fspath(source), arcname=destination, filter=_as_root)
     container.put_archive("/", payload.getvalue())
 
@@ -84,7 +85,7 @@ def replace_trees(container: Any, trees: Iterable[Tree]) -> None:
             placeholder = tarfile.TarInfo(name)
             placeholder.mtime = int(time.time())
             archive.addfile(placeholder, io.BytesIO(b""))
-            archive.addfile(_dir_entry(name, mode))
+            archive.addfile(dir_entry(name, mode))
             if source is not None:
                 for entry in sorted(os.listdir(source)):
                     archive.add(os.path.join(source, entry), arcname=f"{name}/{entry}", filter=_as_root)
@@ -107,7 +108,7 @@ def make_dirs(container: Any, paths: Iterable[str], mode: int = 0o777) -> None:
     payload = io.BytesIO()
     with tarfile.open(fileobj=payload, mode="w") as archive:
         for path in paths:
-            archive.addfile(_dir_entry(path.strip("/"), mode))
+            archive.addfile(dir_entry(path.strip("/"), mode))
     container.put_archive("/", payload.getvalue())
 
 
@@ -343,7 +344,8 @@ def _refused(response: Any, path: str) -> None:
     raise SessionError(f"the engine refused {path!r} (HTTP {response.status_code}): {said}")
 
 
-def _dir_entry(name: str, mode: int = 0o755) -> tarfile.TarInfo:
+def dir_entry(name: str, mode: int = 0o755) -> tarfile.TarInfo:
+    """A folder entry of an archive written to a container (``name`` relative to ``/``)."""
     entry = tarfile.TarInfo(name)
     entry.type, entry.mode = tarfile.DIRTYPE, mode
     entry.mtime = int(time.time())

@@ -25,6 +25,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .docker_files import dir_entry
+
 __all__ = ["KEEPALIVE_PREFIX", "arch_of", "install", "program"]
 
 #: Where the keepalive goes (a random suffix per container): the root always exists and is a folder.
@@ -107,16 +109,13 @@ def install(api: Any, container_id: str, keepalive: tuple[str, bytes] | None, di
     """Write the program ``keepalive`` (its path, its bytes) and the absolute folders ``dirs`` (mode
     0777: whoever runs there writes to them) into the created, not yet started container, in one
     engine request (blocking; each archive call costs the engine tens of milliseconds)."""
-    now = int(time.time())
     payload = io.BytesIO()
     with tarfile.open(fileobj=payload, mode="w") as archive:
         if keepalive is not None:
             path, data = keepalive
             entry = tarfile.TarInfo(path.lstrip("/"))
-            entry.size, entry.mode, entry.mtime = len(data), 0o555, now
+            entry.size, entry.mode, entry.mtime = len(data), 0o555, int(time.time())
             archive.addfile(entry, io.BytesIO(data))
         for folder in dirs:
-            entry = tarfile.TarInfo(folder.strip("/"))
-            entry.type, entry.mode, entry.mtime = tarfile.DIRTYPE, 0o777, now
-            archive.addfile(entry)
+            archive.addfile(dir_entry(folder.strip("/"), 0o777))
     api.put_archive(container_id, "/", payload.getvalue())

@@ -19,7 +19,7 @@ import socket
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import IO, Any
@@ -130,7 +130,7 @@ def read_head(container: Any, path: str, limit: int) -> tuple[bytes, int] | None
     return found if isinstance(found, tuple) else None
 
 
-def read_entry(container: Any, path: str, limit: int) -> tuple[bytes, int] | str | None:
+def read_entry(container: Any, path: str, limit: int) -> Entry | None:
     """:func:`read_head` in one engine request, saying what ``path`` is when it is no regular file:
     ``None`` when it does not exist, else ``"a link to <target>"``, ``"a folder"`` or ``"a special
     file"``. The archive's first entry says what the path is (no ``stat`` request first); the rest of
@@ -138,12 +138,7 @@ def read_entry(container: Any, path: str, limit: int) -> tuple[bytes, int] | str
     try:
         with _archive(container, path) as body, tarfile.open(fileobj=body, mode="r|") as archive:
             for member in archive:
-                if member.issym() or member.islnk():
-                    return f"a link to {member.linkname}"
-                handle = archive.extractfile(member) if member.isfile() else None
-                if handle is None:
-                    return "a folder" if member.isdir() else "a special file"
-                return handle.read(min(limit, member.size)), member.size
+                return _what(archive, member, limit)
     except _Absent:
         return None
     return "a special file"  # an empty archive: nothing the engine could pack
@@ -162,6 +157,10 @@ def get_tree(container: Any, source: str, limit: int) -> tuple[dict[str, bytes],
     return files, bool(report.cut or report.stopped)
 
 
+#: What an archive holds at a path: a regular file's first bytes and its size, else what it is.
+Entry = tuple[bytes, int] | str
+
+
 @dataclass
 class TreeCopy:
     """What :func:`copy_out` copied of a folder and what it left, for the task's record."""
@@ -175,6 +174,10 @@ class TreeCopy:
     cut: list[dict[str, Any]] = field(default_factory=list)
     #: Why the copy ended before the folder's end ("" when it did not).
     stopped: str = ""
+    #: What the archive held at each name :func:`copy_out` was asked to ``watch`` (``""``: the source
+    #: itself): ``(first bytes, size)`` of a regular file, else what it is (as :func:`read_entry` says).
+    #: A watched name absent here was not in the archive, or came after the copy stopped.
+    watched: dict[str, Entry] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -192,10 +195,19 @@ class TreeCopy:
 Save = Callable[[str, IO[bytes], int], int]
 #: ``skip(name)``: whether to pass the file ``name`` over (an excluded pattern).
 Skip = Callable[[str], bool]
+#: ``(names, limit)``: entries of a copy to report whatever they are (:attr:`TreeCopy.watched`),
+#: keeping the first ``limit`` bytes of each regular file.
+Watch = tuple[Collection[str], int]
 
 
 def copy_out(
-    container: Any, source: str, save: Save, limit: int, time_limit: float | None = None, skip: Skip | None = None
+    container: Any,
+    source: str,
+    save: Save,
+    limit: int,
+    time_limit: float | None = None,
+    skip: Skip | None = None,
+    watch: Watch | None = None,
 ) -> TreeCopy:
     """Stream the regular files under ``source`` to ``save``, at most ``limit`` bytes of them.
 
@@ -206,13 +218,15 @@ def copy_out(
     (a stalled engine included): the connection is shut when they run out.
     Links, devices and FIFOs are never followed or read; names ``skip`` says
     yes to are passed over. ``source`` may be one file: it is copied under its name.
+    ``watch`` (names, and the ``limit`` of bytes to keep of each) asks what those
+    entries are, whatever the copy does with them: :attr:`TreeCopy.watched`.
     """
     report = TreeCopy(limit_bytes=limit)
     deadline = None if time_limit is None else time.monotonic() + time_limit
     try:
         with _archive(container, source, deadline) as body:
             try:
-                _copy_members(body, save, limit, report, skip)
+                _copy_members(body, save, limit, report, skip, watch)
             except (tarfile.TarError, OSError) as exc:
                 if not body.timer.expired:
                     report.stopped = f"the engine's archive ended early: {type(exc).__name__}: {exc}"
@@ -224,13 +238,18 @@ def copy_out(
     return report
 
 
-def _copy_members(body: _Body, save: Save, limit: int, report: TreeCopy, skip: Skip | None) -> None:
+def _copy_members(
+    body: _Body, save: Save, limit: int, report: TreeCopy, skip: Skip | None, watch: Watch | None
+) -> None:
     skip_room = limit
     with tarfile.open(fileobj=body, mode="r|") as archive:
         for member in archive:
             # Names relative to the folder (its own name dropped); a file copied alone keeps its name.
             folder, _, name = member.name.partition("/")
             name = name or (folder if member.isfile() else "")
+            held = None
+            if watch is not None and name in watch[0]:
+                held = report.watched[name] = _what(archive, member, watch[1])
             if not member.isfile() or not name or (skip is not None and skip(name)):
                 continue
             if report.bytes + member.size > limit:
@@ -241,11 +260,29 @@ def _copy_members(body: _Body, save: Save, limit: int, report: TreeCopy, skip: S
                 skip_room -= member.size
                 continue
             handle = archive.extractfile(member)
+            if isinstance(held, tuple):  # read for the watch already: saved from memory, if whole
+                data, size = held
+                if len(data) < size:  # only its head was read, and the stream is past it
+                    report.cut.append(
+                        {"name": name, "size": size, "why": f"only its first {len(data)} bytes were read"}
+                    )
+                    continue
+                handle = io.BytesIO(data)
             if handle is not None:
                 report.bytes += save(name, handle, member.size)
                 report.files += 1
             if body.timer.expired:
                 return
+
+
+def _what(archive: tarfile.TarFile, member: tarfile.TarInfo, limit: int) -> Entry:
+    """A watched entry: a regular file's first ``limit`` bytes and size, else what it is."""
+    if member.issym() or member.islnk():
+        return f"a link to {member.linkname}"
+    handle = archive.extractfile(member) if member.isfile() else None
+    if handle is None:
+        return "a folder" if member.isdir() else "a special file"
+    return handle.read(min(limit, member.size)), member.size
 
 
 class _Absent(Exception):

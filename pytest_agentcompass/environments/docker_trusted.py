@@ -23,6 +23,7 @@ from .docker_files import (
     Skip,
     Tree,
     TreeCopy,
+    Watch,
     blank_files,
     copy_out,
     make_dirs,
@@ -98,11 +99,19 @@ class TrustedAccess:
         return await asyncio.to_thread(read_entry, self.container, self._path(path), limit)
 
     async def copy_out(
-        self, source: str, save: Save, limit: int, time_limit: float | None = None, skip: Skip | None = None
+        self,
+        source: str,
+        save: Save,
+        limit: int,
+        time_limit: float | None = None,
+        skip: Skip | None = None,
+        watch: Watch | None = None,
     ) -> TreeCopy:
         """Stream the files under ``source`` to ``save`` (called in a worker thread), within ``limit``
-        bytes and ``time_limit`` seconds; see :func:`.docker_files.copy_out`."""
-        return await asyncio.to_thread(copy_out, self.container, self._path(source), save, limit, time_limit, skip)
+        bytes and ``time_limit`` seconds; ``watch``: say what those entries are. See
+        :func:`.docker_files.copy_out`."""
+        path = self._path(source)
+        return await asyncio.to_thread(copy_out, self.container, path, save, limit, time_limit, skip, watch)
 
     async def environ(self) -> list[str]:
         """The container's environment (``KEY=value``), as its commands start with it."""

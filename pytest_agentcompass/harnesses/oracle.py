@@ -8,7 +8,10 @@ A benchmark names the solution in ``PreparedTask.metadata["reference_solution"]`
 
 The folder is copied to ``target`` and ``command`` runs there as root (in the
 environment's working directory) with ``env``; its output (stdout and stderr,
-in order) is the result's output and the transcript ``/logs/agent/oracle.txt``.
+in order) is the result's output and the transcript: the try's artifact
+``logs/agent/oracle.txt``, where Harbor's copy of ``/logs/agent`` lands. It is
+written on the host, not into the environment (the runner's record, which no
+verifier reads; one engine request less per attempt).
 A solution may leave a service running: the command returns when its own
 process does. A benchmark whose tasks do not all pass under ``oracle`` is
 broken: it is the standard sanity check of a task set.
@@ -24,6 +27,7 @@ from pydantic import BaseModel
 
 from ..config import ParamsModel
 from ..environments.transfer import run_as_root, upload_tree
+from ..vocabulary.artifacts import save_artifact
 from ..vocabulary.types import ExecutionPlan, PreparedTask, RunResult, RunStatus, TaskSpec
 from .base import BaseHarness
 
@@ -35,8 +39,8 @@ __all__ = ["OracleHarness"]
 
 #: Characters of the solution's output kept in the result.
 _TAIL = 2000
-#: Where the transcript goes (copied out with the agent's logs).
-TRANSCRIPT = "/logs/agent/oracle.txt"
+#: The transcript's artifact name: beside the copy of the environment's ``/logs/agent``.
+TRANSCRIPT = "logs/agent/oracle.txt"
 #: stderr joins stdout in order; ``exec`` so the solution's exit code is the command's.
 _MERGED = ["bash", "-c", 'exec "$@" 2>&1', "oracle"]
 
@@ -73,7 +77,7 @@ class OracleHarness(BaseHarness):
         await upload_tree(env, Path(str(reference["folder"])), str(reference["target"]))
         command = [str(arg) for arg in reference["command"]]
         outcome = await run_as_root(env, [*_MERGED, *command], environ=dict(reference.get("env") or {}))
-        await env.write_bytes(TRANSCRIPT, outcome.stdout.encode("utf-8", "replace"))
+        save_artifact(TRANSCRIPT, outcome.stdout)
         # The verifier decides: a failing solution is recorded, not an inference error.
         return RunResult(
             task_id=task.task_id,

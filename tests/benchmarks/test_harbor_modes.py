@@ -141,6 +141,21 @@ def test_reward_files_on_the_edge(pytester: pytest.Pytester, test: str, status: 
         assert detail["score"] == 0.5 and detail["metadata"]["rewards"] == {"reward": 0.5}
 
 
+def test_a_reward_after_a_log_too_large_to_copy_is_still_read(pytester: pytest.Pytester) -> None:
+    # The reward files come out of the copy of /logs/verifier; a copy that stops at a file it cannot
+    # afford to read through (the engine's archive lists a.bin first) never reaches reward.txt.
+    test = "#!/bin/bash\ntruncate -s 30000000 /logs/verifier/a.bin\necho 1 > /logs/verifier/reward.txt\n"
+    write_task(pytester.path / "tasks", "t", test=test)
+    write_config(pytester, [harbor_request("big-log", "tasks")])
+    pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider").assert_outcomes(
+        passed=1
+    )
+    detail = details(pytester.path, "big-log")["t"]
+    assert detail["score"] == 1.0 and detail["metadata"]["rewards"] == {"reward": 1.0}
+    copied = detail["metadata"]["verifier"]["copied"]
+    assert copied["stopped"].startswith("stopped at a.bin (30000000 bytes)") and copied["files"] == 0, copied
+
+
 HEARTBEAT_SOLVE = """#!/bin/bash
 # The job outlives this script: the oracle returns when solve.sh does, the job keeps beating.
 ( while :; do date +%s >> /app/heartbeat.log; sleep 1; done ) &

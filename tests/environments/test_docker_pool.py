@@ -50,6 +50,18 @@ def engines() -> Iterator[Engines]:
         pool.close()
 
 
+@pytest.fixture(autouse=True)
+def _no_leftovers(request: pytest.FixtureRequest) -> None:
+    """Each test starts with no container on the shared extra engines: a test that failed may have
+    left some (its own assertions say so), and the next tests count every container there."""
+    if "engines" not in request.fixturenames:
+        return
+    for engine in request.getfixturevalue("engines").engines:
+        left = engine.docker("ps", "-aq", "--filter", "label=agentcompass", check=False).stdout.split()
+        if left:
+            engine.docker("rm", "-f", *left, check=False)
+
+
 def pool_request(pool: list[Any], /, *, n: int = 4, retries: int = 0, **bench: Any) -> dict[str, Any]:
     return {
         "name": "p",

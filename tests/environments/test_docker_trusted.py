@@ -174,6 +174,44 @@ def test_reads_and_copies_are_bounded_whatever_the_file() -> None:
     scenario({}, body)
 
 
+def test_a_copy_says_what_its_watched_entries_are_in_the_same_request() -> None:
+    async def body(provider: DockerEnvironment, session: Any, run_id: str) -> None:
+        await _sh(
+            session,
+            "mkdir -p /logs/w && cd /logs/w && truncate -s 5000 a.bin && printf 0.5 > reward.txt && "
+            "ln -s /etc/hostname reward.json && head -c 3000 /dev/zero > big.txt && mkdir sub && "
+            "echo 1 > sub/reward.txt && ln -s /logs/w /logs/link",
+        )
+        kept: dict[str, bytes] = {}
+
+        def save(name: str, handle: IO[bytes], size: int) -> int:
+            kept[name] = handle.read(size)
+            return size
+
+        names = ("", "reward.txt", "reward.json", "big.txt", "absent.txt")
+        report = await session.copy_out("/logs/w", save, 100_000, 30.0, watch=(names, 1000))
+        # Read once for the watch, the file is still copied whole; a link is said, not followed.
+        assert report.watched == {
+            "": "a folder",
+            "reward.txt": (b"0.5", 3),
+            "reward.json": "a link to /etc/hostname",
+            "big.txt": (b"\0" * 1000, 3000),
+        }
+        assert kept["reward.txt"] == b"0.5" and kept["sub/reward.txt"] == b"1\n" and len(kept["a.bin"]) == 5000
+        # Only the watched head of a file over the watch's limit was read: it is cut from the copy, and said.
+        assert "big.txt" not in kept and report.cut == [
+            {"name": "big.txt", "size": 3000, "why": "only its first 1000 bytes were read"}
+        ]
+        # The copy stops at a file it cannot afford to read through: what came after it is not watched.
+        stopped = await session.copy_out("/logs/w", save, 1000, 30.0, watch=(names, 1000))
+        assert stopped.stopped.startswith("stopped at a.bin") and stopped.watched == {"": "a folder"}
+        # A folder replaced by a link: the archive holds the link alone.
+        linked = await session.copy_out("/logs/link", save, 1000, 30.0, watch=(names, 1000))
+        assert linked.watched == {"": "a link to /logs/w"} and linked.files == 0
+
+    scenario({}, body)
+
+
 def test_changes_and_processes_come_from_the_engine() -> None:
     async def body(provider: DockerEnvironment, session: Any, run_id: str) -> None:
         await _sh(session, "echo x > /made.txt && rm -f /bin/true; ( setsid sleep 300 </dev/null >/dev/null 2>&1 & )")

@@ -45,8 +45,8 @@ from .session_io import (
     copy_folder,
     make_log_dirs,
     prepare_verifier,
-    read_reward_files,
     save_text,
+    take_verifier_logs,
 )
 from .taskdir import TASK_FILE, HarborTask, expand_env, read_task
 from .verifier import (
@@ -326,10 +326,7 @@ class HarborBenchmark(BaseBenchmark):
             "stdout": save_text("verifier/test-stdout.txt", outcome.stdout),
             "stderr": save_text("verifier/test-stderr.txt", outcome.stderr),
         }
-        rewards = await read_reward_files(env)
-        evidence["copied"] = await copy_folder(
-            env, VERIFIER_LOGS, "verifier/logs", self.artifact_limit_bytes, self.artifact_time_limit
-        )
+        rewards, evidence["copied"] = await take_verifier_logs(env, self.artifact_limit_bytes, self.artifact_time_limit)
         metadata = {**result.metadata, "verifier": evidence}
         if findings:
             metadata["integrity"] = findings

@@ -15,12 +15,15 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ...environments.base import EnvironmentSession
 from ...environments.transfer import run_as_root, trusted, upload_tree
 from ...vocabulary.artifacts import artifact_name, save_artifact, save_artifact_stream
 from .rewards import REWARD_FILES, REWARD_MAX_BYTES
+
+if TYPE_CHECKING:
+    from ...environments.docker_files import Entry, TreeCopy, Watch
 
 __all__ = [
     "LOG_DIRS",
@@ -30,6 +33,7 @@ __all__ = [
     "prepare_verifier",
     "read_reward_files",
     "save_text",
+    "take_verifier_logs",
 ]
 
 VERIFIER_LOGS = "/logs/verifier"
@@ -92,9 +96,46 @@ async def copy_folder(
     (why the copy ended early), and ``renamed`` (stored name -> the name in
     the container, for names that were not safe as file names here).
     """
+    copied, _ = await _copy(env, source, prefix, limit, time_limit, exclude)
+    return copied
+
+
+async def take_verifier_logs(
+    env: EnvironmentSession, limit: int, time_limit: float | None
+) -> tuple[dict[str, bytes | int | str], dict[str, Any]]:
+    """The reward files (as :func:`read_reward_files` gives them) and the copy of ``/logs/verifier``
+    (as :func:`copy_folder` records it), in one engine request: the copy's archive says what each
+    reward file is. A reward file the copy did not reach (it stopped early, or ``/logs/verifier`` is
+    no folder any more) is read on its own, as before the copy."""
+    watch = (("", *REWARD_FILES), REWARD_MAX_BYTES)
+    copied, report = await _copy(env, VERIFIER_LOGS, "verifier/logs", limit, time_limit, watch=watch)
+    if report is None:  # no archive access: the session's own reads
+        return await read_reward_files(env), copied
+    seen = report.watched
+    whole = seen.get("") == "a folder" and not report.stopped
+    access = trusted(env)
+    found: dict[str, bytes | int | str] = {}
+    for name in REWARD_FILES:
+        entry = seen.get(name)
+        if entry is None and not whole and access is not None:
+            entry = await access.read_entry(f"{VERIFIER_LOGS}/{name}", REWARD_MAX_BYTES)
+        if entry is not None:
+            found[name] = _reward_entry(entry)
+    return found, copied
+
+
+async def _copy(
+    env: EnvironmentSession,
+    source: str,
+    prefix: str,
+    limit: int,
+    time_limit: float | None,
+    exclude: Sequence[str] = (),
+    watch: Watch | None = None,
+) -> tuple[dict[str, Any], TreeCopy | None]:
     access = trusted(env)
     if access is None:
-        return {"files": 0, "bytes": 0, "unavailable": "the session offers no archive access: nothing copied"}
+        return {"files": 0, "bytes": 0, "unavailable": "the session offers no archive access: nothing copied"}, None
     renamed: dict[str, str] = {}
     stored: list[tuple[str, str]] = []
 
@@ -111,7 +152,7 @@ async def copy_folder(
     def skip(name: str) -> bool:
         return any(fnmatch.fnmatch(name, pattern) or name.startswith(pattern.rstrip("/") + "/") for pattern in exclude)
 
-    report = await access.copy_out(source, save, limit, time_limit, skip if exclude else None)
+    report: TreeCopy = await access.copy_out(source, save, limit, time_limit, skip if exclude else None, watch)
     copied: dict[str, Any] = report.to_dict()
     if stored:
         path, name = stored[0]
@@ -119,7 +160,7 @@ async def copy_folder(
         copied["stored"] = [safe for _, safe in stored]
     if renamed:
         copied["renamed"] = renamed
-    return copied
+    return copied, report
 
 
 async def read_reward_files(env: EnvironmentSession) -> dict[str, bytes | int | str]:
@@ -132,13 +173,8 @@ async def read_reward_files(env: EnvironmentSession) -> dict[str, bytes | int | 
         path = f"{VERIFIER_LOGS}/{name}"
         if access is not None:  # one engine request per file
             entry = await access.read_entry(path, REWARD_MAX_BYTES)
-            if entry is None:
-                continue
-            if isinstance(entry, str):
-                found[name] = f"not a regular file ({entry})"
-                continue
-            data, size = entry
-            found[name] = size if size > REWARD_MAX_BYTES else data
+            if entry is not None:
+                found[name] = _reward_entry(entry)
             continue
         try:
             data, size = await env.read_head(path, REWARD_MAX_BYTES)
@@ -146,6 +182,15 @@ async def read_reward_files(env: EnvironmentSession) -> dict[str, bytes | int | 
             continue  # absent: the caller decides what a missing file means
         found[name] = size if size > REWARD_MAX_BYTES else data
     return found
+
+
+def _reward_entry(entry: Entry) -> bytes | int | str:
+    """What a reward file read through the engine counts as: its bytes, its size when too large, or
+    ``"not a regular file (...)"``."""
+    if isinstance(entry, str):
+        return f"not a regular file ({entry})"
+    data, size = entry
+    return size if size > REWARD_MAX_BYTES else data
 
 
 def save_text(name: str, text: str) -> str | None:

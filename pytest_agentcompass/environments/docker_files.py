@@ -27,10 +27,12 @@ from typing import IO, Any
 from ..vocabulary.errors import SessionError
 
 __all__ = [
+    "Entry",
     "Save",
     "Skip",
     "Tree",
     "TreeCopy",
+    "Watch",
     "blank_files",
     "copy_out",
     "dir_entry",
@@ -174,10 +176,12 @@ class TreeCopy:
     cut: list[dict[str, Any]] = field(default_factory=list)
     #: Why the copy ended before the folder's end ("" when it did not).
     stopped: str = ""
-    #: What the archive held at each name :func:`copy_out` was asked to ``watch`` (``""``: the source
-    #: itself): ``(first bytes, size)`` of a regular file, else what it is (as :func:`read_entry` says).
-    #: A watched name absent here was not in the archive, or came after the copy stopped.
-    watched: dict[str, Entry] = field(default_factory=dict)
+    #: What the archive held at each name :func:`copy_out` was asked to ``watch`` (``""``: the folder
+    #: copied): ``(first bytes, size)`` of a regular file, else what it is (as :func:`read_entry` says);
+    #: ``None``: a second name (hard link) of a file earlier in the archive, which a read of that path
+    #: alone shows. A watched name absent here was not in the archive (nor is a socket ever: the
+    #: engine leaves them out), or came after the copy stopped.
+    watched: dict[str, Entry | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -247,9 +251,9 @@ def _copy_members(
             # Names relative to the folder (its own name dropped); a file copied alone keeps its name.
             folder, _, name = member.name.partition("/")
             name = name or (folder if member.isfile() else "")
-            held = None
+            handle = None
             if watch is not None and name in watch[0]:
-                held = report.watched[name] = _what(archive, member, watch[1])
+                handle = _watched(archive, member, name, watch[1], report)
             if not member.isfile() or not name or (skip is not None and skip(name)):
                 continue
             if report.bytes + member.size > limit:
@@ -259,15 +263,8 @@ def _copy_members(
                     return
                 skip_room -= member.size
                 continue
-            handle = archive.extractfile(member)
-            if isinstance(held, tuple):  # read for the watch already: saved from memory, if whole
-                data, size = held
-                if len(data) < size:  # only its head was read, and the stream is past it
-                    report.cut.append(
-                        {"name": name, "size": size, "why": f"only its first {len(data)} bytes were read"}
-                    )
-                    continue
-                handle = io.BytesIO(data)
+            if handle is None:
+                handle = archive.extractfile(member)
             if handle is not None:
                 report.bytes += save(name, handle, member.size)
                 report.files += 1
@@ -275,8 +272,46 @@ def _copy_members(
                 return
 
 
+def _watched(
+    archive: tarfile.TarFile, member: tarfile.TarInfo, name: str, limit: int, report: TreeCopy
+) -> IO[bytes] | None:
+    """Record what the watched entry ``name`` is in ``report``. For a regular file: its first ``limit``
+    bytes, and a handle that reads the whole file again (that head, then the rest of the stream)."""
+    if member.islnk():  # another name of a file earlier in the archive: only a read of it alone says more
+        report.watched[name] = None
+        return None
+    stream = archive.extractfile(member) if member.isfile() else None
+    if stream is None:
+        report.watched[name] = _what(archive, member, limit)
+        return None
+    head = stream.read(min(limit, member.size))
+    report.watched[name] = (head, member.size)
+    return io.BufferedReader(_Joined(head, stream))  # whose read(n) gives n bytes, unless the file ends
+
+
+class _Joined(io.RawIOBase):
+    """``head``, already read from ``rest``, then what ``rest`` still holds."""
+
+    def __init__(self, head: bytes, rest: IO[bytes]) -> None:
+        self._head = memoryview(head)
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._head:
+            size = min(len(buffer), len(self._head))
+            buffer[:size] = self._head[:size]
+            self._head = self._head[size:]
+            return size
+        data = self._rest.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
 def _what(archive: tarfile.TarFile, member: tarfile.TarInfo, limit: int) -> Entry:
-    """A watched entry: a regular file's first ``limit`` bytes and size, else what it is."""
+    """What the archive's ``member`` is: a regular file's first ``limit`` bytes and size, else its kind."""
     if member.issym() or member.islnk():
         return f"a link to {member.linkname}"
     handle = archive.extractfile(member) if member.isfile() else None

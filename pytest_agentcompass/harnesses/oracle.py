@@ -9,9 +9,10 @@ A benchmark names the solution in ``PreparedTask.metadata["reference_solution"]`
 The folder is copied to ``target`` and ``command`` runs there as root (in the
 environment's working directory) with ``env``; its output (stdout and stderr,
 in order) is the result's output and the transcript: the try's artifact
-``logs/agent/oracle.txt``, where Harbor's copy of ``/logs/agent`` lands. It is
-written on the host, not into the environment (the runner's record, which no
-verifier reads; one engine request less per attempt).
+``agent/oracle.txt``, beside what other harnesses keep there (``agent/stdout.txt``)
+and apart from the copies of the environment's folders (Harbor's ``logs/agent/``),
+which cannot replace it. It is written on the host, not into the environment: it
+is the runner's record, which no verifier reads (and one engine request less).
 A solution may leave a service running: the command returns when its own
 process does. A benchmark whose tasks do not all pass under ``oracle`` is
 broken: it is the standard sanity check of a task set.
@@ -39,8 +40,8 @@ __all__ = ["OracleHarness"]
 
 #: Characters of the solution's output kept in the result.
 _TAIL = 2000
-#: The transcript's artifact name: beside the copy of the environment's ``/logs/agent``.
-TRANSCRIPT = "logs/agent/oracle.txt"
+#: The transcript's artifact name (the harness's own folder, as ``command``'s ``agent/stdout.txt``).
+TRANSCRIPT = "agent/oracle.txt"
 #: stderr joins stdout in order; ``exec`` so the solution's exit code is the command's.
 _MERGED = ["bash", "-c", 'exec "$@" 2>&1', "oracle"]
 

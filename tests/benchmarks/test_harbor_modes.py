@@ -141,19 +141,33 @@ def test_reward_files_on_the_edge(pytester: pytest.Pytester, test: str, status: 
         assert detail["score"] == 0.5 and detail["metadata"]["rewards"] == {"reward": 0.5}
 
 
-def test_a_reward_after_a_log_too_large_to_copy_is_still_read(pytester: pytest.Pytester) -> None:
-    # The reward files come out of the copy of /logs/verifier; a copy that stops at a file it cannot
-    # afford to read through (the engine's archive lists a.bin first) never reaches reward.txt.
-    test = "#!/bin/bash\ntruncate -s 30000000 /logs/verifier/a.bin\necho 1 > /logs/verifier/reward.txt\n"
-    write_task(pytester.path / "tasks", "t", test=test)
-    write_config(pytester, [harbor_request("big-log", "tasks")])
+@pytest.mark.parametrize(
+    ("test", "stopped"),
+    [
+        # The engine's archive lists a.bin first: a copy that stops at a file it cannot afford to
+        # read through never reaches reward.txt.
+        ("truncate -s 30000000 /logs/verifier/a.bin\necho 1 > /logs/verifier/reward.txt", True),
+        # The archive names the file once, as a.txt; reward.txt is a hard link to it there.
+        ("echo 1 > /logs/verifier/a.txt\nln /logs/verifier/a.txt /logs/verifier/reward.txt", False),
+    ],
+    ids=["after-a-large-log", "hard-link"],
+)
+def test_a_reward_file_the_log_copy_leaves_unsaid_is_read_alone(
+    pytester: pytest.Pytester, test: str, stopped: bool
+) -> None:
+    # The reward files come out of the copy of /logs/verifier, unless it cannot say what they are.
+    write_task(pytester.path / "tasks", "t", test=f"#!/bin/bash\n{test}\n")
+    write_config(pytester, [harbor_request("unsaid", "tasks")])
     pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider").assert_outcomes(
         passed=1
     )
-    detail = details(pytester.path, "big-log")["t"]
+    detail = details(pytester.path, "unsaid")["t"]
     assert detail["score"] == 1.0 and detail["metadata"]["rewards"] == {"reward": 1.0}
     copied = detail["metadata"]["verifier"]["copied"]
-    assert copied["stopped"].startswith("stopped at a.bin (30000000 bytes)") and copied["files"] == 0, copied
+    if stopped:
+        assert copied["stopped"].startswith("stopped at a.bin (30000000 bytes)") and copied["files"] == 0, copied
+    else:
+        assert "stopped" not in copied and copied["stored"] == ["a.txt"], copied
 
 
 HEARTBEAT_SOLVE = """#!/bin/bash
@@ -180,7 +194,7 @@ def test_a_reference_solution_that_leaves_a_service_running(pytester: pytest.Pyt
     result.assert_outcomes(passed=2)
     for mode in ("shared", "snapshot"):
         run = next((pytester.path / "runs" / mode).iterdir())
-        transcript = run / "artifacts" / "heartbeat" / "attempt-0" / "logs" / "agent" / "oracle.txt"
+        transcript = run / "artifacts" / "heartbeat" / "attempt-0" / "agent" / "oracle.txt"
         assert transcript.read_text().strip() == "heartbeat started"
         checks = {f["check"] for f in details(pytester.path, mode)["heartbeat"]["metadata"].get("integrity") or []}
         # Shared mode names the job that was still running; snapshot mode stopped it first.

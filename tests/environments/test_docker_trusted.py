@@ -179,8 +179,8 @@ def test_a_copy_says_what_its_watched_entries_are_in_the_same_request() -> None:
         await _sh(
             session,
             "mkdir -p /logs/w && cd /logs/w && truncate -s 5000 a.bin && printf 0.5 > reward.txt && "
-            "ln -s /etc/hostname reward.json && head -c 3000 /dev/zero > big.txt && mkdir sub && "
-            "echo 1 > sub/reward.txt && ln -s /logs/w /logs/link",
+            "ln -s /etc/hostname reward.json && head -c 3000 /dev/urandom > big.txt && ln big.txt hard.txt && "
+            "mkdir sub && echo 1 > sub/reward.txt && ln -s /logs/w /logs/link",
         )
         kept: dict[str, bytes] = {}
 
@@ -188,20 +188,20 @@ def test_a_copy_says_what_its_watched_entries_are_in_the_same_request() -> None:
             kept[name] = handle.read(size)
             return size
 
-        names = ("", "reward.txt", "reward.json", "big.txt", "absent.txt")
+        names = ("", "reward.txt", "reward.json", "big.txt", "hard.txt", "absent.txt")
         report = await session.copy_out("/logs/w", save, 100_000, 30.0, watch=(names, 1000))
-        # Read once for the watch, the file is still copied whole; a link is said, not followed.
+        big = await session.read_bytes("/logs/w/big.txt")
+        # A link is said, not followed; a second name of a file earlier in the archive is left unsaid.
         assert report.watched == {
             "": "a folder",
             "reward.txt": (b"0.5", 3),
             "reward.json": "a link to /etc/hostname",
-            "big.txt": (b"\0" * 1000, 3000),
+            "big.txt": (big[:1000], 3000),
+            "hard.txt": None,
         }
-        assert kept["reward.txt"] == b"0.5" and kept["sub/reward.txt"] == b"1\n" and len(kept["a.bin"]) == 5000
-        # Only the watched head of a file over the watch's limit was read: it is cut from the copy, and said.
-        assert "big.txt" not in kept and report.cut == [
-            {"name": "big.txt", "size": 3000, "why": "only its first 1000 bytes were read"}
-        ]
+        # Read for the watch first, a file is still copied whole, the part past the watch's limit included.
+        assert kept["big.txt"] == big and kept["reward.txt"] == b"0.5" and kept["sub/reward.txt"] == b"1\n"
+        assert len(kept["a.bin"]) == 5000 and report.cut == [] and report.files == 4
         # The copy stops at a file it cannot afford to read through: what came after it is not watched.
         stopped = await session.copy_out("/logs/w", save, 1000, 30.0, watch=(names, 1000))
         assert stopped.stopped.startswith("stopped at a.bin") and stopped.watched == {"": "a folder"}

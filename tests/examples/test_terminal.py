@@ -51,8 +51,8 @@ def test_oracle_passes_every_task(pytester: pytest.Pytester, checkout: Path) -> 
     assert (attempt / "logs" / "agent" / "interfaces.txt").read_text().split() == ["lo"]
     assert (attempt / "verifier" / "logs" / "reward.txt").read_text().strip() == "1"
     assert (attempt / "verifier" / "test-stdout.txt").exists()
-    # The solution's transcript is where Harbor keeps it.
-    transcript = run_dir / "artifacts" / "offline-archive" / "attempt-0" / "logs" / "agent" / "oracle.txt"
+    # The solution's transcript, kept by the runner beside the copy of the container's /logs/agent.
+    transcript = run_dir / "artifacts" / "offline-archive" / "attempt-0" / "agent" / "oracle.txt"
     assert transcript.exists()
     # hello-file asks for a verifier of its own: built from its tests/, run apart from the agent.
     plans = json.loads((run_dir / "run_info.json").read_text())["resolved_execution_plans"]

@@ -96,7 +96,10 @@ async def copy_folder(
     (why the copy ended early), and ``renamed`` (stored name -> the name in
     the container, for names that were not safe as file names here).
     """
-    copied, _ = await _copy(env, source, prefix, limit, time_limit, exclude)
+    access = trusted(env)
+    if access is None:
+        return dict(_NO_COPY)
+    copied, _ = await _copy(access, source, prefix, limit, time_limit, exclude)
     return copied
 
 
@@ -105,37 +108,42 @@ async def take_verifier_logs(
 ) -> tuple[dict[str, bytes | int | str], dict[str, Any]]:
     """The reward files (as :func:`read_reward_files` gives them) and the copy of ``/logs/verifier``
     (as :func:`copy_folder` records it), in one engine request: the copy's archive says what each
-    reward file is. A reward file the copy did not reach (it stopped early, or ``/logs/verifier`` is
-    no folder any more) is read on its own, as before the copy."""
-    watch = (("", *REWARD_FILES), REWARD_MAX_BYTES)
-    copied, report = await _copy(env, VERIFIER_LOGS, "verifier/logs", limit, time_limit, watch=watch)
-    if report is None:  # no archive access: the session's own reads
-        return await read_reward_files(env), copied
-    seen = report.watched
-    whole = seen.get("") == "a folder" and not report.stopped
+    reward file is. One the archive leaves unsaid (the copy stopped before it, ``/logs/verifier`` is
+    no folder any more, or it is a second name of another file) is read on its own, as without the copy."""
     access = trusted(env)
-    found: dict[str, bytes | int | str] = {}
-    for name in REWARD_FILES:
-        entry = seen.get(name)
-        if entry is None and not whole and access is not None:
-            entry = await access.read_entry(f"{VERIFIER_LOGS}/{name}", REWARD_MAX_BYTES)
-        if entry is not None:
-            found[name] = _reward_entry(entry)
-    return found, copied
+    if access is None:  # no archive access: the session's own reads, and no copy
+        return await read_reward_files(env), dict(_NO_COPY)
+    watch = (("", *REWARD_FILES), REWARD_MAX_BYTES)
+    copied, report = await _copy(access, VERIFIER_LOGS, "verifier/logs", limit, time_limit, watch=watch)
+    seen = report.watched
+    if not seen and not report.stopped:  # nothing at /logs/verifier: no reward file either
+        return {}, copied
+    whole = seen.get("") == "a folder" and not report.stopped
+    found = {name: _reward_entry(entry) for name, entry in seen.items() if name and entry is not None}
+    unsaid = [name for name in REWARD_FILES if seen.get(name) is None and (name in seen or not whole)]
+    if unsaid:
+        found.update(await read_reward_files(env, unsaid))
+    return {name: found[name] for name in REWARD_FILES if name in found}, copied
+
+
+#: What a copy records when the session offers no archive access.
+_NO_COPY: dict[str, Any] = {
+    "files": 0,
+    "bytes": 0,
+    "unavailable": "the session offers no archive access: nothing copied",
+}
 
 
 async def _copy(
-    env: EnvironmentSession,
+    access: Any,
     source: str,
     prefix: str,
     limit: int,
     time_limit: float | None,
     exclude: Sequence[str] = (),
     watch: Watch | None = None,
-) -> tuple[dict[str, Any], TreeCopy | None]:
-    access = trusted(env)
-    if access is None:
-        return {"files": 0, "bytes": 0, "unavailable": "the session offers no archive access: nothing copied"}, None
+) -> tuple[dict[str, Any], TreeCopy]:
+    """:func:`copy_folder` through ``access``; also returns the copy's own report."""
     renamed: dict[str, str] = {}
     stored: list[tuple[str, str]] = []
 
@@ -163,13 +171,15 @@ async def _copy(
     return copied, report
 
 
-async def read_reward_files(env: EnvironmentSession) -> dict[str, bytes | int | str]:
-    """``reward.txt`` and ``reward.json`` of ``/logs/verifier`` that exist: their bytes; their size
-    when it is over :data:`REWARD_MAX_BYTES` (such a file is not read); or what they are instead of
-    a regular file (a folder, a link: whoever made them, it is no reward)."""
+async def read_reward_files(
+    env: EnvironmentSession, names: Sequence[str] = REWARD_FILES
+) -> dict[str, bytes | int | str]:
+    """Those of ``names`` (``reward.txt`` and ``reward.json``) in ``/logs/verifier`` that exist: their
+    bytes; their size when it is over :data:`REWARD_MAX_BYTES` (such a file is not read); or what they
+    are instead of a regular file (a folder, a link: whoever made them, it is no reward)."""
     found: dict[str, bytes | int | str] = {}
     access = trusted(env)
-    for name in REWARD_FILES:
+    for name in names:
         path = f"{VERIFIER_LOGS}/{name}"
         if access is not None:  # one engine request per file
             entry = await access.read_entry(path, REWARD_MAX_BYTES)

@@ -27,7 +27,7 @@ from ..runtime.orchestrator import OrchestrationResult
 from ..runtime.request import INTERRUPTED_BY_USER, RequestRuntime
 from ..vocabulary.errors import AgentCompassError
 from ..vocabulary.types import OrchestrationStatus
-from .keys import PERMITS, RUN_DIRS, RUN_ID, WORKER_NOTES
+from .keys import PERMITS, RUN_DIRS, RUN_ID, WORKER_FAILED, WORKER_NOTES
 
 if TYPE_CHECKING:
     from ..concurrency.permits import PermitService
@@ -53,6 +53,8 @@ class ControllerRun:
         self.gates: dict[str, str] = {}
         #: What the workers noted mid-run, by request (an engine that stopped answering, a failed close).
         self.worker_notes: dict[str, list[str]] = {}
+        #: Why a request failed on a worker (its preflight there), by request: the first worker's word.
+        self.worker_failed: dict[str, str] = {}
         self.opened = False
         self.finalized = False
         #: ``<status>: <reason>`` of the first task a worker cancelled (its deadline), if any.
@@ -163,6 +165,8 @@ class ControllerRun:
             self.service.stop_all(INTERRUPTED_BY_USER, interrupt=True)
         for nodeid, fspath, _ in output.get(WORKER_GATES, ()):
             self.gates[nodeid] = fspath
+        for request, why in output.get(WORKER_FAILED, {}).items():
+            self.worker_failed.setdefault(request, why)
         for request, notes in output.get(WORKER_NOTES, {}).items():
             known = self.worker_notes.setdefault(request, [])
             known.extend(note for note in notes if note not in known)
@@ -206,7 +210,8 @@ class ControllerRun:
         with fewer_collections():  # ten thousand outcomes are built from their details
             for state in self.states.values():
                 notes = self.worker_notes.get(state.name, ())
-                details = asyncio.run(state.finalize_from_disk(status, reason, notes))
+                failed = self.worker_failed.get(state.name)
+                details = asyncio.run(state.finalize_from_disk(status, reason, notes, failed))
                 if details is None:
                     continue
                 reported.append(state)

@@ -24,12 +24,14 @@ if TYPE_CHECKING:
     from ..vocabulary.outcome import TaskOutcome
     from ..vocabulary.redact import Redactor
 
-__all__ = ["NOT_RUN", "PERMITS", "RUN_DIRS", "RUN_ID", "WORKER_NOTES", "RunHandle", "run_key"]
+__all__ = ["NOT_RUN", "PERMITS", "RUN_DIRS", "RUN_ID", "WORKER_FAILED", "WORKER_NOTES", "RunHandle", "run_key"]
 
 #: ``config.workerinput`` keys, set by the xdist controller for each worker.
 RUN_ID, RUN_DIRS, PERMITS = "agentcompass_run_id", "agentcompass_run_dirs", "agentcompass_permits"
 #: ``workeroutput`` key: ``{request: [note, ...]}`` from a worker's providers and closing requests.
 WORKER_NOTES = "agentcompass_notes"
+#: ``workeroutput`` key: ``{request: reason}`` for each request that failed on the worker (its preflight).
+WORKER_FAILED = "agentcompass_failed"
 #: A serialized report's key for the two parts of an ``outcomes.NotRunText``.
 NOT_RUN = "agentcompass_not_run"
 

@@ -43,7 +43,7 @@ from ..concurrency.limits import on_run_stop
 from ..runtime.driver import TERMINATED_REASON, drive, sigterm_interrupts
 from ..runtime.orchestrator import OrchestrationResult
 from ..runtime.request import RequestRuntime
-from .keys import WORKER_NOTES
+from .keys import WORKER_FAILED, WORKER_NOTES
 from .nodes import TaskItem
 from .outcomes import emit_reports
 
@@ -130,6 +130,9 @@ class WorkerLoop:
         }
         workeroutput: dict[str, Any] = getattr(self.session.config, "workeroutput", {})
         workeroutput[WORKER_NOTES] = {name: found for name, found in notes.items() if found}
+        # A request can fail here alone (its preflight, which the controller passed): its tasks then point
+        # at the summary for the reason, which only this worker knows.
+        workeroutput[WORKER_FAILED] = {name: s.failed for name, s in self.states.items() if s.failed}
 
     # -- threads other than the main one -------------------------------------------------
     def _command(self, command: Any) -> None:

@@ -378,7 +378,11 @@ class RequestRuntime:
         release_run_dir(self.store.run_dir)
 
     async def finalize_from_disk(
-        self, ending: OrchestrationStatus, reason: str | None, notes: Iterable[str] = ()
+        self,
+        ending: OrchestrationStatus,
+        reason: str | None,
+        notes: Iterable[str] = (),
+        failed_elsewhere: str | None = None,
     ) -> list[dict[str, Any]] | None:
         """Finalize a run other processes ran (the xdist controller), from the details they wrote, once.
 
@@ -388,6 +392,8 @@ class RequestRuntime:
         only when its summary was written (completed, or stopped by ``-x``).
 
         :param notes: What the other processes noted mid-run (an engine that stopped answering).
+        :param failed_elsewhere: Why the request failed in another process (a worker's preflight):
+            what the tasks it did not run are recorded with.
         """
         if not self.opened and (ending is OrchestrationStatus.COMPLETED or not self.wanted or self.failed is not None):
             if ending is OrchestrationStatus.INTERRUPTED and self.failed is None:
@@ -424,6 +430,8 @@ class RequestRuntime:
             await self.finalize(RequestState.STOPPED)
         elif ending is not OrchestrationStatus.COMPLETED or missing:
             status = RequestState(ending) if ending is not OrchestrationStatus.COMPLETED else RequestState.INTERRUPTED
+            if failed_elsewhere is not None and not reason:
+                reason = f"{len(missing)} task(s) not run: on one of the xdist workers, {failed_elsewhere}"
             reason = reason or f"{len(missing)} task(s) ended without a result (a worker was lost)"
             for task in self.tasks:  # counted as errors in the summary, as in process
                 if task.task_id in missing:

@@ -23,6 +23,16 @@ class P(LocalEnvironment):
         raise PreflightError("the engine at tcp://nowhere refused the token " + os.environ["ENGINE_TOKEN"])
 """
 
+#: The same, in the xdist workers alone (the controller's own preflight passes).
+PREFLIGHT_ON_WORKERS = """
+import os
+
+class P(LocalEnvironment):
+    async def preflight(self):
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            raise PreflightError("the engine at tcp://nowhere refused the token " + os.environ["ENGINE_TOKEN"])
+"""
+
 
 def junit_errors(path: Path) -> list[tuple[str, str]]:
     """(message, text) of every ``<error>`` in a junit file."""
@@ -48,6 +58,30 @@ def test_a_preflight_failure_is_printed_once_and_carried_by_junit(
     assert len(errors) == 3
     reason = "reason: request 'r': the engine at tcp://nowhere refused the token ***"
     assert all(reason in message and reason in text for message, text in errors), errors
+    assert "tok-0123456789" not in result.stdout.str() + (pytester.path / "j.xml").read_text()
+
+
+def test_a_preflight_that_fails_on_the_workers_alone_is_named_in_the_summary(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The controller's preflight passed: its summary said the tasks "ended without a result (a worker
+    # was lost)", while each task pointed at that summary for a reason it never gave.
+    monkeypatch.setenv("ENGINE_TOKEN", "tok-0123456789")
+    params = {"token": "${ENGINE_TOKEN}"}
+    request = bench_request(
+        pytester, ANSWERS + PREFLIGHT_ON_WORKERS, environment={"id": "bench.py:P"}, benchmark_params=params
+    )
+    result = run(pytester, [request], "--junitxml=j.xml", "-n", "2")
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*not run: request 'r' failed its preflight (the reason is in the agentcompass summary)*",
+            "r: 3 tasks, 0 passed, 0 failed, 3 errors*",
+            "  note: *3 task(s) not run: on one of the xdist workers, request 'r': the engine at tcp://nowhere "
+            "refused the token [*][*][*]; the next run resumes it",
+        ]
+    )
+    assert "a worker was lost" not in result.stdout.str()
     assert "tok-0123456789" not in result.stdout.str() + (pytester.path / "j.xml").read_text()
 
 

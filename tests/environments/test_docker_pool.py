@@ -56,7 +56,10 @@ def _no_leftovers(request: pytest.FixtureRequest) -> None:
     left some (its own assertions say so), and the next tests count every container there."""
     if "engines" not in request.fixturenames:
         return
-    for engine in request.getfixturevalue("engines").engines:
+    pool = request.getfixturevalue("engines")
+    if not isinstance(pool, Engines):  # a test's own parameter of that name
+        return
+    for engine in pool.engines:
         left = engine.docker("ps", "-aq", "--filter", "label=agentcompass", check=False).stdout.split()
         if left:
             engine.docker("rm", "-f", *left, check=False)

@@ -67,6 +67,8 @@ def test_a_preflight_that_fails_on_the_workers_alone_is_named_in_the_summary(
     # The controller's preflight passed: its summary said the tasks "ended without a result (a worker
     # was lost)", while each task pointed at that summary for a reason it never gave.
     monkeypatch.setenv("ENGINE_TOKEN", "tok-0123456789")
+    # Under the suite's own -n, this process is a worker: the run's controller must not look like one.
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     params = {"token": "${ENGINE_TOKEN}"}
     request = bench_request(
         pytester, ANSWERS + PREFLIGHT_ON_WORKERS, environment={"id": "bench.py:P"}, benchmark_params=params

@@ -113,8 +113,12 @@ def filesystem(path: Path) -> str:
 
 
 def leftovers(label: str) -> list[str]:
-    out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={label}"], capture_output=True, text=True)
-    return out.stdout.split()
+    """The containers and volumes (the keepalive's) with ``label``."""
+    found = []
+    for kind in (["ps", "-aq"], ["volume", "ls", "-q"]):
+        out = subprocess.run(["docker", *kind, "--filter", f"label={label}"], capture_output=True, text=True)
+        found += out.stdout.split()
+    return found
 
 
 def count_calls(n: int, network: str) -> None:
@@ -134,7 +138,9 @@ def count_calls(n: int, network: str) -> None:
     send = requests.Session.send
 
     def counted(self: requests.Session, request: requests.PreparedRequest, **kwargs: object) -> requests.Response:
-        path = re.sub(r"/[0-9a-f]{64}|/agentcompass-[0-9a-f]+", "/<id>", (request.path_url or "").split("?")[0])
+        path = re.sub(
+            r"/[0-9a-f]{64}|/agentcompass-(keepalive-)?[0-9a-f]+", "/<id>", (request.path_url or "").split("?")[0]
+        )
         calls[f"{request.method} {re.sub(r'^/v[0-9.]+', '', path)}"] += 1
         return send(self, request, **kwargs)  # type: ignore[arg-type]
 
@@ -149,6 +155,7 @@ def count_calls(n: int, network: str) -> None:
 
     asyncio.to_thread = counted_to_thread  # type: ignore[assignment]
     mark = uuid.uuid4().hex
+    volumes_before = len(leftovers("agentcompass"))  # the provider's keepalive volume has no mark of its own
     run = "disabled" if network == "disabled" else "full"
     provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE}))
     plan = make_plan("disabled", run, "disabled")
@@ -164,6 +171,7 @@ def count_calls(n: int, network: str) -> None:
             assert (await session.exec(["true"])).exit_code == 0
             await session.set_network_policy(plan.evaluation_network_policy)
             await session.close()
+        await provider.aclose()
 
     asyncio.run(attempts())
     plugin, plugin_handoffs = dict(calls), handoffs
@@ -180,7 +188,8 @@ def count_calls(n: int, network: str) -> None:
         listed = ", ".join(f"{k} {v / n:g}" for k, v in sorted(counts.items()))
         print(f"{side}: {sum(counts.values()) / n:g} engine requests per attempt ({listed})")
     print(f"plugin: {plugin_handoffs / n:g} worker-thread hand-offs per attempt")
-    print(f"containers left behind: {len(leftovers(f'agentcompass-bench={mark}'))}")
+    left = len(leftovers(f"agentcompass-bench={mark}")) + len(leftovers("agentcompass")) - volumes_before
+    print(f"containers and volumes left behind: {left}")
 
 
 def main() -> None:
@@ -235,7 +244,7 @@ def main() -> None:
         )
         runs = [p.name for p in (root / "runs" / "bench").iterdir()]
         leaked = leftovers(f"agentcompass-bench={mark}") + [c for r in runs for c in leftovers(f"agentcompass.run={r}")]
-        print(f"containers left behind: {len(leaked)}")
+        print(f"containers and volumes left behind: {len(leaked)}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

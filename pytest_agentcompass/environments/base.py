@@ -59,6 +59,9 @@ class SessionConfig:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: Where to open it when the provider has a choice: a ``fresh`` evaluation asks for its task's.
     placement: str | None = None
+    #: The session stays open after the run (``keep_environment``): it must not depend on anything
+    #: the provider removes at its :meth:`~BaseEnvironment.aclose`.
+    kept: bool = False
 
 
 @dataclass(frozen=True)

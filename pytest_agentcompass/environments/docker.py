@@ -41,7 +41,7 @@ from .base import BaseEnvironment, EnvironmentSession, HostRoute, SessionConfig
 from .docker_derived import with_agent
 from .docker_engine import Engine, docker_sdk, engine_list
 from .docker_images import choose_image
-from .docker_keepalive import KEEPALIVE_PREFIX, arch_of, install, program
+from .docker_keepalive import KeepaliveVolumes, arch_of, install, keepalive_path, program, sweep_volumes, volume_mount
 from .docker_network import GatewayNetworks, sweep_gateway
 from .docker_params import DockerParams, limits, session_params, storage_refused
 from .docker_pool import EnginePool
@@ -57,8 +57,8 @@ __all__ = ["DockerEnvironment", "DockerParams", "DockerSession"]
 #: What keeps a container up on an engine of an architecture :mod:`.docker_keepalive` has no program
 #: for (anything but amd64 and arm64): the image's own ``sleep``, by absolute path (through ``PATH``
 #: one the agent put earlier on it would run). Elsewhere the runner's own program does (see there).
-#: Either way its pid is recorded when it starts (:func:`.docker_state.runner_processes`); nothing
-#: identifies it by its command line.
+#: Either way its pid is what a benchmark that asks (``record_pids``) knows it by
+#: (:func:`.docker_state.runner_processes`); nothing identifies it by its command line.
 _IMAGE_KEEPALIVE = ["/bin/sleep", "2147483647"]
 log = logging.getLogger("pytest_agentcompass")
 
@@ -70,34 +70,36 @@ def _create(
     host: dict[str, Any],
     keepalive: bytes | None,
     dirs: Sequence[str] = (),
+    record_pids: bool = False,
 ) -> tuple[Any, frozenset[int], tuple[str, ...]]:
-    """Create and start a container; returns it, the pids of the runner's own processes in it
-    (:func:`.docker_state.runner_processes`) and the folders of ``dirs`` it made. A container that
-    does not get that far is removed again.
+    """Create and start a container; returns it, the pids of the runner's own processes in it (with
+    ``record_pids``: :func:`.docker_state.runner_processes`, one more request) and the folders of
+    ``dirs`` it made. A container that does not get that far is removed again.
 
-    ``keepalive``: the runner's program that the command runs, written to its path first (``None``:
-    the command is the image's ``sleep``); ``dirs``: folders written in the same request (only with
-    a keepalive). Should the image refuse them (its ``/logs`` a file, say), the keepalive goes alone
-    and the folders are left to whoever asks for them later, as without ``make_dirs``. All of it is
-    one worker-thread call, so that a cancel can land only before the create or after the container
-    is known to the caller (see :func:`_start`)."""
+    ``keepalive``: the runner's program that the command runs, to write to its path first (``None``:
+    the command's program is there already, from the engine's keepalive volume, or is the image's
+    ``sleep``); ``dirs``: folders written in the same request. Should the image refuse them (its
+    ``/logs`` a file, say), the keepalive goes alone and the folders are left to whoever asks for
+    them later, as without ``make_dirs``. All of it is one worker-thread call, so that a cancel can
+    land only before the create or after the container is known to the caller (see :func:`_start`)."""
     api = client.api
     created = api.create_container(image, host_config=api.create_host_config(**host), **options)
     # The model without the inspect ``containers.create`` would make: the id and name are all it needs.
     container = client.containers.prepare_model({"Id": created["Id"], "Name": "/" + options["name"]})
     made: tuple[str, ...] = ()
     try:
-        if keepalive is not None:  # written before the start (the archive API works on a created container)
-            own = (options["command"][0], keepalive)
+        own = None if keepalive is None else (options["command"][0], keepalive)
+        if own is not None or dirs:  # written before the start (the archive API works on a created container)
             try:
                 install(api, created["Id"], own, dirs)
                 made = tuple(dirs)
             except Exception as exc:
                 if not dirs or "Error processing tar file" not in str(exc):
                     raise
-                install(api, created["Id"], own)
+                if own is not None:
+                    install(api, created["Id"], own)
         api.start(created["Id"])
-        return container, runner_processes(container), made
+        return container, runner_processes(container) if record_pids else frozenset(), made
     except BaseException:
         remove_container(container)
         raise
@@ -110,10 +112,12 @@ async def _start(
     host: dict[str, Any],
     keepalive: bytes | None,
     dirs: Sequence[str],
+    record_pids: bool,
 ) -> tuple[Any, frozenset[int], tuple[str, ...]]:
     """Create and start a container in one worker-thread call; shielded, so a cancel meanwhile
     still learns of the container and removes it."""
-    starting = asyncio.ensure_future(asyncio.to_thread(_create, client, image, options, host, keepalive, dirs))
+    args = (client, image, options, host, keepalive, dirs, record_pids)
+    starting = asyncio.ensure_future(asyncio.to_thread(_create, *args))
     try:
         return await asyncio.shield(starting)
     except BaseException:
@@ -130,9 +134,16 @@ async def _discard(starting: asyncio.Future[tuple[Any, frozenset[int], tuple[str
     await asyncio.to_thread(remove_container, container)
 
 
+def _sweep_state(client: Any, run_id: str) -> int:
+    """Remove what run ``run_id`` left on an engine besides containers: its snapshot images (counted:
+    each is an environment's state) and its keepalive volumes (the runner's own: not counted)."""
+    sweep_volumes(client, run_id)
+    return sweep_snapshots(client, run_id)
+
+
 def _absolute_dirs(value: Any) -> list[str]:
     """``make_dirs`` of a session's params (a benchmark's ``plan.environment``): absolute folders the
-    container starts with, mode 0777, made in the request that writes the keepalive."""
+    container starts with, mode 0777, made in one request before it starts."""
     if value is None:
         return []
     if not isinstance(value, list | tuple) or not all(
@@ -163,6 +174,8 @@ class DockerEnvironment(BaseEnvironment):
         self._no_storage: dict[str, str] = {}
         #: Each engine's architecture, if the runner has a keepalive program for it (see :mod:`.docker_keepalive`).
         self._arches: dict[str, str | None] = {}
+        #: The volume on each engine the keepalive runs from.
+        self._keepalives = KeepaliveVolumes()
 
     @property
     def pool(self) -> EnginePool:
@@ -199,6 +212,8 @@ class DockerEnvironment(BaseEnvironment):
             image = await choose_image(client, params, self.run_files, engine=pooled)
             # An agent CLI's harness asked for its install: the image with it (made once).
             image, installed = await with_agent(client, image, config, pooled, engine.local, str(self.run_dir))
+        # Not into a snapshot: its files are the agent's (a /logs it broke fails the verifier, not the open).
+        dirs = [] if params.get("from_snapshot") else _absolute_dirs(params.get("make_dirs"))
         workdir = params.get("workdir", "/work")
         from_image = workdir is None
         if from_image:  # the image's own WORKDIR (published task verifiers rely on it): it exists
@@ -219,11 +234,7 @@ class DockerEnvironment(BaseEnvironment):
         host.update(limits(params))
         if "storage_opt" in host and engine.name in self._no_storage:
             self._without_storage(host, params, engine)
-        if engine.name not in self._arches:
-            self._arches[engine.name] = await asyncio.to_thread(arch_of, client)
-        arch = self._arches[engine.name]
-        # The runner's own keepalive (a path with a random name: nothing the agent planted is there).
-        keepalive = KEEPALIVE_PREFIX + secrets.token_hex(8) if arch else None
+        keepalive, code = await self._keepalive(engine, client, image, host, config.kept)
         options: dict[str, Any] = {
             "command": [keepalive] if keepalive else _IMAGE_KEEPALIVE,
             "entrypoint": [],  # an image's ENTRYPOINT would wrap the keepalive
@@ -233,17 +244,15 @@ class DockerEnvironment(BaseEnvironment):
             "name": name,
             "detach": True,
         }
-        code = program(arch) if arch else None
-        # Not into a snapshot: its files are the agent's (a /logs it broke fails the verifier, not the open).
-        dirs = [] if params.get("from_snapshot") else _absolute_dirs(params.get("make_dirs"))
+        record_pids = bool(params.get("record_pids"))
         try:
-            container, pids, made = await _start(client, image, options, host, code, dirs)
+            container, pids, made = await _start(client, image, options, host, code, dirs, record_pids)
         except Exception as exc:
             if "storage_opt" not in host or not storage_refused(exc):
                 raise
             self._no_storage[engine.name] = str(getattr(exc, "explanation", None) or exc).strip()
             self._without_storage(host, params, engine)
-            container, pids, made = await _start(client, image, options, host, code, dirs)
+            container, pids, made = await _start(client, image, options, host, code, dirs, record_pids)
         policy: NetworkPolicy = "disabled" if isolated else "full"
         output_limit = int(params.get("output_limit", DEFAULT_OUTPUT_LIMIT))
         session = DockerSession(client, container, workdir, policy, output_limit, local=engine.local)
@@ -254,6 +263,26 @@ class DockerEnvironment(BaseEnvironment):
         session.snapshots, session.snapshot_key = self.snapshots, key
         session.snapshot_limit = int(params.get("snapshot_limit_mb") or 4096) * 1024 * 1024
         return session
+
+    async def _keepalive(
+        self, engine: Engine, client: Any, image: str, host: dict[str, Any], kept: bool
+    ) -> tuple[str | None, bytes | None]:
+        """The runner's own keepalive for a new container: its path (in a folder with a random name:
+        nothing the agent planted is there) and the program to write there before the start, or
+        ``None`` when it runs from the engine's volume (mounted read-only there: the mount is added to
+        ``host``). ``(None, None)`` on an engine of an architecture with no program: the image's sleep.
+        A container the run keeps (``kept``) gets its own copy: the volume goes when the run ends."""
+        if engine.name not in self._arches:
+            self._arches[engine.name] = await asyncio.to_thread(arch_of, client)
+        arch = self._arches[engine.name]
+        if arch is None:
+            return None, None
+        keepalive = keepalive_path()
+        volume = None if kept else await self._keepalives.volume(engine.name, client, image, arch, self._labels)
+        if volume is None:
+            return keepalive, program(arch)
+        host["mounts"] = [volume_mount(keepalive, volume)]
+        return keepalive, None
 
     def _without_storage(self, host: dict[str, Any], params: Mapping[str, Any], engine: Engine) -> None:
         """The engine cannot cap a container's disk: refuse (``storage_limits: require``) or say so once."""
@@ -284,12 +313,14 @@ class DockerEnvironment(BaseEnvironment):
         return await self._gateway_networks.route(getattr(session, "inner", session), engine, self._labels)
 
     async def sweep(self, run_id: str) -> int:
-        removed = await self.pool.sweep(run_id, also=sweep_snapshots)  # containers first: a network in use cannot go
+        # Containers first: a network or volume in use cannot go.
+        removed = await self.pool.sweep(run_id, also=_sweep_state)
         return removed + await sweep_gateway(self.pool.engines, run_id)
 
     async def aclose(self) -> None:
         await self._gateway_networks.close()  # after the request's gateway stopped listening on them
         await asyncio.to_thread(self.snapshots.release_all)
+        await self._keepalives.aclose()
         pool = getattr(self, "_pool", None)
         if pool is not None:
             await pool.aclose()

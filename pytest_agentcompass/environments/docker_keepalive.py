@@ -4,10 +4,15 @@ A container needs a first command that runs until the runner ends it. Taking
 it from the image (``/bin/sleep``) fails on an image without one (distroless,
 ``FROM scratch`` with a single static binary), and in a container started from
 a snapshot of the agent's it would run whatever the agent left at that path,
-as a process the runner counts as its own. So the runner writes its own
-program into each container it creates, before the container starts, through
-the engine's archive API, at a path with a random name (nothing the agent
-planted can be there), and starts that.
+as a process the runner counts as its own. So every container runs the
+runner's own program, from a folder with a random name (nothing the agent
+planted can be there).
+
+That folder is a volume, mounted read-only: one per engine, written once
+(:class:`KeepaliveVolumes`), so a container costs no engine request for it.
+An engine that cannot make one gets the program written into each container
+instead, before it starts, through the engine's archive API (a request of
+about 50 ms per container).
 
 The program is a static ELF executable of a few instructions, built here
 byte by byte (nothing binary is committed; :func:`program` is the whole of
@@ -18,19 +23,36 @@ action, as it did ``sleep``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
+import logging
+import posixpath
+import secrets
 import struct
 import tarfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .docker_files import dir_entry
 
-__all__ = ["KEEPALIVE_PREFIX", "arch_of", "install", "program"]
+__all__ = [
+    "KEEPALIVE_PREFIX",
+    "KeepaliveVolumes",
+    "arch_of",
+    "install",
+    "keepalive_path",
+    "program",
+    "sweep_volumes",
+    "volume_mount",
+]
 
-#: Where the keepalive goes (a random suffix per container): the root always exists and is a folder.
+#: The keepalive's folder (a random suffix per container): the root always exists and is a folder.
 KEEPALIVE_PREFIX = "/.agentcompass-keepalive-"
+#: The program's name in that folder.
+_NAME = "keepalive"
+log = logging.getLogger("pytest_agentcompass")
 
 #: The machine code of each architecture, which loops on a syscall that sleeps until a signal.
 _CODE = {
@@ -105,17 +127,134 @@ def program(arch: str) -> bytes:
     return header + segment + code
 
 
+def keepalive_path() -> str:
+    """A new path for a container's keepalive: in a folder with a random name."""
+    return f"{KEEPALIVE_PREFIX}{secrets.token_hex(8)}/{_NAME}"
+
+
 def install(api: Any, container_id: str, keepalive: tuple[str, bytes] | None, dirs: Sequence[str] = ()) -> None:
-    """Write the program ``keepalive`` (its path, its bytes) and the absolute folders ``dirs`` (mode
-    0777: whoever runs there writes to them) into the created, not yet started container, in one
-    engine request (blocking; each archive call costs the engine tens of milliseconds)."""
+    """Write the program ``keepalive`` (its path, its bytes; its folder too) and the absolute folders
+    ``dirs`` (mode 0777: whoever runs there writes to them) into the created, not yet started
+    container, in one engine request (blocking; each archive call costs the engine tens of
+    milliseconds)."""
     payload = io.BytesIO()
     with tarfile.open(fileobj=payload, mode="w") as archive:
         if keepalive is not None:
             path, data = keepalive
-            entry = tarfile.TarInfo(path.lstrip("/"))
-            entry.size, entry.mode, entry.mtime = len(data), 0o555, int(time.time())
-            archive.addfile(entry, io.BytesIO(data))
+            archive.addfile(dir_entry(posixpath.dirname(path).strip("/"), 0o555))
+            archive.addfile(_file_entry(path.lstrip("/"), data), io.BytesIO(data))
         for folder in dirs:
             archive.addfile(dir_entry(folder.strip("/"), 0o777))
     api.put_archive(container_id, "/", payload.getvalue())
+
+
+def _file_entry(name: str, data: bytes) -> tarfile.TarInfo:
+    entry = tarfile.TarInfo(name)
+    entry.size, entry.mode, entry.mtime = len(data), 0o555, int(time.time())
+    return entry
+
+
+def volume_mount(keepalive: str, volume: str) -> dict[str, Any]:
+    """The host-config mount of ``volume`` at the folder of the path ``keepalive``, read-only (what runs
+    there cannot change the program the engine's other containers run too)."""
+    target = posixpath.dirname(keepalive)
+    return {"Target": target, "Source": volume, "Type": "volume", "ReadOnly": True, "VolumeOptions": {"NoCopy": True}}
+
+
+def make_volume(client: Any, image: str, data: bytes, labels: Mapping[str, str]) -> str:
+    """A new volume holding the program ``data`` as ``keepalive``; returns its name (blocking).
+
+    Written through a container of ``image`` that is created for it, never
+    started, and removed again (a volume has no archive API of its own): four
+    engine requests, once per engine. ``NoCopy``: the volume starts empty,
+    whatever the image holds at the mount's path.
+    """
+    api = client.api
+    name = f"agentcompass-keepalive-{secrets.token_hex(6)}"
+    labels = {"agentcompass": "1", **labels}
+    api.create_volume(name, labels=labels)
+    try:
+        target = f"/{name}"
+        mount = {"Target": target, "Source": name, "Type": "volume", "VolumeOptions": {"NoCopy": True}}
+        helper = api.create_container(
+            image,
+            command=[f"{target}/{_NAME}"],
+            entrypoint=[],
+            labels=labels,  # the run's: a killed run's sweep finds it
+            network_disabled=True,
+            host_config=api.create_host_config(mounts=[mount], network_mode="none"),
+        )
+        try:
+            payload = io.BytesIO()
+            with tarfile.open(fileobj=payload, mode="w") as archive:
+                archive.addfile(_file_entry(_NAME, data), io.BytesIO(data))
+            api.put_archive(helper["Id"], target, payload.getvalue())
+        finally:
+            api.remove_container(helper["Id"], force=True)
+    except BaseException:
+        with contextlib.suppress(Exception):  # what failed first is the error to raise
+            _remove_volume(client, name)
+        raise
+    return name
+
+
+def _remove_volume(client: Any, name: str) -> bool:
+    """Remove the volume ``name``; ``False`` when a container still uses it (a kept one)."""
+    try:
+        client.api.remove_volume(name)
+    except Exception as exc:
+        text = str(exc)
+        if "no such volume" in text.lower():
+            return True
+        if "in use" in text:
+            return False
+        raise
+    return True
+
+
+def sweep_volumes(client: Any, run_id: str) -> int:
+    """Remove the keepalive volumes of run ``run_id`` (a killed run's) no container uses; returns how many."""
+    found = client.volumes.list(filters={"label": f"agentcompass.run={run_id}"})
+    return sum(_remove_volume(client, volume.name) for volume in found)
+
+
+class KeepaliveVolumes:
+    """The volume each engine's containers run the keepalive from: made on an engine's first open,
+    removed by :meth:`aclose`. An engine that cannot make one has ``None``: its containers get the
+    program written into each instead (:func:`install`)."""
+
+    def __init__(self) -> None:
+        #: Per engine name, the volume being made or made (and the client to remove it with).
+        self._volumes: dict[str, asyncio.Future[tuple[Any, str] | None]] = {}
+
+    async def volume(self, engine: str, client: Any, image: str, arch: str, labels: Mapping[str, str]) -> str | None:
+        """The keepalive volume on ``engine`` (made from a container of ``image`` the first time), or
+        ``None`` when the engine could not make one."""
+        made = self._volumes.get(engine)
+        if made is None:  # made in a task of its own: a cancelled open leaves it to finish, and aclose removes it
+            made = self._volumes[engine] = asyncio.ensure_future(self._make(engine, client, image, arch, labels))
+        found = await asyncio.shield(made)
+        return found[1] if found else None
+
+    async def _make(
+        self, engine: str, client: Any, image: str, arch: str, labels: Mapping[str, str]
+    ) -> tuple[Any, str] | None:
+        try:
+            name = await asyncio.to_thread(make_volume, client, image, program(arch), labels)
+        except Exception as exc:
+            log.info("Docker engine %s: no keepalive volume (%s); each container gets its own copy", engine, exc)
+            return None
+        return client, name
+
+    async def aclose(self) -> None:
+        """Remove every volume made (after the containers that used it): a kept container keeps its own."""
+        volumes, self._volumes = self._volumes, {}
+        for made in await asyncio.gather(*volumes.values(), return_exceptions=True):
+            if not isinstance(made, tuple):
+                continue
+            client, name = made
+            try:
+                if not await asyncio.to_thread(_remove_volume, client, name):
+                    log.info("keepalive volume %s kept: a kept container uses it", name)
+            except Exception as exc:
+                log.warning("keepalive volume %s was not removed: %s", name, exc)

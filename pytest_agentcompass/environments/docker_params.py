@@ -45,6 +45,10 @@ class DockerParams(ParamsModel):
     #: The most a snapshot (verifier mode ``snapshot``) may copy of a container's changes, in MB: a commit
     #: copies every changed file in full, sparse ones too, and a larger container is not verified.
     snapshot_limit_mb: int = Field(default=4096, gt=0)
+    #: Record the host pids of a container's own processes (the engine's init and the runner's keepalive)
+    #: as it starts, one engine request more: for a benchmark that tells the agent's processes from them
+    #: (Harbor's verifier lists what the agent left running). Known by pid, never by command line.
+    record_pids: bool = False
     #: Captured output kept per stream, in bytes.
     output_limit: int = Field(default=DEFAULT_OUTPUT_LIMIT, gt=0)
     #: Pull the image when the engine does not have it.

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import posixpath
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -120,7 +121,10 @@ class TrustedAccess:
     async def changes(self) -> list[Change]:
         """The paths changed relative to the image (``docker diff``); the runner's keepalive is not one."""
         found = await asyncio.to_thread(changes, self.container)
-        return [c for c in found if c.path != self.keepalive]
+        if self.keepalive is None:
+            return found
+        own = (self.keepalive, posixpath.dirname(self.keepalive))  # the program and its folder (a mount point)
+        return [c for c in found if c.path not in own]
 
     async def processes(self) -> list[Process]:
         """The container's processes as the host lists them (none once it is frozen)."""

@@ -192,6 +192,8 @@ class AttemptRunner:
         config = provider.build_config(self.plan, purpose, self.ctx.labels(self.task, self.plan.attempt_index))
         if purpose == "evaluation" and "task" in self.record.placement:  # beside its task (its image is there)
             config = dataclasses.replace(config, placement=self.record.placement["task"])
+        if self.ctx.req.execution.keep_environment:
+            config = dataclasses.replace(config, kept=True)
         env: EnvironmentSession = await self._stage(stage, lambda: provider.open(config), kind=ErrorKind.ENVIRONMENT)
         if env.placement:
             self.record.placement[purpose] = env.placement

@@ -41,6 +41,14 @@ def containers(label: str) -> list[str]:
     return out.split()
 
 
+def leftovers(label: str) -> list[str]:
+    """The containers and volumes (the keepalive's) with ``label``: what a run must not leave."""
+    out = subprocess.run(
+        ["docker", "volume", "ls", "-q", "--filter", f"label={label}"], capture_output=True, text=True, check=True
+    ).stdout
+    return containers(label) + out.split()
+
+
 class TestDockerEnvironment(EnvironmentConformance):
     def make_provider(self, tmp_path: Path) -> BaseEnvironment:
         self.mark = uuid.uuid4().hex
@@ -67,7 +75,7 @@ def test_tasks_run_in_containers_and_leave_none(pytester: pytest.Pytester, trace
     result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off")
     result.assert_outcomes(passed=2, failed=1)
     (run_dir,) = (pytester.path / "runs/d").iterdir()
-    assert containers(f"agentcompass.run={run_dir.name}") == []
+    assert leftovers(f"agentcompass.run={run_dir.name}") == []
     evaluate = [e for e in read_trace(trace) if e["event"] == "evaluate"]
     if mode == "fresh":
         assert all(e["sees_workspace"] is False and e["env"].startswith("container") for e in evaluate)
@@ -119,7 +127,7 @@ def test_interrupt_removes_every_container(pytester: pytest.Pytester, trace: Pat
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
-    assert containers(f"agentcompass.run={run_dir.name}") == []
+    assert leftovers(f"agentcompass.run={run_dir.name}") == []
     assert json.loads((run_dir / "run_info.json").read_text())["status"] == "interrupted"
 
 
@@ -174,7 +182,7 @@ def test_second_interrupt_still_removes_this_runs_containers(pytester: pytest.Py
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
-    assert containers(f"agentcompass.run={run_dir.name}") == [], out
+    assert leftovers(f"agentcompass.run={run_dir.name}") == [], out
     assert "Task was destroyed" not in out and "Event loop is closed" not in out, out
     assert json.loads((run_dir / "run_info.json").read_text())["status"] == "interrupted", out
     assert not (run_dir / "run.lock").exists(), out
@@ -195,7 +203,7 @@ def test_sweep_removes_what_a_killed_run_left() -> None:
         return await provider.sweep(run_id)
 
     assert asyncio.run(scenario()) == 2
-    assert containers(f"agentcompass.run={run_id}") == []
+    assert leftovers(f"agentcompass.run={run_id}") == []
 
 
 def test_cancel_while_the_exec_is_starting_kills_it() -> None:
@@ -237,6 +245,7 @@ def test_cancel_while_the_exec_is_starting_kills_it() -> None:
             return scan.stdout
         finally:
             await session.close()
+            await provider.aclose()
 
     assert asyncio.run(scenario()) == ""
     assert containers(f"agentcompass.conformance={mark}") == []
@@ -250,7 +259,7 @@ def test_a_cancel_right_after_the_container_started_removes_it() -> None:
     from pytest_agentcompass.environments import docker as docker_module
     from pytest_agentcompass.environments.conformance import make_plan
 
-    provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE}))
+    provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE, "record_pids": True}))
     mark = uuid.uuid4().hex
     real = docker_module.runner_processes
     loop: asyncio.AbstractEventLoop | None = None
@@ -372,6 +381,8 @@ def test_resuming_two_requests_leaves_the_other_requests_containers_alone(
     mine = f"agentcompass.run={run_id}"
     stray = ""
     try:
+        # The kept containers run keepalives of their own: the run's volume went with the run.
+        assert len(leftovers(mine)) == len(containers(mine)) == 2
         for kept in containers(mine):
             subprocess.run(["docker", "rm", "-f", kept], capture_output=True, check=True)
         for name in ("a", "b"):  # both cut short: resumed, with nothing done

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import platform
+import posixpath
 import shutil
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from typing import Any
 
 import docker
 import pytest
-from test_docker import IMAGE, containers
+from test_docker import IMAGE, leftovers
 from test_docker_trusted import scenario
 
 from pytest_agentcompass.environments.conformance import make_plan
@@ -54,10 +55,10 @@ def test_an_image_without_sleep_or_shell_runs_the_container_and_its_commands(bar
         await session.write_text("answer.txt", "42")
         assert await session.read_text("answer.txt") == "42"
         own = await _keepalive_args(session)
-        assert len(own) == 2 and any(a.startswith(KEEPALIVE_PREFIX) for a in own), own
+        assert len(own) == 2 and any(KEEPALIVE_PREFIX in a for a in own), own
         # The runner's program is not a change the agent made.
         changed = {c.path for c in await session.changes()}
-        assert "/work/answer.txt" in changed and not any(p.startswith(KEEPALIVE_PREFIX) for p in changed)
+        assert "/work/answer.txt" in changed and not any(p.startswith(KEEPALIVE_PREFIX) for p in changed), changed
         # A snapshot of it starts too (kept up by a program of its own, at another path).
         await session.snapshot()
         plan = dataclasses.replace(make_plan(mode="fresh"), environment={"evaluation": {"from_snapshot": True}})
@@ -69,7 +70,7 @@ def test_an_image_without_sleep_or_shell_runs_the_container_and_its_commands(bar
         finally:
             await evaluation.close()
 
-    scenario({}, body, bare_image)
+    scenario({"record_pids": True}, body, bare_image)
 
 
 BARE = """
@@ -96,7 +97,7 @@ def test_tasks_run_on_an_image_without_sleep_or_shell(pytester: pytest.Pytester,
     result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off")
     result.assert_outcomes(passed=3)
     (run_dir,) = (pytester.path / "runs/d").iterdir()
-    assert containers(f"agentcompass.run={run_dir.name}") == []
+    assert leftovers(f"agentcompass.run={run_dir.name}") == []
 
 
 def test_a_sleep_the_agent_replaced_never_runs_as_the_keepalive() -> None:
@@ -118,7 +119,7 @@ def test_a_sleep_the_agent_replaced_never_runs_as_the_keepalive() -> None:
         finally:
             await evaluation.close()
 
-    scenario({}, body)
+    scenario({"record_pids": True}, body)
 
 
 def test_the_keepalive_ends_with_a_stop_like_sleep_did(bare_image: str) -> None:
@@ -129,6 +130,82 @@ def test_the_keepalive_ends_with_a_stop_like_sleep_did(bare_image: str) -> None:
 
     # SIGTERM ends it at once (the default action: it has no handler), not the SIGKILL after 30 s.
     assert scenario({}, body, bare_image) == 143
+
+
+class _Requests:
+    """Counts the engine requests a provider makes of some kinds (each still made, on the real engine)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.installs: list[str] = []  # archive writes at "/": a keepalive or folders written into a container
+        self.volume_writes: list[str] = []
+        self.tops = 0
+        api = docker.api.client.APIClient
+        put, top = api.put_archive, api.top
+
+        def put_archive(client: Any, container: str, path: str, data: bytes) -> bool:
+            (self.installs if path == "/" else self.volume_writes).append(path)
+            return bool(put(client, container, path, data))
+
+        def counted_top(client: Any, *args: Any, **kwargs: Any) -> Any:
+            self.tops += 1
+            return top(client, *args, **kwargs)
+
+        monkeypatch.setattr(api, "put_archive", put_archive)
+        monkeypatch.setattr(api, "top", counted_top)
+
+
+def _md5(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.md5(data).hexdigest()
+
+
+def test_every_container_runs_the_keepalive_from_one_read_only_volume(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The program is written once per engine (a volume), not into each container; a container can
+    neither change nor remove it for the others; the volume goes with the provider (``scenario``
+    checks no volume of the run is left)."""
+    requests = _Requests(monkeypatch)
+
+    async def body(provider: DockerEnvironment, session: Any, run_id: str) -> None:
+        other = await provider.open(provider.build_config(make_plan(), "task", {"agentcompass.run": run_id}))
+        try:
+            assert other.keepalive != session.keepalive  # a folder of its own name in each
+            for path in (session.keepalive, posixpath.dirname(session.keepalive) + "/planted"):
+                done = await session.exec(["sh", "-c", f"echo evil > {path}"], user="0")
+                assert done.exit_code != 0 and "Read-only file system" in done.stderr, done
+            done = await session.exec(["rm", "-f", session.keepalive], user="0")
+            assert done.exit_code != 0, done
+            arch = {"x86_64": "amd64", "aarch64": "arm64"}[platform.machine()]
+            for s in (session, other):
+                done = await s.exec(["md5sum", s.keepalive])
+                assert done.stdout.split()[0] == _md5(program(arch)), done
+            assert (session.runner_pids, other.runner_pids) == (frozenset(), frozenset())  # not asked for
+        finally:
+            await other.close()
+
+    scenario({}, body)
+    assert (requests.installs, len(requests.volume_writes), requests.tops) == ([], 1, 0)
+
+
+def test_an_engine_without_the_volume_gets_the_program_in_each_container(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should the volume fail (an engine that refuses volumes), each container gets its own copy,
+    written before it starts, as before volumes; its runner pids are recorded when asked for."""
+    from pytest_agentcompass.environments import docker_keepalive
+
+    def refused(*args: Any) -> str:
+        raise docker.errors.APIError("volumes are not supported here")
+
+    monkeypatch.setattr(docker_keepalive, "make_volume", refused)
+    requests = _Requests(monkeypatch)
+
+    async def body(provider: DockerEnvironment, session: Any, run_id: str) -> None:
+        assert (len(requests.installs), requests.volume_writes, requests.tops) == (1, [], 1)  # the pids' read
+        own = await _keepalive_args(session)
+        assert len(own) == 2 and session.keepalive in own[1], own
+        changed = {c.path for c in await session.changes()}
+        assert not any(p.startswith(KEEPALIVE_PREFIX) for p in changed), changed
+
+    scenario({"record_pids": True}, body)
 
 
 def _runner(arch: str) -> list[str] | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_docker import IMAGE, containers
+from test_docker import IMAGE, containers, leftovers
 
 from pytest_agentcompass import EnvironmentSpec
 from pytest_agentcompass.environments.conformance import make_plan
@@ -112,6 +112,7 @@ def test_an_all_disabled_plan_gets_no_network_and_no_exec_on_open(mark: str) -> 
             assert session.network_policy == "disabled"
         finally:
             await session.close()
+            await provider.aclose()  # its keepalive volume too
         assert bridge_events(cid, since) == []  # never attached
 
     asyncio.run(scenario())
@@ -142,6 +143,7 @@ def test_a_network_phase_attaches_the_bridge_and_the_next_detaches_it(mark: str)
                 assert await interfaces(session) == ["lo"]
         finally:
             await session.close()
+            await provider.aclose()  # its keepalive volume too
         assert bridge_events(cid, since) == ["network connect bridge", "network disconnect bridge"] * 2
 
     asyncio.run(scenario())
@@ -163,6 +165,7 @@ def test_a_full_baseline_starts_on_the_bridge(mark: str) -> None:
             assert set(networks(cid)) == {"bridge"} and len(await interfaces(session)) == 2
         finally:
             await session.close()
+            await provider.aclose()  # its keepalive volume too
 
     asyncio.run(scenario())
 
@@ -205,7 +208,7 @@ def test_each_phase_of_a_run_sees_its_plans_network(pytester: pytest.Pytester, r
     result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off")
     result.assert_outcomes(passed=2)
     (run_dir,) = (pytester.path / "runs/d").iterdir()
-    assert containers(f"agentcompass.run={run_dir.name}") == []
+    assert leftovers(f"agentcompass.run={run_dir.name}") == []
     for task in ("t0", "t1"):
         lines = [json.loads(line) for line in Path(pytester.path / f"phases-{task}.jsonl").read_text().splitlines()]
         assert [line["phase"] for line in lines] == ["prepare", "run", "evaluate"]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import pytest
-from test_docker import IMAGE, containers
+from test_docker import IMAGE, leftovers
 
 from pytest_agentcompass import EnvironmentSpec
 from pytest_agentcompass.environments.conformance import make_plan
@@ -36,18 +36,20 @@ def scenario(
 
     async def go() -> T:
         plan = dataclasses.replace(make_plan(), environment=environment or {})
-        session = await provider.open(provider.build_config(plan, "task", {"agentcompass.run": run_id}))
         try:
-            return await body(provider, session, run_id)
+            session = await provider.open(provider.build_config(plan, "task", {"agentcompass.run": run_id}))
+            try:
+                return await body(provider, session, run_id)
+            finally:
+                await session.close()
+                await provider.end_attempt(plan.task_id, plan.attempt_index)
         finally:
-            await session.close()
-            await provider.end_attempt(plan.task_id, plan.attempt_index)
             await provider.aclose()
 
     try:
         return asyncio.run(go())
     finally:
-        assert containers(f"agentcompass.run={run_id}") == []
+        assert leftovers(f"agentcompass.run={run_id}") == []
 
 
 async def _sh(session: Any, script: str) -> str:

@@ -393,7 +393,8 @@ def _anything_transferred(copied: Mapping[str, Any], transfer: Mapping[str, Any]
 def _environment(parsed: HarborTask) -> dict[str, Any]:
     """Provider params for this task: its image or build, limits, and the image's WORKDIR."""
     # None: the image's WORKDIR; make_dirs: the log folders made as the container starts (no request of their own)
-    env: dict[str, Any] = {"workdir": parsed.workdir, "make_dirs": list(LOG_DIRS)}
+    # record_pids: the verifier tells what the agent left running from the container's own processes.
+    env: dict[str, Any] = {"workdir": parsed.workdir, "make_dirs": list(LOG_DIRS), "record_pids": True}
     if parsed.docker_image:  # used when the engine has it; else the Dockerfile is built
         env["task_image"] = parsed.docker_image
     if (parsed.environment_dir / "Dockerfile").is_file():

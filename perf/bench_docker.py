@@ -155,7 +155,6 @@ def count_calls(n: int, network: str) -> None:
 
     asyncio.to_thread = counted_to_thread  # type: ignore[assignment]
     mark = uuid.uuid4().hex
-    volumes_before = len(leftovers("agentcompass"))  # the provider's keepalive volume has no mark of its own
     run = "disabled" if network == "disabled" else "full"
     provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE}))
     plan = make_plan("disabled", run, "disabled")
@@ -188,8 +187,7 @@ def count_calls(n: int, network: str) -> None:
         listed = ", ".join(f"{k} {v / n:g}" for k, v in sorted(counts.items()))
         print(f"{side}: {sum(counts.values()) / n:g} engine requests per attempt ({listed})")
     print(f"plugin: {plugin_handoffs / n:g} worker-thread hand-offs per attempt")
-    left = len(leftovers(f"agentcompass-bench={mark}")) + len(leftovers("agentcompass")) - volumes_before
-    print(f"containers and volumes left behind: {left}")
+    print(f"containers and volumes left behind: {len(leftovers(f'agentcompass-bench={mark}'))}")
 
 
 def main() -> None:

@@ -234,7 +234,7 @@ class DockerEnvironment(BaseEnvironment):
         host.update(limits(params))
         if "storage_opt" in host and engine.name in self._no_storage:
             self._without_storage(host, params, engine)
-        keepalive, code = await self._keepalive(engine, client, image, host, config.kept)
+        keepalive, code = await self._keepalive(engine, client, image, host, config)
         options: dict[str, Any] = {
             "command": [keepalive] if keepalive else _IMAGE_KEEPALIVE,
             "entrypoint": [],  # an image's ENTRYPOINT would wrap the keepalive
@@ -265,20 +265,23 @@ class DockerEnvironment(BaseEnvironment):
         return session
 
     async def _keepalive(
-        self, engine: Engine, client: Any, image: str, host: dict[str, Any], kept: bool
+        self, engine: Engine, client: Any, image: str, host: dict[str, Any], config: SessionConfig
     ) -> tuple[str | None, bytes | None]:
         """The runner's own keepalive for a new container: its path (in a folder with a random name:
         nothing the agent planted is there) and the program to write there before the start, or
         ``None`` when it runs from the engine's volume (mounted read-only there: the mount is added to
         ``host``). ``(None, None)`` on an engine of an architecture with no program: the image's sleep.
-        A container the run keeps (``kept``) gets its own copy: the volume goes when the run ends."""
+        A container the run keeps (``config.kept``) gets its own copy: the volume goes with the provider."""
         if engine.name not in self._arches:
             self._arches[engine.name] = await asyncio.to_thread(arch_of, client)
         arch = self._arches[engine.name]
         if arch is None:
             return None, None
         keepalive = keepalive_path()
-        volume = None if kept else await self._keepalives.volume(engine.name, client, image, arch, self._labels)
+        kept, labels = config.kept, config.labels
+        # Labelled as the provider's sessions are, but for the task and attempt (a leak is found like theirs).
+        labels = {k: v for k, v in labels.items() if k not in ("agentcompass.task", "agentcompass.attempt")}
+        volume = None if kept else await self._keepalives.volume(engine.name, client, image, arch, labels)
         if volume is None:
             return keepalive, program(arch)
         host["mounts"] = [volume_mount(keepalive, volume)]
@@ -320,7 +323,9 @@ class DockerEnvironment(BaseEnvironment):
     async def aclose(self) -> None:
         await self._gateway_networks.close()  # after the request's gateway stopped listening on them
         await asyncio.to_thread(self.snapshots.release_all)
-        await self._keepalives.aclose()
         pool = getattr(self, "_pool", None)
+        if pool is not None:
+            await pool.remove_orphans()  # containers an engine owed: they used the keepalive volume
+        await self._keepalives.aclose()
         if pool is not None:
             await pool.aclose()

@@ -33,6 +33,7 @@ import struct
 import tarfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .docker_files import dir_entry
@@ -52,6 +53,9 @@ __all__ = [
 KEEPALIVE_PREFIX = "/.agentcompass-keepalive-"
 #: The program's name in that folder.
 _NAME = "keepalive"
+#: Labels of a volume's holder (:class:`KeepaliveVolume`): the volume's name, and the run's id.
+HOLDER_LABEL = "agentcompass.keepalive"
+HOLDER_RUN_LABEL = "agentcompass.keepalive-run"
 log = logging.getLogger("pytest_agentcompass")
 
 #: The machine code of each architecture, which loops on a syscall that sleeps until a signal.
@@ -161,45 +165,71 @@ def volume_mount(keepalive: str, volume: str) -> dict[str, Any]:
     return {"Target": target, "Source": volume, "Type": "volume", "ReadOnly": True, "VolumeOptions": {"NoCopy": True}}
 
 
-def make_volume(client: Any, image: str, data: bytes, labels: Mapping[str, str]) -> str:
-    """A new volume holding the program ``data`` as ``keepalive``; returns its name (blocking).
+@dataclass(frozen=True)
+class KeepaliveVolume:
+    """A volume holding the keepalive, and the container that holds it: created, never started, kept
+    until the volume goes, so the engine counts the volume in use (``docker volume prune`` and
+    ``docker volume rm`` leave it alone; a missing volume would be made again, empty, by the next
+    container's mount)."""
 
-    Written through a container of ``image`` that is created for it, never
-    started, and removed again (a volume has no archive API of its own): four
-    engine requests, once per engine. ``NoCopy``: the volume starts empty,
-    whatever the image holds at the mount's path.
+    name: str
+    holder: str
+
+
+def make_volume(client: Any, image: str, data: bytes, labels: Mapping[str, str]) -> KeepaliveVolume:
+    """A new volume holding the program ``data`` as ``keepalive`` (blocking; once per engine).
+
+    Written through its holder, a container of ``image`` (a volume has no
+    archive API of its own), and read back: an engine that does not write
+    into a volume of a container that never started fails here, not at every
+    container's start. ``NoCopy``: the volume starts empty, whatever the image
+    holds at the mount's path.
     """
     api = client.api
     name = f"agentcompass-keepalive-{secrets.token_hex(6)}"
-    labels = {"agentcompass": "1", **labels}
-    api.create_volume(name, labels=labels)
+    api.create_volume(name, labels={"agentcompass": "1", **labels})  # the run's: a killed run's sweep finds it
+    # Not the labels of the run's environments (``agentcompass``, ``agentcompass.run``): what counts or
+    # lists a run's containers does not see it, and the sweep of its volumes removes it first.
+    run = labels.get("agentcompass.run", "")
+    holder_labels = {HOLDER_LABEL: name, **({HOLDER_RUN_LABEL: run} if run else {})}
+    holder = ""
     try:
         target = f"/{name}"
         mount = {"Target": target, "Source": name, "Type": "volume", "VolumeOptions": {"NoCopy": True}}
-        helper = api.create_container(
+        holder = api.create_container(
             image,
             command=[f"{target}/{_NAME}"],
             entrypoint=[],
-            labels=labels,  # the run's: a killed run's sweep finds it
+            name=f"{name}-holder",
+            labels=holder_labels,
             network_disabled=True,
             host_config=api.create_host_config(mounts=[mount], network_mode="none"),
-        )
-        try:
-            payload = io.BytesIO()
-            with tarfile.open(fileobj=payload, mode="w") as archive:
-                archive.addfile(_file_entry(_NAME, data), io.BytesIO(data))
-            api.put_archive(helper["Id"], target, payload.getvalue())
-        finally:
-            api.remove_container(helper["Id"], force=True)
+        )["Id"]
+        payload = io.BytesIO()
+        with tarfile.open(fileobj=payload, mode="w") as archive:
+            archive.addfile(_file_entry(_NAME, data), io.BytesIO(data))
+        api.put_archive(holder, target, payload.getvalue())
+        stream, stat = api.get_archive(holder, f"{target}/{_NAME}")
+        for _ in stream:  # drained, so the connection goes back to the pool
+            pass
+        if int(stat.get("size", -1)) != len(data):
+            raise RuntimeError(f"the engine did not write the program into volume {name} ({stat})")
     except BaseException:
         with contextlib.suppress(Exception):  # what failed first is the error to raise
-            _remove_volume(client, name)
+            remove_volume(client, KeepaliveVolume(name, holder))
         raise
-    return name
+    return KeepaliveVolume(name, holder)
+
+
+def remove_volume(client: Any, volume: KeepaliveVolume) -> bool:
+    """Remove ``volume`` and its holder; ``False`` when another container still uses the volume."""
+    if volume.holder:
+        with contextlib.suppress(Exception):  # gone already (a sweep): the volume's removal says the rest
+            client.api.remove_container(volume.holder, force=True)
+    return _remove_volume(client, volume.name)
 
 
 def _remove_volume(client: Any, name: str) -> bool:
-    """Remove the volume ``name``; ``False`` when a container still uses it (a kept one)."""
     try:
         client.api.remove_volume(name)
     except Exception as exc:
@@ -213,48 +243,72 @@ def _remove_volume(client: Any, name: str) -> bool:
 
 
 def sweep_volumes(client: Any, run_id: str) -> int:
-    """Remove the keepalive volumes of run ``run_id`` (a killed run's) no container uses; returns how many."""
-    found = client.volumes.list(filters={"label": f"agentcompass.run={run_id}"})
-    return sum(_remove_volume(client, volume.name) for volume in found)
+    """Remove the keepalive volumes of run ``run_id`` (a killed run's; its containers, their holders
+    among them, are removed first) that no container uses; returns how many. A volume that cannot go
+    is said, and does not stop the sweep of the rest."""
+    for holder in client.containers.list(all=True, filters={"label": f"{HOLDER_RUN_LABEL}={run_id}"}):
+        with contextlib.suppress(Exception):  # gone meanwhile; else its volume's removal says so
+            holder.remove(force=True)
+    removed = 0
+    for volume in client.volumes.list(filters={"label": f"agentcompass.run={run_id}"}):
+        try:
+            removed += _remove_volume(client, volume.name)
+        except Exception as exc:
+            log.warning("keepalive volume %s of run %s was not removed: %s", volume.name, run_id, exc)
+    return removed
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether the engine answered and refused (it will again), not that it could not be reached."""
+    return getattr(exc, "status_code", None) is not None or isinstance(exc, RuntimeError)
 
 
 class KeepaliveVolumes:
     """The volume each engine's containers run the keepalive from: made on an engine's first open,
-    removed by :meth:`aclose`. An engine that cannot make one has ``None``: its containers get the
-    program written into each instead (:func:`install`)."""
+    removed by :meth:`aclose`. An engine that refuses to make one has ``None``: its containers get
+    the program written into each instead (:func:`install`); one that did not answer is asked again
+    at its next open."""
 
     def __init__(self) -> None:
         #: Per engine name, the volume being made or made (and the client to remove it with).
-        self._volumes: dict[str, asyncio.Future[tuple[Any, str] | None]] = {}
+        self._volumes: dict[str, asyncio.Future[tuple[Any, KeepaliveVolume] | None]] = {}
 
     async def volume(self, engine: str, client: Any, image: str, arch: str, labels: Mapping[str, str]) -> str | None:
-        """The keepalive volume on ``engine`` (made from a container of ``image`` the first time), or
-        ``None`` when the engine could not make one."""
+        """The name of the keepalive volume on ``engine`` (made from a container of ``image`` the first
+        time, labelled ``labels``), or ``None`` when the engine could not make one."""
         made = self._volumes.get(engine)
         if made is None:  # made in a task of its own: a cancelled open leaves it to finish, and aclose removes it
             made = self._volumes[engine] = asyncio.ensure_future(self._make(engine, client, image, arch, labels))
         found = await asyncio.shield(made)
-        return found[1] if found else None
+        return found[1].name if found else None
 
     async def _make(
         self, engine: str, client: Any, image: str, arch: str, labels: Mapping[str, str]
-    ) -> tuple[Any, str] | None:
+    ) -> tuple[Any, KeepaliveVolume] | None:
         try:
-            name = await asyncio.to_thread(make_volume, client, image, program(arch), labels)
+            volume = await asyncio.to_thread(make_volume, client, image, program(arch), labels)
         except Exception as exc:
-            log.info("Docker engine %s: no keepalive volume (%s); each container gets its own copy", engine, exc)
+            if not _refused(exc):
+                self._volumes.pop(engine, None)  # not answered: the next open asks again
+            log.warning(
+                "Docker engine %s: no keepalive volume (%s); each container gets the program written into it "
+                "(an archive request each)",
+                engine,
+                exc,
+            )
             return None
-        return client, name
+        return client, volume
 
     async def aclose(self) -> None:
-        """Remove every volume made (after the containers that used it): a kept container keeps its own."""
+        """Remove every volume made (after the containers that used it); one still in use is said, and
+        the sweep of the run removes it once its container is gone."""
         volumes, self._volumes = self._volumes, {}
         for made in await asyncio.gather(*volumes.values(), return_exceptions=True):
             if not isinstance(made, tuple):
                 continue
-            client, name = made
+            client, volume = made
             try:
-                if not await asyncio.to_thread(_remove_volume, client, name):
-                    log.info("keepalive volume %s kept: a kept container uses it", name)
+                if not await asyncio.to_thread(remove_volume, client, volume):
+                    log.warning("keepalive volume %s was not removed: a container still uses it", volume.name)
             except Exception as exc:
-                log.warning("keepalive volume %s was not removed: %s", name, exc)
+                log.warning("keepalive volume %s was not removed: %s", volume.name, exc)

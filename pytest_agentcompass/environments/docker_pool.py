@@ -309,7 +309,9 @@ class EnginePool:
             except Exception as exc:
                 log.warning("Docker engine %s: container %s was not removed: %s", engine.name, container_id[:12], exc)
 
-    async def aclose(self) -> None:
+    async def remove_orphans(self) -> None:
+        """Remove the containers engines owed (their removal failed while they did not answer), on
+        every engine that answers now; the others are said."""
         for engine in self.engines:
             if engine.orphans and await asyncio.to_thread(engine.probe) is None:
                 await asyncio.to_thread(self._remove_orphans, engine)
@@ -319,6 +321,10 @@ class EnginePool:
                     engine.name,
                     ", ".join(c[:12] for c in engine.orphans),
                 )
+
+    async def aclose(self) -> None:
+        """Close every engine's clients (after :meth:`remove_orphans`, which needs them)."""
+        for engine in self.engines:
             await asyncio.to_thread(engine.close)
 
 

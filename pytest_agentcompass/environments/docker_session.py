@@ -58,7 +58,7 @@ class DockerSession(TrustedAccess, EnvironmentSession):
         self.output_limit = output_limit
         #: The agent image it started from and whether this open installed it (see :mod:`.docker_derived`).
         self.agent_install: dict[str, Any] | None = None
-        #: Host pids of the container's init and keepalive, recorded when it started: the runner's own.
+        #: Host pids of the container's init and keepalive, recorded as it started (``record_pids``): the runner's own.
         self.runner_pids: frozenset[int] = frozenset()
         #: Created with ``network_mode none`` and not attached since (the bridge must wait for it to go).
         self._on_none = policy == "disabled"

@@ -202,8 +202,9 @@ def test_sweep_removes_what_a_killed_run_left() -> None:
         assert len(containers(f"agentcompass.run={run_id}")) == 2
         return await provider.sweep(run_id)
 
-    assert asyncio.run(scenario()) == 2
+    assert asyncio.run(scenario()) == 2  # the runner's keepalive volume and its holder are not counted
     assert leftovers(f"agentcompass.run={run_id}") == []
+    assert containers(f"agentcompass.keepalive-run={run_id}") == []  # the volume's holder went first
 
 
 def test_cancel_while_the_exec_is_starting_kills_it() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import docker
 import pytest
+import requests
 from test_docker import IMAGE, leftovers
 from test_docker_trusted import scenario
 
@@ -185,6 +186,71 @@ def test_every_container_runs_the_keepalive_from_one_read_only_volume(monkeypatc
 
     scenario({}, body)
     assert (requests.installs, len(requests.volume_writes), requests.tops) == ([], 1, 0)
+
+
+def test_without_recorded_pids_one_keepalive_is_the_runners_and_a_copy_is_the_agents() -> None:
+    """Harbor's check of what the agent left running, on a session whose config turned ``record_pids``
+    off: the init and one keepalive under it are the runner's; a copy of the program the agent started
+    (under the init too, once its exec ended) is listed."""
+    from pytest_agentcompass.benchmarks.harbor.verifier import processes_left
+
+    async def body(provider: DockerEnvironment, session: Any, run_id: str) -> None:
+        assert session.runner_pids == frozenset()
+        assert await processes_left(session) == []
+        done = await session.exec(["sh", "-c", f"{session.keepalive} >/dev/null 2>&1 &"])
+        assert done.exit_code == 0, done
+        left = await processes_left(session)
+        assert [p.args for p in left] == [session.keepalive], left
+
+    scenario({"record_pids": False}, body)
+
+
+def test_the_volume_outlasts_a_prune_between_containers() -> None:
+    """Between two containers nothing runs from the volume, yet ``docker volume prune`` and ``rm`` leave
+    it (its holder, a container that never starts, keeps it in use): a volume made again, empty, by
+    the next container's mount would leave that container nothing to run."""
+
+    async def body(provider: DockerEnvironment, session: Any, run_id: str) -> None:
+        await session.close()
+        (volume,) = subprocess.run(
+            ["docker", "volume", "ls", "-q", "--filter", f"label=agentcompass.run={run_id}"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        subprocess.run(["docker", "volume", "prune", "-f", "--filter", f"label=agentcompass.run={run_id}"], check=True)
+        removed = subprocess.run(["docker", "volume", "rm", volume], capture_output=True, text=True, check=False)
+        assert removed.returncode != 0 and "in use" in removed.stderr, removed
+        again = await provider.open(provider.build_config(make_plan(), "task", {"agentcompass.run": run_id}))
+        try:
+            done = await again.exec(["echo", "up"])
+            assert (done.exit_code, done.stdout) == (0, "up\n"), done
+        finally:
+            await again.close()
+
+    scenario({}, body)
+
+
+def test_an_engine_that_did_not_answer_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A volume that failed for want of an answer (not a refusal) is tried again at the next open."""
+    from pytest_agentcompass.environments import docker_keepalive
+
+    real, calls = docker_keepalive.make_volume, []
+
+    def flaky(*args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise requests.exceptions.ConnectionError("connection reset by peer")
+        return real(*args)
+
+    monkeypatch.setattr(docker_keepalive, "make_volume", flaky)
+    requests_seen = _Requests(monkeypatch)
+
+    async def body(provider: DockerEnvironment, session: Any, run_id: str) -> None:
+        assert (len(requests_seen.installs), requests_seen.volume_writes) == (1, [])  # this one: its own copy
+        again = await provider.open(provider.build_config(make_plan(), "task", {"agentcompass.run": run_id}))
+        await again.close()
+        assert (len(requests_seen.installs), len(requests_seen.volume_writes), len(calls)) == (1, 1, 2)
+
+    scenario({}, body)
 
 
 def test_an_engine_without_the_volume_gets_the_program_in_each_container(monkeypatch: pytest.MonkeyPatch) -> None:

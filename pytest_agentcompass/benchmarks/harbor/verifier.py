@@ -165,9 +165,13 @@ async def processes_left(env: EnvironmentSession) -> list[Any]:
     # The runner's own processes (the container's init and keepalive) by the pids recorded when the
     # container started: a process of the agent may call itself anything, "sleep 2147483647" too.
     own: frozenset[int] = getattr(env, "runner_pids", frozenset())
-    if not own:  # a session that recorded none: the init alone (its parent is outside the container)
+    if not own:  # none recorded (a config set record_pids: false): the init, and one keepalive under it
         by_pid = {p.pid for p in procs}
-        own = frozenset(p.pid for p in procs if p.ppid not in by_pid)
+        inits = {p.pid for p in procs if p.ppid not in by_pid}  # its parent is outside the container
+        keepalive = getattr(env, "keepalive", None)
+        # Exactly one process under the init is the runner's keepalive: any copy the agent started is its own.
+        first = min((p.pid for p in procs if p.ppid in inits and p.args == keepalive), default=None)
+        own = frozenset(inits | ({first} if first is not None else set()))
     return [p for p in procs if p.pid not in own]
 
 

@@ -278,10 +278,9 @@ class DockerEnvironment(BaseEnvironment):
         if arch is None:
             return None, None
         keepalive = keepalive_path()
-        kept, labels = config.kept, config.labels
         # Labelled as the provider's sessions are, but for the task and attempt (a leak is found like theirs).
-        labels = {k: v for k, v in labels.items() if k not in ("agentcompass.task", "agentcompass.attempt")}
-        volume = None if kept else await self._keepalives.volume(engine.name, client, image, arch, labels)
+        labels = {k: v for k, v in config.labels.items() if k not in ("agentcompass.task", "agentcompass.attempt")}
+        volume = None if config.kept else await self._keepalives.volume(engine.name, client, image, arch, labels)
         if volume is None:
             return keepalive, program(arch)
         host["mounts"] = [volume_mount(keepalive, volume)]

@@ -161,8 +161,14 @@ def _file_entry(name: str, data: bytes) -> tarfile.TarInfo:
 def volume_mount(keepalive: str, volume: str) -> dict[str, Any]:
     """The host-config mount of ``volume`` at the folder of the path ``keepalive``, read-only (what runs
     there cannot change the program the engine's other containers run too)."""
-    target = posixpath.dirname(keepalive)
-    return {"Target": target, "Source": volume, "Type": "volume", "ReadOnly": True, "VolumeOptions": {"NoCopy": True}}
+    return _mount(posixpath.dirname(keepalive), volume, read_only=True)
+
+
+def _mount(target: str, volume: str, read_only: bool) -> dict[str, Any]:
+    """A host-config mount of ``volume`` at ``target``; ``NoCopy``: nothing of the image at ``target``
+    is copied into the volume."""
+    options = {"NoCopy": True}
+    return {"Target": target, "Source": volume, "Type": "volume", "ReadOnly": read_only, "VolumeOptions": options}
 
 
 @dataclass(frozen=True)
@@ -195,7 +201,7 @@ def make_volume(client: Any, image: str, data: bytes, labels: Mapping[str, str])
     holder = ""
     try:
         target = f"/{name}"
-        mount = {"Target": target, "Source": name, "Type": "volume", "VolumeOptions": {"NoCopy": True}}
+        mount = _mount(target, name, read_only=False)  # the one mount that writes the program
         holder = api.create_container(
             image,
             command=[f"{target}/{_NAME}"],

@@ -280,7 +280,9 @@ class DockerEnvironment(BaseEnvironment):
         keepalive = keepalive_path()
         # Labelled as the provider's sessions are, but for the task and attempt (a leak is found like theirs).
         labels = {k: v for k, v in config.labels.items() if k not in ("agentcompass.task", "agentcompass.attempt")}
-        volume = None if config.kept else await self._keepalives.volume(engine.name, client, image, arch, labels)
+        # A volume per engine and comeback: one back from an outage may be a fresh engine, without the last.
+        where = f"{engine.name}#{engine.comebacks}" if engine.comebacks else engine.name
+        volume = None if config.kept else await self._keepalives.volume(where, client, image, arch, labels)
         if volume is None:
             return keepalive, program(arch)
         host["mounts"] = [volume_mount(keepalive, volume)]

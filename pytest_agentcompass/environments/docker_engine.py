@@ -184,6 +184,9 @@ class Engine:
         #: Sessions placed here by this process and not closed yet (placement's load).
         self.assigned = 0
         self.down: str | None = None  # why it does not answer, while it does not
+        #: Times it came back after not answering: what the engine held before (the keepalive's
+        #: volume) may be gone, as from an engine restarted with fresh storage.
+        self.comebacks = 0
         self.next_probe = 0.0
         #: Containers whose removal failed while the engine was down: removed when it answers.
         self.orphans: list[str] = []

@@ -281,7 +281,8 @@ class KeepaliveVolumes:
 
     async def volume(self, engine: str, client: Any, image: str, arch: str, labels: Mapping[str, str]) -> str | None:
         """The name of the keepalive volume on ``engine`` (made from a container of ``image`` the first
-        time, labelled ``labels``), or ``None`` when the engine could not make one."""
+        time, labelled ``labels``), or ``None`` when the engine could not make one. ``engine`` names the
+        engine and, once it came back from an outage, which comeback: each gets a volume of its own."""
         made = self._volumes.get(engine)
         if made is None:  # made in a task of its own: a cancelled open leaves it to finish, and aclose removes it
             made = self._volumes[engine] = asyncio.ensure_future(self._make(engine, client, image, arch, labels))

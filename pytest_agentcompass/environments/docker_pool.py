@@ -204,6 +204,7 @@ class EnginePool:
             if why is None:
                 log.warning("Docker engine %s answers again: it takes new sessions", engine.name)
                 await asyncio.to_thread(self._remove_orphans, engine)
+                engine.comebacks += 1
                 engine.down = None
 
     def _mark_down(self, engine: Engine, why: str, *, mid_run: bool = True) -> None:

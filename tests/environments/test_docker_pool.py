@@ -309,9 +309,19 @@ def test_a_dead_engine_takes_work_again_once_it_answers(engines: Engines) -> Non
         await on_b.close()  # the engine is gone: its container is removed once it answers again
         assert provider.pool.engines[1].orphans == [on_b.container.id]
         assert (await _open_close(provider, dataclasses_replace(config, placement=b.url))) == a.url
+        # It comes back without its volumes, as an engine restarted on fresh storage would: the
+        # keepalive's volume is gone, and a container mounting it by name would get an empty one.
+        for volume in (b.root / "data" / "volumes").glob("agentcompass-keepalive-*"):
+            shutil.rmtree(volume)
         b.start()  # from this thread, which outlives the engine (it dies with the thread that starts it)
-        while (await _open_close(provider, dataclasses_replace(config, placement=b.url))) != b.url:
+        while (back := await provider.open(dataclasses_replace(config, placement=b.url))).placement != b.url:
+            await back.close()
             await asyncio.sleep(0.02)  # the next probe (every 10 ms here) finds it answering
+        try:
+            done = await back.exec(["echo", "up"])  # its keepalive runs: from a volume made since
+            assert (done.exit_code, done.stdout) == (0, "up\n"), done
+        finally:
+            await back.close()
         assert provider.pool.engines[1].orphans == []
         await provider.aclose()
 
@@ -321,6 +331,9 @@ def test_a_dead_engine_takes_work_again_once_it_answers(engines: Engines) -> Non
         if b.proc is None:
             b.start()
     assert a.containers(f"m={mark}") == [] and b.containers(f"m={mark}") == []
+    for engine in (a, b):  # the keepalive volumes: the lost one's holder, and the one made since
+        left = engine.docker("ps", "-aq", "--filter", "label=agentcompass.keepalive").stdout.split()
+        assert (left, engine.docker("volume", "ls", "-q", "--filter", f"label=m={mark}").stdout.split()) == ([], [])
 
 
 def test_an_engine_that_dies_right_after_its_preflight_ping_is_left_out(engines: Engines) -> None:

@@ -78,7 +78,9 @@ def replace_trees(container: Any, trees: Iterable[Tree]) -> None:
     One archive: each ``target`` first as an empty *file*, which makes the engine
     remove whatever is there (a folder with planted files, a symlink), then as
     a folder, then the folder's files. The engine does the removal itself:
-    no ``rm`` of the container runs.
+    no ``rm`` of the container runs. Sent again (three times in all) when the
+    engine's removal failed with "directory not empty": something wrote into
+    a target while the engine emptied it (a process still running there).
     """
     payload = io.BytesIO()
     with tarfile.open(fileobj=payload, mode="w") as archive:
@@ -91,7 +93,18 @@ def replace_trees(container: Any, trees: Iterable[Tree]) -> None:
             if source is not None:
                 for entry in sorted(os.listdir(source)):
                     archive.add(os.path.join(source, entry), arcname=f"{name}/{entry}", filter=_as_root)
-    container.put_archive("/", payload.getvalue())
+    for tries_left in reversed(range(_REPLACE_TRIES)):
+        try:
+            container.put_archive("/", payload.getvalue())
+            return
+        except Exception as exc:
+            if not tries_left or "directory not empty" not in str(exc):
+                raise
+        time.sleep(0.05)  # a moment for the write that raced the removal to end
+
+
+#: Times :func:`replace_trees` sends its archive when a write raced the engine's emptying of a target.
+_REPLACE_TRIES = 3
 
 
 def blank_files(container: Any, paths: Iterable[str]) -> None:

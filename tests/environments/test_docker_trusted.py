@@ -89,6 +89,32 @@ def test_replace_tree_takes_out_what_was_planted_without_running_the_containers_
     scenario({}, body)
 
 
+def test_a_write_racing_the_emptying_of_a_folder_is_tried_again_then_said() -> None:
+    """The engine's removal of a folder fails with "directory not empty" when something writes into it
+    meanwhile: the archive goes again (three times in all), and a writer that never stops gets the
+    engine's own error. A race that ends (a write the pause did not stop) is over by the next try."""
+
+    async def body(provider: DockerEnvironment, session: Any, run_id: str) -> None:
+        writer = "while :; do mkdir -p /x/a/b; for i in 1 2 3 4 5 6 7 8 9; do echo 1 > /x/a/b/f$i; done; done"
+        for _ in range(4):  # four writers, straight through the engine (they stay): each try meets one
+            session.container.exec_run(["sh", "-c", writer], detach=True)
+        await _sh(session, "while ! test -e /x/a/b/f9; do sleep 0.01; done")
+        sent: list[Any] = []
+        real = session.container.put_archive
+        session.container.put_archive = lambda *args: sent.append(args) or real(*args)  # counts the requests
+        for _ in range(5):  # a busy machine may starve the writers for a whole try: a race is what is tested
+            sent.clear()
+            try:
+                await session.replace_trees([("/x", None, 0o777)])
+            except Exception as exc:
+                assert "directory not empty" in str(exc) and len(sent) == 3, (exc, len(sent))
+                return
+            assert 1 <= len(sent) <= 3
+        pytest.fail("four writers never raced the engine's emptying of /x in five tries")
+
+    scenario({}, body)
+
+
 def test_a_container_starts_with_the_folders_its_plan_asks_for() -> None:
     """``make_dirs`` (Harbor's log folders): made with the keepalive, before the start, mode 0777;
     asked for again before any command ran, no request; after one ran, made again."""

@@ -51,10 +51,6 @@ async def make_log_dirs(env: EnvironmentSession, dirs: Sequence[str] = LOG_DIRS)
         raise RuntimeError(f"cannot create {', '.join(dirs)} in the task environment: {made.stderr[-500:]}")
 
 
-#: Times the staging is tried when the engine's emptying of a folder raced a write into it.
-_STAGING_TRIES = 3
-
-
 async def prepare_verifier(env: EnvironmentSession, tests: Path | None) -> None:
     """``/logs/verifier`` emptied (a reward the agent wrote never counts) and ``/tests`` made exactly
     the task's ``tests/`` (a ``/tests`` the agent made goes; ``tests`` ``None``: the verifier's image
@@ -66,19 +62,15 @@ async def prepare_verifier(env: EnvironmentSession, tests: Path | None) -> None:
         return
     trees = [(VERIFIER_LOGS, None, 0o777), *([("/tests", tests, 0o755)] if tests is not None else [])]
     async with access.paused():
-        for tries_left in reversed(range(_STAGING_TRIES)):
-            try:
-                await access.replace_trees(trees)  # one engine request
-                return
-            except Exception as exc:
-                if "Error processing tar file" not in str(exc):
-                    raise  # the engine itself failed
-                if "directory not empty" in str(exc) and tries_left:
-                    # Something wrote into the folder while the engine emptied it (a process the pause
-                    # did not stop: an engine that cannot pause goes on unpaused): again.
-                    continue
-                # What the container holds refused the change: the task's (or its agent's) doing.
-                raise RuntimeError(f"cannot empty {VERIFIER_LOGS} and stage /tests for the verifier: {exc}") from None
+        try:
+            # One engine request (sent again should a process the pause did not stop, on an engine
+            # that cannot pause, write into /logs/verifier while the engine empties it).
+            await access.replace_trees(trees)
+        except Exception as exc:
+            if "Error processing tar file" not in str(exc):
+                raise  # the engine itself failed
+            # What the container holds refused the change: the task's (or its agent's) doing.
+            raise RuntimeError(f"cannot empty {VERIFIER_LOGS} and stage /tests for the verifier: {exc}") from None
 
 
 async def _prepare_with_tools(env: EnvironmentSession, tests: Path | None) -> None:

@@ -204,6 +204,9 @@ class EnginePool:
             if why is None:
                 log.warning("Docker engine %s answers again: it takes new sessions", engine.name)
                 await asyncio.to_thread(self._remove_orphans, engine)
+                # It may be a fresh engine (restarted on new storage): what was noted there is looked for again.
+                with self._lock:
+                    self._has = {key for key in self._has if key[0] != engine.name}
                 engine.comebacks += 1
                 engine.down = None
 

@@ -28,6 +28,7 @@ from .capture import StreamCapture
 from .docker_engine import docker_sdk
 from .docker_exec import DRAIN_GRACE, INIT, ExecStream, exec_output, kill_exec
 from .docker_files import get_tree, put_tree, read_head
+from .docker_state import why_stopped
 from .docker_trusted import TrustedAccess
 from .markers import EXEC_MARKER
 
@@ -122,7 +123,13 @@ class DockerSession(TrustedAccess, EnvironmentSession):
         reader: asyncio.Future[dict[str, Any]] | None = None
         timed_out = False
         try:
-            stream = await asyncio.shield(starting)
+            try:
+                stream = await asyncio.shield(starting)
+            except Exception as exc:
+                if "is not running" not in str(exc):
+                    raise
+                # The engine's 409 names no cause: how the container ended (killed, out of memory) does.
+                raise SessionError(await asyncio.to_thread(why_stopped, self.container)) from exc
             reader = asyncio.ensure_future(asyncio.to_thread(pump, stream))
             try:
                 await asyncio.wait_for(asyncio.shield(reader), timeout)

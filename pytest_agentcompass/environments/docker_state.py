@@ -34,6 +34,7 @@ __all__ = [
     "processes",
     "resume",
     "runner_processes",
+    "why_stopped",
     "sweep_snapshots",
 ]
 
@@ -119,6 +120,24 @@ def environ(container: Any) -> list[str]:
     """The container's configured environment (``KEY=value``): ``PATH`` among it."""
     config = container.client.api.inspect_container(container.id).get("Config") or {}
     return [str(e) for e in config.get("Env") or []]
+
+
+def why_stopped(container: Any) -> str:
+    """What the engine says of a container that is no longer running: how it ended (its exit code, an
+    out-of-memory kill, the engine's error), or that it is gone altogether."""
+    short = str(container.id)[:12]
+    try:
+        state = container.client.api.inspect_container(container.id).get("State") or {}
+    except Exception as exc:  # removed meanwhile (a 404), or the engine failed: said as it is
+        return f"container {short} is gone ({exc})"
+    how = [f"{state.get('Status') or 'stopped'}, exit code {state.get('ExitCode')}"]
+    if state.get("OOMKilled"):
+        how.append("killed for want of memory (OOMKilled: the task's memory limit, or the host's)")
+    if state.get("Error"):
+        how.append(f"engine error: {state['Error']}")
+    if state.get("FinishedAt") and not str(state["FinishedAt"]).startswith("0001-"):
+        how.append(f"at {state['FinishedAt']}")
+    return f"container {short} is not running any more ({'; '.join(how)}): nothing more can run in it"
 
 
 def pause(container: Any) -> None:

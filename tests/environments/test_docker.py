@@ -318,6 +318,22 @@ def run_in_session(scenario: Any) -> Any:
         assert containers(f"agentcompass.conformance={mark}") == []
 
 
+def test_a_command_in_a_container_that_stopped_says_how_it_ended() -> None:
+    """The engine answers an exec in a stopped container with a bare 409: the error says how the
+    container ended instead (here killed from outside: exit code 137), a SessionError like others."""
+    from pytest_agentcompass.vocabulary.errors import SessionError
+
+    async def scenario(session: Any) -> str:
+        subprocess.run(["docker", "kill", session.container.id], check=True, capture_output=True)
+        with pytest.raises(SessionError) as raised:
+            await session.exec(["echo", "up"])
+        return str(raised.value)
+
+    said = run_in_session(scenario)
+    assert "is not running any more (exited, exit code 137; at " in said, said
+    assert "409" not in said and "OOMKilled" not in said, said
+
+
 def test_a_command_that_drops_the_exec_marker_still_times_out() -> None:
     """The marker the provider sets is the command's to unset: the timeout does not depend on it."""
 

@@ -209,9 +209,11 @@ class DockerEnvironment(BaseEnvironment):
                 )
         else:
             pooled = engine.name if self.pool.pooled else ""
-            image = await choose_image(client, params, self.run_files, engine=pooled)
+            image = await choose_image(client, params, self.run_files, engine=pooled, comebacks=engine.comebacks)
             # An agent CLI's harness asked for its install: the image with it (made once).
-            image, installed = await with_agent(client, image, config, pooled, engine.local, str(self.run_dir))
+            image, installed = await with_agent(
+                client, image, config, pooled, engine.local, str(self.run_dir), engine.comebacks
+            )
         # Not into a snapshot: its files are the agent's (a /logs it broke fails the verifier, not the open).
         dirs = [] if params.get("from_snapshot") else _absolute_dirs(params.get("make_dirs"))
         workdir = params.get("workdir", "/work")
@@ -280,9 +282,7 @@ class DockerEnvironment(BaseEnvironment):
         keepalive = keepalive_path()
         # Labelled as the provider's sessions are, but for the task and attempt (a leak is found like theirs).
         labels = {k: v for k, v in config.labels.items() if k not in ("agentcompass.task", "agentcompass.attempt")}
-        # A volume per engine and comeback: one back from an outage may be a fresh engine, without the last.
-        where = f"{engine.name}#{engine.comebacks}" if engine.comebacks else engine.name
-        volume = None if config.kept else await self._keepalives.volume(where, client, image, arch, labels)
+        volume = None if config.kept else await self._keepalives.volume(engine.incarnation, client, image, arch, labels)
         if volume is None:
             return keepalive, program(arch)
         host["mounts"] = [volume_mount(keepalive, volume)]

@@ -288,22 +288,23 @@ class AgentImages:
         return {**facts, "installed": True, "seconds": seconds, "log": log}
 
 
-_shared: dict[str, AgentImages] = {}
+_shared: dict[tuple[str, int], AgentImages] = {}
 
 
 async def with_agent(
-    client: Any, image: str, config: SessionConfig, engine: str, local: bool, run: str
+    client: Any, image: str, config: SessionConfig, engine: str, local: bool, run: str, comebacks: int = 0
 ) -> tuple[str, dict[str, Any] | None]:
     """The image a task session of ``config`` starts from, and what its agent install took.
 
     ``image`` itself (and ``None``) unless the params carry an ``agent_install``
-    recipe; an evaluation session never needs the agent.
+    recipe; an evaluation session never needs the agent. What is known of ``engine``
+    starts anew once it came back from an outage (``comebacks``): it may be a fresh engine.
     """
     recipe = config.params.get("agent_install")
     if not recipe or config.purpose != "task":
         return image, None
-    images = _shared.get(engine)
+    images = _shared.get((engine, comebacks))
     if images is None:
-        images = _shared[engine] = AgentImages(engine)
+        images = _shared[engine, comebacks] = AgentImages(engine)
     facts = await images.ensure(client, image, AgentInstall.from_params(recipe), config.labels, local, run)
     return str(facts["image"]), facts

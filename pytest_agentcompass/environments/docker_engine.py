@@ -198,6 +198,13 @@ class Engine:
     def name(self) -> str:
         return self.url
 
+    @property
+    def incarnation(self) -> str:
+        """What the runner made on the engine is keyed by this (its keepalive volume, the gateway's
+        network, the images it built): the name, and which comeback once the engine came back after an
+        outage, as it may be a fresh engine without any of it."""
+        return f"{self.url}#{self.comebacks}" if self.comebacks else self.url
+
     def client(self) -> Any:
         """The SDK client (made on first use; blocking: call from a worker thread)."""
         with self._lock:

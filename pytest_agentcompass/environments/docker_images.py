@@ -179,19 +179,23 @@ class ImageBuilder:
         return tag
 
 
-_shared: dict[str, ImageBuilder] = {}
+_shared: dict[tuple[str, int], ImageBuilder] = {}
 
 
-def shared_builder(max_parallel: int = 2, engine: str = "") -> ImageBuilder:
+def shared_builder(max_parallel: int = 2, engine: str = "", comebacks: int = 0) -> ImageBuilder:
     """The process's builder for ``engine`` (one per engine of a pool): requests sharing an image
-    share its one build (the first caller sets the number of parallel builds)."""
-    builder = _shared.get(engine)
+    share its one build (the first caller sets the number of parallel builds). A new one once the
+    engine came back from an outage (``comebacks``): it may be a fresh engine, without the images
+    the last one knew were there."""
+    builder = _shared.get((engine, comebacks))
     if builder is None:
-        builder = _shared[engine] = ImageBuilder(max_parallel, engine)
+        builder = _shared[engine, comebacks] = ImageBuilder(max_parallel, engine)
     return builder
 
 
-async def choose_image(client: Any, params: Mapping[str, Any], files: RunFiles | None, engine: str = "") -> str:
+async def choose_image(
+    client: Any, params: Mapping[str, Any], files: RunFiles | None, engine: str = "", comebacks: int = 0
+) -> str:
     """The image a session starts from: ``image``; else the task's prebuilt ``task_image`` when
     the engine has it; else one built from the task's ``build`` context; else ``task_image`` pulled.
 
@@ -210,7 +214,7 @@ async def choose_image(client: Any, params: Mapping[str, Any], files: RunFiles |
     if prebuilt and await asyncio.to_thread(has_image, client, prebuilt):
         return str(prebuilt)
     if params.get("build"):
-        builder = shared_builder(int(params.get("max_parallel_builds", 2)), engine)
+        builder = shared_builder(int(params.get("max_parallel_builds", 2)), engine, comebacks)
         return await builder.ensure(client, BuildSpec.from_params(params["build"]), files)
     if prebuilt and params.get("pull"):
         await asyncio.to_thread(client.images.pull, prebuilt)

@@ -95,7 +95,7 @@ class GatewayNetworks:
                 f"the model gateway cannot reach containers of the remote Docker engine {engine.name}: "
                 "it listens on the host of the container's network, which must be this machine"
             )
-        network = await asyncio.to_thread(self.ensure, engine.name, container.client, labels)
+        network = await asyncio.to_thread(self.ensure, engine.incarnation, container.client, labels)
         await asyncio.to_thread(container.join_network, network.name)
 
         async def admit(port: int) -> None:
@@ -107,7 +107,8 @@ class GatewayNetworks:
         return HostRoute(listen=network.gateway, host=network.gateway, admit=admit, release=release)
 
     def ensure(self, engine: str, client: Any, labels: dict[str, str]) -> GatewayNetwork:
-        """The network on ``engine``, made now if it does not exist yet (in a worker thread)."""
+        """The network on ``engine`` (its :attr:`~.docker_engine.Engine.incarnation`), made now if it does
+        not exist yet (in a worker thread)."""
         with self._lock:
             network = self._networks.get(engine)
             if network is None:

@@ -309,12 +309,11 @@ def test_a_dead_engine_takes_work_again_once_it_answers(engines: Engines) -> Non
         await on_b.close()  # the engine is gone: its container is removed once it answers again
         assert provider.pool.engines[1].orphans == [on_b.container.id]
         assert (await _open_close(provider, dataclasses_replace(config, placement=b.url))) == a.url
-        # It comes back without its volumes, as an engine restarted on fresh storage would: the
-        # keepalive's volume is gone, and a container mounting it by name would get an empty one.
+        # It comes back on fresh storage: without the test image (copied from A again), and without
+        # the keepalive's volume (a container mounting it by name would get an empty one).
         lost = list((b.root / "data" / "volumes").glob("agentcompass-keepalive-*"))
         assert lost, "no keepalive volume where dockerd keeps volumes: the loss below would not happen"
-        for volume in lost:
-            shutil.rmtree(volume)
+        b.lose_storage()
         b.start()  # from this thread, which outlives the engine (it dies with the thread that starts it)
         deadline = time.monotonic() + 60
         while (back := await provider.open(dataclasses_replace(config, placement=b.url))).placement != b.url:

@@ -105,6 +105,15 @@ class ExtraEngine:
         (self.root / "exec/containerd/containerd.pid").unlink(missing_ok=True)
         self.proc = None
 
+    def lose_storage(self) -> None:
+        """Of a killed engine: every image, container and volume gone, as on a machine that comes back
+        with new disks (the next :meth:`start` is a fresh engine at the same address)."""
+        assert self.proc is None, "kill the engine first"
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+        for mount in sorted((m for m in mounts if m.startswith(f"{self.root}/")), reverse=True):
+            _run("umount", "--lazy", mount, check=False)  # a killed daemon leaves its containers' mounts
+        shutil.rmtree(self.root / "data")
+
     def stop(self) -> None:
         """Stop the daemon (it stops its containers and its containerd)."""
         if self.proc is None:

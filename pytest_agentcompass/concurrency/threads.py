@@ -79,8 +79,10 @@ class BlockingCallPool(ThreadPoolExecutor):
         #: Threads started so far (a worker that idles past its linger exits; a later burst starts new ones).
         self.started = 0
         # Each call keeps the function it was given: named only when someone asks (rarely).
-        self._queue: deque[tuple[Future[Any], Callable[[], Any], Callable[..., Any]]] = deque()
-        self._running: dict[Future[Any], Callable[..., Any]] = {}
+        self._queue: deque[tuple[Future[Any] | LoopCall, Callable[[], Any], Callable[..., Any]]] = deque()
+        self._running: dict[Future[Any] | LoopCall, Callable[..., Any]] = {}
+        #: Per loop, what hands the outcomes of :meth:`call_for` calls over to it.
+        self._settlers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Settler] = weakref.WeakKeyDictionary()
         self._workers = 0
         self._idle = 0
         self._busy = 0  # workers inside a call
@@ -109,6 +111,28 @@ class BlockingCallPool(ThreadPoolExecutor):
             if self._workers == self._busy:
                 self._start_worker()
         return future
+
+    def call_for(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> LoopCall:
+        """Run ``fn`` in a worker; its outcome settles :attr:`LoopCall.waiter`, a future of ``loop``.
+
+        What :meth:`submit` and a done callback would do, without a
+        ``concurrent.futures.Future`` (its condition, its locks, its
+        callbacks), and with one wake-up of ``loop`` for every call that
+        finished since its last one, not one each.
+        """
+        settler = self._settlers.get(loop)
+        if settler is None:
+            settler = self._settlers[loop] = _Settler(loop)
+        call = LoopCall(loop.create_future(), settler)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot schedule new calls after shutdown")
+            self._queue.append((call, fn, fn))
+            if self._idle:
+                self._lock.notify()
+            if self._workers == self._busy:
+                self._start_worker()
+        return call
 
     def _start_worker(self) -> None:
         if self._workers >= self._max_workers:
@@ -202,6 +226,81 @@ class BlockingCallPool(ThreadPoolExecutor):
             notice(left, timeout - first)
             left = self.drain(timeout - first)
         self.abandoned = left
+
+
+class LoopCall:
+    """A :meth:`BlockingCallPool.call_for` call: the part of a future its worker uses, and the loop's
+    future (:attr:`waiter`) that its outcome settles."""
+
+    __slots__ = ("_done", "_error", "_result", "_settler", "waiter")
+
+    def __init__(self, waiter: asyncio.Future[Any], settler: _Settler) -> None:
+        self.waiter = waiter
+        self._settler = settler
+        self._done = False
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        """Whether the call ended (in its worker, or cancelled while queued)."""
+        return self._done
+
+    def set_running_or_notify_cancel(self) -> bool:
+        return not self._done  # cancelled while queued: the worker skips it
+
+    def set_result(self, result: Any) -> None:
+        self._result, self._done = result, True
+        self._settler.push(self)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error, self._done = error, True
+        self._settler.push(self)
+
+    def cancel(self) -> bool:
+        """Queued at a shutdown that cancels: the awaiting coroutine is cancelled."""
+        self._error, self._done = asyncio.CancelledError(), True
+        self._settler.push(self)
+        return True
+
+    def _settle(self) -> None:
+        waiter = self.waiter
+        if waiter.done():  # its awaiting task was cancelled: the call ran on, abandoned
+            return
+        if isinstance(self._error, asyncio.CancelledError):
+            waiter.cancel()
+        elif self._error is not None:
+            waiter.set_exception(self._error)
+        else:
+            waiter.set_result(self._result)
+
+
+class _Settler:
+    """Hands the outcomes of finished :class:`LoopCall` calls to one loop: one wake-up for all the
+    calls that finished since the last (each wake-up is a write to the loop's self-pipe)."""
+
+    __slots__ = ("_loop", "_pending", "_ready")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._ready: deque[LoopCall] = deque()
+        self._pending = False
+
+    def push(self, call: LoopCall) -> None:
+        """In a worker: ``call`` ended. Appended first, then the flag read: a settle that has begun
+        when the flag is seen set takes this call too (the settle clears the flag before it pops)."""
+        self._ready.append(call)
+        if not self._pending:
+            self._pending = True
+            try:
+                self._loop.call_soon_threadsafe(self._settle)
+            except RuntimeError:
+                pass  # the loop closed meanwhile: no one awaits it any more
+
+    def _settle(self) -> None:
+        self._pending = False
+        ready = self._ready
+        while ready:
+            ready.popleft()._settle()
 
 
 #: The pool each of the plugin's loops runs blocking calls on (see :func:`use_pool`).

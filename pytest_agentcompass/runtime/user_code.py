@@ -12,10 +12,12 @@ import threading
 import types
 import weakref
 from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..vocabulary.errors import UserBaseException, UserExit
+
+if TYPE_CHECKING:
+    from ..concurrency.threads import LoopCall
 
 __all__ = ["call_user", "maybe_await"]
 
@@ -146,7 +148,7 @@ async def _call(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     from ..concurrency.threads import pool_of
 
     pool = pool_of(loop)
-    call: asyncio.Future[Any] | Future[Any]
+    call: asyncio.Future[Any] | LoopCall
     if pool is None:  # a loop of someone else's: its default executor
         executed = loop.run_in_executor(None, work)
         call, waiter = executed, asyncio.shield(executed)
@@ -154,9 +156,8 @@ async def _call(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         # The plugin's own loops: one loop future settled from the worker,
         # not run_in_executor's two chained futures plus a shield around
         # them (a sync lifecycle method is a hand-off per task).
-        call = pool.submit(work)
-        waiter = loop.create_future()
-        call.add_done_callback(functools.partial(_settle_soon, loop, waiter))
+        call = pool.call_for(loop, work)
+        waiter = call.waiter
     try:
         result = await waiter
     except asyncio.CancelledError:
@@ -165,24 +166,3 @@ async def _call(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
             log.warning("%s is still running in a worker thread: it cannot be interrupted and was abandoned", name)
         raise
     return await maybe_await(result)
-
-
-def _settle_soon(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Any], call: Future[Any]) -> None:
-    """In the worker: hand ``call``'s outcome to ``waiter`` on its loop (unless the loop is gone)."""
-    try:
-        loop.call_soon_threadsafe(_settle, waiter, call)
-    except RuntimeError:
-        pass  # the loop closed meanwhile: no one awaits it any more
-
-
-def _settle(waiter: asyncio.Future[Any], call: Future[Any]) -> None:
-    if waiter.cancelled():
-        return  # the awaiting task was cancelled: the call ran on, abandoned
-    if call.cancelled():  # the pool shut down with it still queued
-        waiter.cancel()
-        return
-    error = call.exception()
-    if error is None:
-        waiter.set_result(call.result())
-    else:
-        waiter.set_exception(error)

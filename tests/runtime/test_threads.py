@@ -62,6 +62,52 @@ def test_errors_reach_the_caller_and_idle_threads_exit() -> None:
     assert not [t for t in threading.enumerate() if t.name.startswith("agentcompass-io")]
 
 
+def test_calls_for_a_loop_each_settle_their_own_waiter_whatever_wakes_the_loop() -> None:
+    """``call_for``: calls that end while the loop is busy settle on one wake-up of the loop
+    (counted here through its ``call_soon_threadsafe``), and each its own waiter: results,
+    errors, a call whose awaiting task was cancelled meanwhile, and calls still queued when the
+    pool shuts down cancelling them (their waiters are cancelled)."""
+    pool = BlockingCallPool(4, grace=1)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        wakeups = []
+        threadsafe = loop.call_soon_threadsafe
+        loop.call_soon_threadsafe = lambda *args: (wakeups.append(args), threadsafe(*args))[1]  # type: ignore[method-assign]
+        gate = threading.Event()
+        first = pool.call_for(loop, lambda: gate.wait(10))  # holds the workers back while the rest queue
+        calls = [pool.call_for(loop, (lambda i=i: i if i % 7 else int("x"))) for i in range(1, 400)]
+        abandoned = pool.call_for(loop, lambda: "late")
+        abandoned.waiter.cancel()  # its task was cancelled: what the call returns later goes nowhere
+        gate.set()
+        deadline = time.monotonic() + 30
+        while not all(c.done() for c in (first, *calls, abandoned)):  # the loop does not run meanwhile
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        settled = await asyncio.gather(first.waiter, *(c.waiter for c in calls), return_exceptions=True)
+        assert settled[0] is True
+        for i, outcome in enumerate(settled[1:], start=1):
+            if i % 7:
+                assert outcome == i
+            else:
+                assert isinstance(outcome, ValueError) and "invalid literal" in str(outcome)
+        assert len(wakeups) == 1, len(wakeups)  # 401 calls ended while the loop was busy: one wake-up
+        blocker = threading.Event()
+        held = [pool.call_for(loop, lambda: blocker.wait(10)) for _ in range(4)]
+        while len(pool.in_flight()) < 4:  # every worker inside a call: the next one stays queued
+            await asyncio.sleep(0.01)
+        queued = pool.call_for(loop, lambda: "never")
+        pool.shutdown(wait=False, cancel_futures=True)
+        with pytest.raises(asyncio.CancelledError):
+            await queued.waiter
+        blocker.set()
+        assert await asyncio.gather(*(h.waiter for h in held)) == [True] * 4
+
+    asyncio.run(main())
+    pool.shutdown()
+    assert pool.abandoned == []
+
+
 def test_shutdown_waits_within_the_grace_then_abandons_and_names_the_call() -> None:
     pool = BlockingCallPool(4, grace=0.3)
     release = threading.Event()

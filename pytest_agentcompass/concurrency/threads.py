@@ -232,12 +232,13 @@ class LoopCall:
     """A :meth:`BlockingCallPool.call_for` call: the part of a future its worker uses, and the loop's
     future (:attr:`waiter`) that its outcome settles."""
 
-    __slots__ = ("_done", "_error", "_result", "_settler", "waiter")
+    __slots__ = ("_cancelled", "_done", "_error", "_result", "_settler", "waiter")
 
     def __init__(self, waiter: asyncio.Future[Any], settler: _Settler) -> None:
         self.waiter = waiter
         self._settler = settler
         self._done = False
+        self._cancelled = False
         self._result: Any = None
         self._error: BaseException | None = None
 
@@ -258,7 +259,7 @@ class LoopCall:
 
     def cancel(self) -> bool:
         """Queued at a shutdown that cancels: the awaiting coroutine is cancelled."""
-        self._error, self._done = asyncio.CancelledError(), True
+        self._cancelled, self._done = True, True
         self._settler.push(self)
         return True
 
@@ -266,7 +267,7 @@ class LoopCall:
         waiter = self.waiter
         if waiter.done():  # its awaiting task was cancelled: the call ran on, abandoned
             return
-        if isinstance(self._error, asyncio.CancelledError):
+        if self._cancelled:  # not a CancelledError the function raised: that is its outcome, as any error
             waiter.cancel()
         elif self._error is not None:
             waiter.set_exception(self._error)

@@ -269,6 +269,10 @@ class LoopCall:
             return
         if self._cancelled:  # not a CancelledError the function raised: that is its outcome, as any error
             waiter.cancel()
+        elif isinstance(self._error, StopIteration):  # a future refuses it (it would end a coroutine)
+            refused = RuntimeError(f"raised StopIteration{f': {self._error}' if str(self._error) else ''}")
+            refused.__cause__ = self._error
+            waiter.set_exception(refused)
         elif self._error is not None:
             waiter.set_exception(self._error)
         else:
@@ -282,7 +286,9 @@ class _Settler:
     __slots__ = ("_loop", "_pending", "_ready")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        # Weak: the pool keeps its settlers, and a loop kept alive by one would never leave the pool
+        # registry (``_LOOP_POOLS``, keyed weakly by the loop), nor would the pool.
+        self._loop = weakref.ref(loop)
         self._ready: deque[LoopCall] = deque()
         self._pending = False
 
@@ -292,16 +298,24 @@ class _Settler:
         self._ready.append(call)
         if not self._pending:
             self._pending = True
+            loop = self._loop()
             try:
-                self._loop.call_soon_threadsafe(self._settle)
+                if loop is not None:
+                    loop.call_soon_threadsafe(self._settle)
             except RuntimeError:
                 pass  # the loop closed meanwhile: no one awaits it any more
 
     def _settle(self) -> None:
         self._pending = False
         ready = self._ready
-        while ready:
-            ready.popleft()._settle()
+        try:
+            while ready:
+                ready.popleft()._settle()
+        finally:
+            loop = self._loop()
+            if ready and loop is not None:  # one raised (the loop's handler says so): the rest next
+                self._pending = True
+                loop.call_soon(self._settle)
 
 
 #: The pool each of the plugin's loops runs blocking calls on (see :func:`use_pool`).

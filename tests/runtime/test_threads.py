@@ -77,6 +77,7 @@ def test_calls_for_a_loop_each_settle_their_own_waiter_whatever_wakes_the_loop()
         gate = threading.Event()
         first = pool.call_for(loop, lambda: gate.wait(10))  # holds the workers back while the rest queue
         calls = [pool.call_for(loop, (lambda i=i: i if i % 7 else int("x"))) for i in range(1, 400)]
+        calls.append(pool.call_for(loop, lambda: next(iter([]))))  # a StopIteration no future takes as is
         abandoned = pool.call_for(loop, lambda: "late")
         abandoned.waiter.cancel()  # its task was cancelled: what the call returns later goes nowhere
         gate.set()
@@ -86,6 +87,8 @@ def test_calls_for_a_loop_each_settle_their_own_waiter_whatever_wakes_the_loop()
             time.sleep(0.005)
         settled = await asyncio.gather(first.waiter, *(c.waiter for c in calls), return_exceptions=True)
         assert settled[0] is True
+        refused = settled.pop()
+        assert isinstance(refused, RuntimeError) and isinstance(refused.__cause__, StopIteration), refused
         for i, outcome in enumerate(settled[1:], start=1):
             if i % 7:
                 assert outcome == i
@@ -106,6 +109,27 @@ def test_calls_for_a_loop_each_settle_their_own_waiter_whatever_wakes_the_loop()
     asyncio.run(main())
     pool.shutdown()
     assert pool.abandoned == []
+
+
+def test_a_run_with_sync_calls_leaves_its_loop_and_pool_to_the_collector() -> None:
+    """What hands a loop its calls' outcomes must not keep the loop (nor, through the registry of
+    pools by loop, the pool) alive once the run is over."""
+    import gc
+    import weakref
+
+    from pytest_agentcompass.concurrency import threads
+    from pytest_agentcompass.runtime.user_code import call_user
+
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def one() -> int:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        return int(await call_user(int, "7"))
+
+    assert [run_with_pool(one(), max_workers=4, grace=1) for _ in range(3)] == [7, 7, 7]
+    gc.collect()
+    assert [ref() for ref in loops] == [None, None, None]
+    assert not any(ref() in threads._LOOP_POOLS for ref in loops)
 
 
 def test_shutdown_waits_within_the_grace_then_abandons_and_names_the_call() -> None:

@@ -57,6 +57,7 @@ class EnginePool:
         self.notes: list[str] = []
         self._lock = threading.Lock()
         self._images: dict[tuple[str, str], threading.Lock] = {}
+        #: (engine incarnation, image or build context) known to be on that engine.
         self._has: set[tuple[str, str]] = set()
         self.run_id: str | None = None  # of the sessions' labels, for the notes
 
@@ -128,7 +129,7 @@ class EnginePool:
                     copy_image(having[0].client(), engine.client(), image)
                 else:
                     engine.client().images.pull(image)
-                self._has.add((engine.name, image))
+                self._has.add((engine.incarnation, image))
             except Exception as exc:
                 if not self.pooled:
                     raise  # the SDK's own error, as the single engine always reported it
@@ -204,10 +205,7 @@ class EnginePool:
             if why is None:
                 log.warning("Docker engine %s answers again: it takes new sessions", engine.name)
                 await asyncio.to_thread(self._remove_orphans, engine)
-                # It may be a fresh engine (restarted on new storage): what was noted there is looked for again.
-                with self._lock:
-                    self._has = {key for key in self._has if key[0] != engine.name}
-                engine.comebacks += 1
+                engine.comebacks += 1  # it may be a fresh engine: what was noted there is looked for again
                 engine.down = None
 
     def _mark_down(self, engine: Engine, why: str, *, mid_run: bool = True) -> None:
@@ -244,7 +242,7 @@ class EnginePool:
     def _ensure_image(self, engine: Engine, image: str) -> None:
         """Copy ``image`` to ``engine`` from an engine that has it, once (nothing when none has it:
         the session's own image logic builds, pulls or explains)."""
-        key = (engine.name, image)
+        key = (engine.incarnation, image)
         if key in self._has:
             return
         with self._lock:
@@ -267,7 +265,7 @@ class EnginePool:
     def _ensure_bases(self, engine: Engine, spec: BuildSpec) -> None:
         """Copy to ``engine`` the images a task's Dockerfile builds ``FROM`` that it lacks and another
         engine has (no registry needed), so the builder can build there; once per engine and context."""
-        key = (engine.name, f"build:{spec.context}:{spec.dockerfile}")
+        key = (engine.incarnation, f"build:{spec.context}:{spec.dockerfile}")
         if key in self._has:
             return
         dockerfile = Path(spec.context, spec.dockerfile)

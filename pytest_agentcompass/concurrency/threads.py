@@ -97,19 +97,7 @@ class BlockingCallPool(ThreadPoolExecutor):
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         future: Future[T] = Future()
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("cannot schedule new calls after shutdown")
-            self._queue.append((future, lambda: fn(*args, **kwargs), fn))
-            if self._idle:
-                self._lock.notify()
-            # A call must not wait behind one that blocks: with every worker
-            # inside a call, a new one starts (and see _work). Not one per
-            # queued call: quick calls queue while a worker waits for the GIL
-            # the loop holds, and a thread each made every hand-off dearer
-            # (tens of threads taking turns: 2x the CPU of a hop, measured).
-            if self._workers == self._busy:
-                self._start_worker()
+        self._enqueue(future, lambda: fn(*args, **kwargs), fn)
         return future
 
     def call_for(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> LoopCall:
@@ -124,15 +112,24 @@ class BlockingCallPool(ThreadPoolExecutor):
         if settler is None:
             settler = self._settlers[loop] = _Settler(loop)
         call = LoopCall(loop.create_future(), settler)
+        self._enqueue(call, fn, fn)
+        return call
+
+    def _enqueue(self, future: Future[Any] | LoopCall, call: Callable[[], Any], fn: Callable[..., Any]) -> None:
+        """Queue ``call`` (``fn``, for its name) with what settles its outcome, and wake or start a worker."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("cannot schedule new calls after shutdown")
-            self._queue.append((call, fn, fn))
+            self._queue.append((future, call, fn))
             if self._idle:
                 self._lock.notify()
+            # A call must not wait behind one that blocks: with every worker
+            # inside a call, a new one starts (and see _work). Not one per
+            # queued call: quick calls queue while a worker waits for the GIL
+            # the loop holds, and a thread each made every hand-off dearer
+            # (tens of threads taking turns: 2x the CPU of a hop, measured).
             if self._workers == self._busy:
                 self._start_worker()
-        return call
 
     def _start_worker(self) -> None:
         if self._workers >= self._max_workers:

@@ -34,8 +34,8 @@ __all__ = [
     "processes",
     "resume",
     "runner_processes",
-    "why_stopped",
     "sweep_snapshots",
+    "why_stopped",
 ]
 
 log = logging.getLogger("pytest_agentcompass")

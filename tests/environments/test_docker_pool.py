@@ -333,7 +333,7 @@ def test_a_dead_engine_takes_work_again_once_it_answers(engines: Engines) -> Non
         finally:
             await provider.aclose()  # the keepalive volumes and holders too, whatever failed
 
-    holders = {e.url: e.docker("ps", "-aq", "--filter", "label=agentcompass.keepalive").stdout.split() for e in (a, b)}
+    holders = {e.url: e.containers("agentcompass.keepalive") for e in (a, b)}
     try:
         asyncio.run(closed())
     finally:
@@ -341,7 +341,7 @@ def test_a_dead_engine_takes_work_again_once_it_answers(engines: Engines) -> Non
             b.start()
     assert a.containers(f"m={mark}") == [] and b.containers(f"m={mark}") == []
     for engine in (a, b):  # the keepalive volumes: the lost one's holder, and the one made since
-        left = engine.docker("ps", "-aq", "--filter", "label=agentcompass.keepalive").stdout.split()
+        left = engine.containers("agentcompass.keepalive")
         volumes = engine.docker("volume", "ls", "-q", "--filter", f"label=m={mark}").stdout.split()
         assert (set(left) - set(holders[engine.url]), volumes) == (set(), [])
 

@@ -109,9 +109,7 @@ class ExtraEngine:
         """Of a killed engine: every image, container and volume gone, as on a machine that comes back
         with new disks (the next :meth:`start` is a fresh engine at the same address)."""
         assert self.proc is None, "kill the engine first"
-        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
-        for mount in sorted((m for m in mounts if m.startswith(f"{self.root}/")), reverse=True):
-            _run("umount", "--lazy", mount, check=False)  # a killed daemon leaves its containers' mounts
+        _unmount_under(self.root)  # a killed daemon leaves its containers' mounts
         shutil.rmtree(self.root / "data")
 
     def stop(self) -> None:
@@ -169,13 +167,18 @@ class Engines:
         _remove_traces(self.root, self.netns)
 
 
-def _remove_traces(root: Path, netns: list[str]) -> None:
-    """Every trace of the engines under ``root``: mounts, leftover processes, namespaces, files."""
-    # dockerd mounts its data root on itself and each container's network namespace under its
-    # exec root; a killed daemon leaves them mounted (deepest first, so parents come free).
+def _unmount_under(root: Path) -> None:
+    """Unmount whatever is mounted under ``root``. dockerd mounts its data root on itself and each
+    container's network namespace under its exec root; a killed daemon leaves them mounted (deepest
+    first, so parents come free)."""
     mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
     for mount in sorted((m for m in mounts if m.startswith(f"{root}/")), reverse=True):
         _run("umount", "--lazy", mount, check=False)
+
+
+def _remove_traces(root: Path, netns: list[str]) -> None:
+    """Every trace of the engines under ``root``: mounts, leftover processes, namespaces, files."""
+    _unmount_under(root)
     for pid in _processes_mentioning(f"{root}/"):
         try:
             os.kill(pid, signal.SIGKILL)

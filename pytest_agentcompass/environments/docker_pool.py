@@ -24,20 +24,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..vocabulary.errors import EnvironmentLost, PreflightError, SessionError
-from ..vocabulary.types import ExecResult, NetworkPolicy
 from .base import EnvironmentSession, SessionConfig
 from .docker_bases import from_lines, local_base
 from .docker_build import BuildSpec
 from .docker_engine import Engine, EngineParams, copy_image, has_image, reason, remove_container
 from .docker_params import session_params
+from .docker_pooled import PooledSession
 
 __all__ = ["EnginePool", "Opener", "PooledSession"]
 
@@ -157,10 +156,10 @@ class EnginePool:
                 await asyncio.to_thread(self._ensure_bases, engine, BuildSpec.from_params(build))
             session = await opener(engine, config)
         except Exception as exc:
-            self._release(engine)
+            self.release(engine)
             raise await self.fault(engine, exc) from exc
         except BaseException:
-            self._release(engine)
+            self.release(engine)
             raise
         return PooledSession(self, engine, session)
 
@@ -182,9 +181,10 @@ class EnginePool:
                 raise
             if engine.down is None:
                 return engine
-            self._release(engine)  # it stopped answering while we waited for its slot: place again
+            self.release(engine)  # it stopped answering while we waited for its slot: place again
 
-    def _release(self, engine: Engine) -> None:
+    def release(self, engine: Engine) -> None:
+        """Give back the slot a session on ``engine`` held (its close, or a container the attempt keeps)."""
         engine.permits.release()
         self._unassign(engine)
 
@@ -328,91 +328,3 @@ class EnginePool:
         """Close every engine's clients (after :meth:`remove_orphans`, which needs them)."""
         for engine in self.engines:
             await asyncio.to_thread(engine.close)
-
-
-class PooledSession(EnvironmentSession):
-    """A provider session on one engine of the pool: engine faults become environment errors,
-    and closing gives the engine's slot back."""
-
-    def __init__(self, pool: EnginePool, engine: Engine, inner: EnvironmentSession) -> None:
-        self.pool = pool
-        self.engine = engine
-        self.inner = inner
-        #: The engine, recorded in the attempt's result.
-        self.placement = engine.name
-        self._released = False
-
-    def __getattr__(self, name: str) -> Any:  # the provider's own attributes (container, client, ...)
-        return getattr(self.inner, name)
-
-    @property
-    def network_policy(self) -> NetworkPolicy:
-        return self.inner.network_policy
-
-    @network_policy.setter
-    def network_policy(self, policy: NetworkPolicy) -> None:
-        self.inner.network_policy = policy
-
-    async def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
-        try:
-            return await call()
-        except Exception as exc:
-            raised = await self.pool.fault(self.engine, exc)
-            if raised is exc:
-                raise
-            raise raised from exc
-
-    async def exec(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        **options: Any,
-    ) -> ExecResult:
-        result: ExecResult = await self._call(
-            lambda: self.inner.exec(argv, timeout=timeout, env=env, cwd=cwd, **options)
-        )
-        return result
-
-    async def read_bytes(self, path: str) -> bytes:
-        data: bytes = await self._call(lambda: self.inner.read_bytes(path))
-        return data
-
-    async def write_bytes(self, path: str, data: bytes) -> None:
-        await self._call(lambda: self.inner.write_bytes(path, data))
-
-    async def put_tree(self, source: str | os.PathLike[str], target: str) -> None:
-        await self._call(lambda: self.inner.put_tree(source, target))  # type: ignore[attr-defined]
-
-    async def get_tree(self, source: str, limit: int) -> tuple[dict[str, bytes], bool]:
-        found: tuple[dict[str, bytes], bool] = await self._call(
-            lambda: self.inner.get_tree(source, limit)  # type: ignore[attr-defined]
-        )
-        return found
-
-    async def set_network_policy(self, policy: NetworkPolicy) -> None:
-        await self._call(lambda: self.inner.set_network_policy(policy))
-
-    async def close(self) -> None:
-        try:
-            await self._call(self.inner.close)
-        except SessionError:
-            if self.engine.down is None:
-                raise
-            # The engine is gone (a note says so): its container is removed once it answers again.
-            container = getattr(self.inner, "container", None)
-            if container is not None and container.id not in self.engine.orphans:
-                self.engine.orphans.append(container.id)
-        finally:
-            await self.detach()
-
-    async def detach(self) -> None:
-        """Give the engine's slot back (at close, or when the attempt keeps the container)."""
-        if not self._released:
-            self._released = True
-            self.pool._release(self.engine)
-
-    def describe(self) -> str:
-        return f"{self.inner.describe()} on {self.engine.name}"

@@ -53,7 +53,18 @@ def describe_filesystem(path: Path) -> str:
                     best = (mount, fstype, device)
     except OSError:
         pass
-    return f"{best[1]} ({best[2]} on {best[0] or '?'})"
+    journal = ""
+    if best[1] == "ext4":
+        # ext4 without a journal passes over the inodes removed in the last
+        # minutes each time it allocates one (fs/ext4/ialloc.c,
+        # find_inode_bit: check_recently_deleted), so a file costs far more
+        # there after a suite's removals; say which kind this is.
+        try:
+            task = Path(f"/sys/fs/ext4/{os.path.basename(best[2])}/journal_task").read_text().strip()
+            journal = ", no journal" if task == "<none>" else ", journaled"
+        except OSError:
+            pass
+    return f"{best[1]}{journal} ({best[2]} on {best[0] or '?'})"
 
 
 def file_creation_cost(path: Path, files: int = 200) -> float:

@@ -124,6 +124,55 @@ def test_collect_only_imports_no_run_machinery(pytester: pytest.Pytester, trace:
     assert result.ret == 0
 
 
+#: Imports each named module first in a process that holds none of the package: a child forked
+#: from a parent that first loaded what the package imports from elsewhere (pydantic, pytest, the
+#: SDKs), so each child pays for the package's own modules only (a fresh interpreter per module
+#: took 40 s). The parent learns that list from one child that imported every module.
+_FIRST_IMPORTS = """
+import importlib, json, os, sys, traceback
+names = sys.argv[1:]
+ours = lambda m: m == "pytest_agentcompass" or m.startswith("pytest_agentcompass.")
+read, write = os.pipe()
+if os.fork() == 0:
+    before = set(sys.modules)
+    try:
+        for name in names:
+            importlib.import_module(name)
+    except BaseException:
+        pass  # the children below say which module fails, and how
+    os.write(write, json.dumps(sorted(m for m in set(sys.modules) - before if not ours(m))).encode())
+    os._exit(0)
+os.close(write)
+with os.fdopen(read) as fh:
+    foreign = json.loads(fh.read() or "[]")
+os.wait()
+for module in foreign:
+    try:
+        importlib.import_module(module)
+    except BaseException:
+        pass  # a child imports it again, and fails there if it must
+held = [m for m in sys.modules if ours(m)]
+if held:
+    sys.exit(f"the parent holds {held}: the children would not import first")
+failed = []
+for name in names:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            importlib.import_module(name)
+        except BaseException:
+            print(f"--- {name}", file=sys.stderr)
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+        os._exit(0)
+    if os.waitpid(pid, 0)[1] != 0:
+        failed.append(name)
+print(len(names) - len(failed), "imported first")
+sys.exit(f"failed: {failed}" if failed else 0)
+"""
+
+
 def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
     """No import cycle hides behind the usual import order (the user-code caller, then ``_compat``, first failed)."""
     package = Path(pytest_agentcompass.__file__).parent
@@ -132,10 +181,9 @@ def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
         for path in package.rglob("*.py")
         if path.name != "__init__.py" and "assets" not in path.parts
     )
-    script = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)"
-    for name in names:  # each alone: an earlier import must not break the cycle for a later one
-        done = subprocess.run([sys.executable, "-c", script, name], capture_output=True, text=True, check=False)
-        assert done.returncode == 0, f"{name}: {done.stderr[-2000:]}"
+    done = subprocess.run([sys.executable, "-c", _FIRST_IMPORTS, *names], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.split() == [str(len(names)), "imported", "first"], done.stdout
 
 
 def test_option_without_paths_runs_only_the_config(pytester: pytest.Pytester, trace: Path) -> None:

@@ -111,7 +111,7 @@ class BlockingCallPool(ThreadPoolExecutor):
         settler = self._settlers.get(loop)
         if settler is None:
             settler = self._settlers[loop] = _Settler(loop)
-        call = LoopCall(loop.create_future(), settler)
+        call = LoopCall(loop.create_future(), settler, fn)
         self._enqueue(call, fn, fn)
         return call
 
@@ -229,11 +229,12 @@ class LoopCall:
     """A :meth:`BlockingCallPool.call_for` call: the part of a future its worker uses, and the loop's
     future (:attr:`waiter`) that its outcome settles."""
 
-    __slots__ = ("_cancelled", "_done", "_error", "_result", "_settler", "waiter")
+    __slots__ = ("_cancelled", "_done", "_error", "_fn", "_result", "_settler", "waiter")
 
-    def __init__(self, waiter: asyncio.Future[Any], settler: _Settler) -> None:
+    def __init__(self, waiter: asyncio.Future[Any], settler: _Settler, fn: Callable[..., Any]) -> None:
         self.waiter = waiter
         self._settler = settler
+        self._fn = fn  # for the message of a StopIteration only (named then, not per call)
         self._done = False
         self._cancelled = False
         self._result: Any = None
@@ -267,7 +268,8 @@ class LoopCall:
         if self._cancelled:  # not a CancelledError the function raised: that is its outcome, as any error
             waiter.cancel()
         elif isinstance(self._error, StopIteration):  # a future refuses it (it would end a coroutine)
-            refused = RuntimeError(f"raised StopIteration{f': {self._error}' if str(self._error) else ''}")
+            said = f": {self._error}" if str(self._error) else ""
+            refused = RuntimeError(f"{_describe(self._fn)} raised StopIteration{said}")
             refused.__cause__ = self._error
             waiter.set_exception(refused)
         elif self._error is not None:

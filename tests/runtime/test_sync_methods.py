@@ -84,6 +84,17 @@ class StuckPlan(Together):
         return RunResult(task.task_id, output="ok")
 
 
+class Exhausted(Together):
+    def load_tasks(self, req):
+        return [TaskSpec("t0")]
+
+    def run_task(self, task, prepared, env, req, plan):
+        return RunResult(task.task_id, output="ok")
+
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return next(iter(()))  # an exhausted iterator: StopIteration, which no future takes
+
+
 class Where(BaseAnalyzer):
     name = "where"
 
@@ -158,3 +169,12 @@ def test_the_deadline_ends_a_blocked_sync_make_benchmark_plan(pytester: pytest.P
             "*blocking call(s) still running*abandoned*StuckPlan.make_benchmark_plan",
         ]
     )
+
+
+def test_a_sync_method_raising_stop_iteration_fails_its_task_naming_the_method(pytester: pytest.Pytester) -> None:
+    # It hung the task for good: the future of a thread's call refuses a StopIteration.
+    result, run_dir = run(pytester, "Exhausted")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*Exhausted.evaluate raised StopIteration*"])
+    detail = json.loads((run_dir / "details" / "t0.json").read_text())
+    assert "Exhausted.evaluate raised StopIteration" in str(detail["error"]), detail["error"]

@@ -281,5 +281,12 @@ class BaseEnvironment(abc.ABC):
         """
         return 0
 
+    async def sweep_own(self, run_id: str) -> int:
+        """Remove what this process's sessions of run ``run_id`` left open: the end of a run whose
+        cleanups did not finish within the grace. Other processes of the run (xdist's workers) may
+        still be running theirs, so a provider that can tell them apart
+        (:func:`~.markers.this_process`) overrides this; by default it is :meth:`sweep`."""
+        return await self.sweep(run_id)
+
     async def aclose(self) -> None:
         """Release request-level resources (clients, pools). Idempotent."""

@@ -29,6 +29,7 @@ ends what an attempt kept; a session, the container once open, is
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 from collections.abc import Mapping, Sequence
@@ -47,6 +48,7 @@ from .docker_params import DockerParams, limits, session_params, storage_refused
 from .docker_pool import EnginePool
 from .docker_session import BRIDGE, DockerSession, remove_container
 from .docker_state import Snapshots, runner_processes, sweep_snapshots
+from .markers import this_process
 from .process import DEFAULT_OUTPUT_LIMIT
 
 if TYPE_CHECKING:
@@ -134,11 +136,12 @@ async def _discard(starting: asyncio.Future[tuple[Any, frozenset[int], tuple[str
     await asyncio.to_thread(remove_container, container)
 
 
-def _sweep_state(client: Any, run_id: str) -> int:
-    """Remove what run ``run_id`` left on an engine besides containers: its snapshot images (counted:
-    each is an environment's state) and its keepalive volumes (the runner's own: not counted)."""
-    sweep_volumes(client, run_id)
-    return sweep_snapshots(client, run_id)
+def _sweep_state(client: Any, run_id: str, process: str | None = None) -> int:
+    """Remove what run ``run_id`` (with ``process``: what that process of it) left on an engine
+    besides containers: its snapshot images (counted: each is an environment's state) and its
+    keepalive volumes (the runner's own: not counted)."""
+    sweep_volumes(client, run_id, process)
+    return sweep_snapshots(client, run_id, process)
 
 
 def _absolute_dirs(value: Any) -> list[str]:
@@ -320,6 +323,12 @@ class DockerEnvironment(BaseEnvironment):
         # Containers first: a network or volume in use cannot go.
         removed = await self.pool.sweep(run_id, also=_sweep_state)
         return removed + await sweep_gateway(self.pool.engines, run_id)
+
+    async def sweep_own(self, run_id: str) -> int:
+        # This process's containers, snapshots and keepalive volumes only; the gateway's networks
+        # and firewall rules go with the gateway, at the provider's close.
+        process = this_process()
+        return await self.pool.sweep(run_id, also=functools.partial(_sweep_state, process=process), process=process)
 
     async def aclose(self) -> None:
         await self._gateway_networks.close()  # after the request's gateway stopped listening on them

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .docker_files import dir_entry
+from .markers import PROCESS_LABEL
 
 __all__ = [
     "KEEPALIVE_PREFIX",
@@ -196,8 +197,12 @@ def make_volume(client: Any, image: str, data: bytes, labels: Mapping[str, str])
     api.create_volume(name, labels={"agentcompass": "1", **labels})  # the run's: a killed run's sweep finds it
     # Not the labels of the run's environments (``agentcompass``, ``agentcompass.run``): what counts or
     # lists a run's containers does not see it, and the sweep of its volumes removes it first.
-    run = labels.get("agentcompass.run", "")
-    holder_labels = {HOLDER_LABEL: name, **({HOLDER_RUN_LABEL: run} if run else {})}
+    run, process = labels.get("agentcompass.run", ""), labels.get(PROCESS_LABEL, "")
+    holder_labels = {
+        HOLDER_LABEL: name,
+        **({HOLDER_RUN_LABEL: run} if run else {}),
+        **({PROCESS_LABEL: process} if process else {}),
+    }
     holder = ""
     try:
         target = f"/{name}"
@@ -248,15 +253,16 @@ def _remove_volume(client: Any, name: str) -> bool:
     return True
 
 
-def sweep_volumes(client: Any, run_id: str) -> int:
+def sweep_volumes(client: Any, run_id: str, process: str | None = None) -> int:
     """Remove the keepalive volumes of run ``run_id`` (a killed run's; its containers, their holders
     among them, are removed first) that no container uses; returns how many. A volume that cannot go
-    is said, and does not stop the sweep of the rest."""
-    for holder in client.containers.list(all=True, filters={"label": f"{HOLDER_RUN_LABEL}={run_id}"}):
+    is said, and does not stop the sweep of the rest. ``process``: only those that process made."""
+    own = [f"{PROCESS_LABEL}={process}"] if process else []
+    for holder in client.containers.list(all=True, filters={"label": [f"{HOLDER_RUN_LABEL}={run_id}", *own]}):
         with contextlib.suppress(Exception):  # gone meanwhile; else its volume's removal says so
             holder.remove(force=True)
     removed = 0
-    for volume in client.volumes.list(filters={"label": f"agentcompass.run={run_id}"}):
+    for volume in client.volumes.list(filters={"label": [f"agentcompass.run={run_id}", *own]}):
         try:
             removed += _remove_volume(client, volume.name)
         except Exception as exc:

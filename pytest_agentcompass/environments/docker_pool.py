@@ -37,6 +37,7 @@ from .docker_build import BuildSpec
 from .docker_engine import Engine, EngineParams, copy_image, has_image, reason, remove_container
 from .docker_params import session_params
 from .docker_pooled import PooledSession
+from .markers import PROCESS_LABEL
 
 __all__ = ["EnginePool", "Opener", "PooledSession"]
 
@@ -280,18 +281,23 @@ class EnginePool:
         self._has.add(key)
 
     # -- cleanup ---------------------------------------------------------
-    async def sweep(self, run_id: str, also: Callable[[Any, str], int] | None = None) -> int:
+    async def sweep(
+        self, run_id: str, also: Callable[[Any, str], int] | None = None, process: str | None = None
+    ) -> int:
         """Remove run ``run_id``'s containers from every engine that answers; the others are noted.
 
-        ``also(client, run_id)`` removes more of the run's leftovers on each engine (its images).
+        ``also(client, run_id)`` removes more of the run's leftovers on each engine (its images);
+        ``process``: only the containers that process made (:data:`.markers.PROCESS_LABEL`).
         """
-        counts = await asyncio.gather(*(asyncio.to_thread(self._sweep_one, e, run_id, also) for e in self.engines))
+        labels = [f"agentcompass.run={run_id}", *([f"{PROCESS_LABEL}={process}"] if process else [])]
+        sweeps = (asyncio.to_thread(self._sweep_one, e, run_id, labels, also) for e in self.engines)
+        counts = await asyncio.gather(*sweeps)
         return sum(counts)
 
-    def _sweep_one(self, engine: Engine, run_id: str, also: Callable[[Any, str], int] | None) -> int:
+    def _sweep_one(self, engine: Engine, run_id: str, labels: list[str], also: Callable[[Any, str], int] | None) -> int:
         try:
             client = engine.client()
-            leftovers = client.containers.list(all=True, filters={"label": f"agentcompass.run={run_id}"})
+            leftovers = client.containers.list(all=True, filters={"label": labels})
             for container in leftovers:
                 remove_container(client, container.id)
             if also is not None:

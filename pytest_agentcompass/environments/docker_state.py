@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .markers import PROCESS_LABEL
+
 __all__ = [
     "SNAPSHOT_REPOSITORY",
     "Change",
@@ -236,9 +238,11 @@ def _remove_image(client: Any, image: str) -> None:
         log.warning("snapshot image %s was not removed: %s", image[:19], exc)
 
 
-def sweep_snapshots(client: Any, run_id: str) -> int:
-    """Remove the snapshot images of run ``run_id`` (a killed run's); returns how many."""
-    found = client.images.list(filters={"label": f"agentcompass.run={run_id}"})
+def sweep_snapshots(client: Any, run_id: str, process: str | None = None) -> int:
+    """Remove the snapshot images of run ``run_id`` (a killed run's; with ``process``, those of the
+    containers that process made); returns how many."""
+    labels = [f"agentcompass.run={run_id}", *([f"{PROCESS_LABEL}={process}"] if process else [])]
+    found = client.images.list(filters={"label": labels})
     for image in found:
         _remove_image(client, image.id)
     return len(found)

@@ -24,7 +24,7 @@ from ..config import ConfigPath, ParamsModel
 from ..vocabulary.errors import SessionError, WorkspacePathError
 from ..vocabulary.types import ExecResult
 from .base import BaseEnvironment, EnvironmentSession, HostRoute, SessionConfig, argv_list
-from .markers import MARKER, host_environment, kill_marked
+from .markers import MARKER, PROCESS_MARKER, host_environment, kill_marked, this_process
 from .process import DEFAULT_OUTPUT_LIMIT, ExecControls, run_reaped
 from .workspaces import (
     INLINE_REMOVAL_BYTES,
@@ -94,7 +94,8 @@ class LocalSession(EnvironmentSession):
             assert self._parent is not None
             # Random, so no one can create it first in a shared temp dir. Under
             # a resolved parent: paths are checked against a root free of symlinks.
-            self._root = _real_dir(self._parent) / f"{self._prefix}-{secrets.token_hex(8)}"
+            # The process's name in it: a run that overran its cleanup grace removes its own only.
+            self._root = _real_dir(self._parent) / f"{self._prefix}-{this_process()}-{secrets.token_hex(8)}"
         return self._root
 
     def resolve(self, path: str) -> Path:
@@ -187,6 +188,7 @@ class LocalSession(EnvironmentSession):
         environ = {**host_environment(self.pass_env), "HOME": str(self.root), **(env or {})}
         if self.run_id:
             environ[MARKER] = self.run_id  # lets a resumed run find what a kill -9 left
+            environ[PROCESS_MARKER] = f"{self.run_id}/{this_process()}"  # and this process what it left
         try:
             done = await run_reaped(
                 argv,
@@ -291,9 +293,17 @@ class LocalEnvironment(BaseEnvironment):
         return HostRoute(listen="127.0.0.1", host="127.0.0.1")
 
     async def sweep(self, run_id: str) -> int:
+        return await self._sweep(f"agentcompass-{run_id}-*", run_id, MARKER)
+
+    async def sweep_own(self, run_id: str) -> int:
+        process = this_process()
+        return await self._sweep(f"agentcompass-{run_id}-*-{process}-*", f"{run_id}/{process}", PROCESS_MARKER)
+
+    async def _sweep(self, pattern: str, marked: str, marker: str) -> int:
+        """Kill the processes whose ``marker`` is ``marked``, then remove the workspaces named ``pattern``."""
         # Processes first: an agent still running would write into a workspace being removed.
-        killed = await asyncio.to_thread(kill_marked, run_id)
-        leftovers = list(self._parent().glob(f"agentcompass-{run_id}-*"))
+        killed = await asyncio.to_thread(kill_marked, marked, marker)
+        leftovers = list(self._parent().glob(pattern))
         for path in leftovers:
             # The same removal as a close's: a link or a FIFO left in a
             # workspace's place goes itself (rmtree would open a FIFO and wait).

@@ -14,18 +14,50 @@ import fnmatch
 import functools
 import os
 import re
+import secrets
 import signal
 from collections.abc import Sequence
 from pathlib import Path
 
 from ._reaper import children_of
 
-__all__ = ["BASE_VARIABLES", "EXEC_MARKER", "MARKER", "descendants", "host_environment", "kill_marked"]
+__all__ = [
+    "BASE_VARIABLES",
+    "EXEC_MARKER",
+    "MARKER",
+    "PROCESS_LABEL",
+    "PROCESS_MARKER",
+    "descendants",
+    "host_environment",
+    "kill_marked",
+    "this_process",
+]
 
 #: The environment variable naming the run a command belongs to.
 MARKER = "AGENTCOMPASS_RUN"
 #: The environment variable naming one exec (for providers that must find its processes).
 EXEC_MARKER = "AGENTCOMPASS_EXEC"
+#: The environment variable naming the run and the process a command belongs to: ``<run id>/<process>``.
+PROCESS_MARKER = "AGENTCOMPASS_PROCESS"
+#: The label of what an Environment makes for a session that names the process it was made by.
+PROCESS_LABEL = "agentcompass.process"
+
+_process: tuple[int, str] | None = None
+
+
+def this_process() -> str:
+    """This process's name among the processes of a run (xdist's workers share their run's id):
+    random, made on first use and again after a fork.
+
+    A run whose cleanups overran the grace removes what it left open by the
+    run's id and this name, not by the run's id alone: that would remove what
+    the other workers are still running.
+    """
+    global _process
+    if _process is None or _process[0] != os.getpid():
+        _process = (os.getpid(), secrets.token_hex(4))
+    return _process[1]
+
 
 #: Host variables every command sees: what programs need to find tools, read text and tell
 #: the time, none of what a CI job keeps in its environment for itself (keys, tokens).

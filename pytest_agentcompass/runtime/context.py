@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..environments.markers import PROCESS_LABEL, this_process
 from ..vocabulary.types import TaskSpec, to_jsonable
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class RequestContext:
             "agentcompass.request": self.req.name,
             "agentcompass.task": task.task_id,
             "agentcompass.attempt": str(attempt_index),
+            PROCESS_LABEL: this_process(),
         }
 
 

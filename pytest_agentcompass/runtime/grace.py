@@ -60,6 +60,6 @@ async def sweep_environments(requests: Sequence[RequestRuntime]) -> None:
     for state in requests:
         try:
             async with asyncio.timeout(SWEEP_SECONDS):
-                await state.ctx.provider.sweep(state.ctx.run_id)
+                await state.ctx.provider.sweep_own(state.ctx.run_id)  # under xdist, not the other workers'
         except Exception as exc:  # a bounded best effort: the next run sweeps again
             log.warning("request %s: removing this run's environments failed: %s", state.name, exc)

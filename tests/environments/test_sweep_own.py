@@ -1,0 +1,161 @@
+"""A run whose cleanups overran the grace removes what this process left open, not what another
+process of the same run (an xdist worker, which shares the run's id) is still running.
+
+Two real processes, each with a command in flight in a local workspace and a container on the
+engine, both of one run: ``sweep_own`` in one leaves the other's alone; ``sweep`` (the start of a
+resumed run, when every process of the killed run is gone) removes both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from pytest_agentcompass import EnvironmentSpec
+from pytest_agentcompass.environments.conformance import make_plan
+from pytest_agentcompass.environments.local import LocalEnvironment
+from pytest_agentcompass.environments.markers import PROCESS_LABEL, PROCESS_MARKER, kill_marked, this_process
+
+from containers import docker
+
+IMAGE = "agentcompass-busybox:test"
+
+#: The other process: a command in flight in a workspace, a container, then it waits for its stdin to close.
+OTHER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pytest_agentcompass import EnvironmentSpec
+    from pytest_agentcompass.environments.conformance import make_plan
+    from pytest_agentcompass.environments.local import LocalEnvironment
+    from pytest_agentcompass.environments.markers import PROCESS_LABEL, this_process
+
+    async def main():
+        run, base, image = sys.argv[1:4]
+        labels = {"agentcompass.run": run, PROCESS_LABEL: this_process()}
+        local = LocalEnvironment(EnvironmentSpec(params={"base_dir": base}))
+        session = await local.open(local.build_config(make_plan(), "task", labels))
+        running = asyncio.ensure_future(session.exec(["sleep", "300"]))
+        providers = [local]
+        if image:
+            from pytest_agentcompass.environments.docker import DockerEnvironment
+
+            docker = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": image}))
+            providers.append(docker)
+            await docker.open(docker.build_config(make_plan(), "task", labels))
+        await asyncio.sleep(0.5)  # the command has started
+        print(this_process(), flush=True)
+        await asyncio.to_thread(sys.stdin.read)
+        running.cancel()
+        for provider in providers:
+            await provider.aclose()
+
+    asyncio.run(main())
+    """
+)
+
+
+def _engine() -> bool:
+    probe = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+def _marked(value: str) -> list[int]:
+    """The live processes whose environment holds ``AGENTCOMPASS_PROCESS=<value>``."""
+    needle = f"{PROCESS_MARKER}={value}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and needle in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _containers(run: str, process: str) -> list[str]:
+    mine = ("--filter", f"label={PROCESS_LABEL}={process}")
+    return docker("ps", "-aq", "--filter", f"label=agentcompass.run={run}", *mine).split()
+
+
+@pytest.mark.parametrize("with_docker", [False, True], ids=["local", "local-and-docker"])
+def test_sweep_own_leaves_the_other_processes_of_the_run_alone(tmp_path: Path, with_docker: bool) -> None:
+    if with_docker and not _engine():
+        if os.environ.get("CI"):
+            pytest.fail("CI must start the Docker engine first: bash scripts/start-docker.sh")
+        pytest.skip("no Docker engine with the test image (run scripts/start-docker.sh)")
+    run = f"own-{uuid.uuid4().hex[:8]}"
+    image = IMAGE if with_docker else ""
+    other = subprocess.Popen(
+        [sys.executable, "-c", OTHER, run, str(tmp_path), image],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[1],
+    )
+    local = LocalEnvironment(EnvironmentSpec(params={"base_dir": str(tmp_path)}))
+    providers: list[object] = [local]
+    mine = this_process()
+    try:
+        assert other.stdout is not None
+        theirs = other.stdout.readline().strip()
+        assert theirs and theirs != mine, theirs
+
+        async def scenario() -> None:
+            labels = {"agentcompass.run": run, PROCESS_LABEL: mine}
+            session = await local.open(local.build_config(make_plan(), "task", labels))
+            running = asyncio.ensure_future(session.exec(["sleep", "300"]))
+            if with_docker:
+                from pytest_agentcompass.environments.docker import DockerEnvironment
+
+                engine = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE}))
+                providers.append(engine)
+                await engine.open(engine.build_config(make_plan(), "task", labels))
+            await asyncio.sleep(0.5)
+            assert _marked(f"{run}/{mine}") and _marked(f"{run}/{theirs}")
+            assert len(list(tmp_path.glob(f"agentcompass-{run}-*"))) == 2
+
+            # A cleanup that overran the grace: what this process left goes, the other's stays.
+            removed = await (engine.sweep_own(run) if with_docker else local.sweep_own(run))
+            removed += await local.sweep_own(run) if with_docker else 0
+            assert removed >= 2 + (1 if with_docker else 0)
+            assert _marked(f"{run}/{mine}") == []
+            assert _marked(f"{run}/{theirs}"), "the other process's command was killed"
+            (left,) = tmp_path.glob(f"agentcompass-{run}-*")
+            assert f"-{theirs}-" in left.name, left
+            if with_docker:
+                assert _containers(run, mine) == []
+                assert len(_containers(run, theirs)) == 1, "the other process's container was removed"
+                volumes = docker("volume", "ls", "-q", "--filter", f"label=agentcompass.run={run}").split()
+                assert len(volumes) == 1, volumes  # the other process's keepalive volume, in use
+            await asyncio.wait({running}, timeout=10)
+            assert running.done()  # its command was killed: the exec ended
+
+            # The start of a resumed run (the other processes are gone): everything of the run.
+            await local.sweep(run)
+            assert _marked(f"{run}/{theirs}") == []
+            assert list(tmp_path.glob(f"agentcompass-{run}-*")) == []
+            if with_docker:
+                await engine.sweep(run)
+                assert _containers(run, theirs) == []
+            for provider in providers:
+                await provider.aclose()  # type: ignore[attr-defined]
+
+        asyncio.run(scenario())
+    finally:
+        assert other.stdin is not None
+        other.stdin.close()
+        try:
+            other.wait(timeout=60)
+        finally:
+            other.kill()
+            kill_marked(run)
+    assert docker("ps", "-aq", "--filter", f"label=agentcompass.run={run}").split() == [] if with_docker else True
+    if with_docker:
+        assert docker("volume", "ls", "-q", "--filter", f"label=agentcompass.run={run}").split() == []

@@ -48,7 +48,7 @@ from .docker_params import DockerParams, limits, session_params, storage_refused
 from .docker_pool import EnginePool
 from .docker_session import BRIDGE, DockerSession, remove_container
 from .docker_state import Snapshots, runner_processes, sweep_snapshots
-from .markers import this_process
+from .markers import PROCESS_LABEL, this_process
 from .process import DEFAULT_OUTPUT_LIMIT
 
 if TYPE_CHECKING:
@@ -245,7 +245,7 @@ class DockerEnvironment(BaseEnvironment):
             "entrypoint": [],  # an image's ENTRYPOINT would wrap the keepalive
             "working_dir": workdir,  # the engine creates it
             "hostname": name,
-            "labels": {"agentcompass": "1", **config.labels},
+            "labels": {"agentcompass": "1", **config.labels, PROCESS_LABEL: this_process()},  # see sweep_own
             "name": name,
             "detach": True,
         }
@@ -285,6 +285,7 @@ class DockerEnvironment(BaseEnvironment):
         keepalive = keepalive_path()
         # Labelled as the provider's sessions are, but for the task and attempt (a leak is found like theirs).
         labels = {k: v for k, v in config.labels.items() if k not in ("agentcompass.task", "agentcompass.attempt")}
+        labels[PROCESS_LABEL] = this_process()
         volume = None if config.kept else await self._keepalives.volume(engine.incarnation, client, image, arch, labels)
         if volume is None:
             return keepalive, program(arch)
@@ -325,10 +326,14 @@ class DockerEnvironment(BaseEnvironment):
         return removed + await sweep_gateway(self.pool.engines, run_id)
 
     async def sweep_own(self, run_id: str) -> int:
-        # This process's containers, snapshots and keepalive volumes only; the gateway's networks
-        # and firewall rules go with the gateway, at the provider's close.
+        # This process's containers, snapshots and keepalive volumes; then its gateway networks and
+        # their firewall rules (this provider made them all): a close after a grace that ran out is
+        # cut short or never runs. The run's other gateway networks belong to the other workers.
         process = this_process()
-        return await self.pool.sweep(run_id, also=functools.partial(_sweep_state, process=process), process=process)
+        also = functools.partial(_sweep_state, process=process)
+        removed = await self.pool.sweep(run_id, also=also, process=process)
+        await self._gateway_networks.close()
+        return removed
 
     async def aclose(self) -> None:
         await self._gateway_networks.close()  # after the request's gateway stopped listening on them

@@ -1,8 +1,10 @@
 """What every host command carries, and how what is left of one is found by it.
 
 A command's environment is built from :func:`host_environment`, never
-inherited whole, and holds two markers: ``AGENTCOMPASS_RUN=<run id>`` (the run
-it belongs to) and ``AGENTCOMPASS_EXEC=<token>`` (the one exec). When the
+inherited whole, and holds three markers: ``AGENTCOMPASS_RUN=<run id>`` (the
+run it belongs to), ``AGENTCOMPASS_PROCESS=<run id>/<process>`` (the process of
+the run that started it, :func:`this_process`) and ``AGENTCOMPASS_EXEC=<token>``
+(the one exec). When the
 processes that should have ended a command's tree are gone (``kill -9`` of
 pytest and its reapers, a command that killed its own reaper),
 :func:`kill_marked` finds and kills what is left by its marker in ``/proc``.
@@ -42,21 +44,27 @@ PROCESS_MARKER = "AGENTCOMPASS_PROCESS"
 #: The label of what an Environment makes for a session that names the process it was made by.
 PROCESS_LABEL = "agentcompass.process"
 
-_process: tuple[int, str] | None = None
+#: This process's name (:func:`this_process`): made at import, made again in a forked child.
+_process = secrets.token_hex(4)
+
+
+def _renew() -> None:
+    global _process
+    _process = secrets.token_hex(4)
+
+
+os.register_at_fork(after_in_child=_renew)
 
 
 def this_process() -> str:
     """This process's name among the processes of a run (xdist's workers share their run's id):
-    random, made on first use and again after a fork.
+    random, one per process (a forked child gets its own).
 
     A run whose cleanups overran the grace removes what it left open by the
     run's id and this name, not by the run's id alone: that would remove what
     the other workers are still running.
     """
-    global _process
-    if _process is None or _process[0] != os.getpid():
-        _process = (os.getpid(), secrets.token_hex(4))
-    return _process[1]
+    return _process
 
 
 #: Host variables every command sees: what programs need to find tools, read text and tell

@@ -11,7 +11,9 @@ gives it the few host variables programs need to run (``PATH``, the locale,
 ...) and the ones a config names, never the rest of pytest's (API keys, CI
 tokens). Every command also carries ``AGENTCOMPASS_RUN=<run id>`` in its environment:
 if pytest *and* the reapers were killed (``kill -9`` of the process group),
-:func:`.markers.kill_marked` finds what is left by that marker when the run is resumed.
+:func:`.markers.kill_marked` finds what is left by that marker when the run is resumed;
+and ``AGENTCOMPASS_PROCESS=<run id>/<process>``, by which a run whose cleanups overran
+the grace finds its own commands, not those another xdist worker of the run still runs.
 And a token of its own, ``AGENTCOMPASS_EXEC``: a command that kills or stops
 its own reaper (it is the command's parent) leaves nobody to kill its tree,
 so then the caller does, by that token (see :class:`_Reaped`).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import subprocess
 import sys
 import textwrap
@@ -30,11 +31,18 @@ IMAGE = "agentcompass-busybox:test"
 #: The other process: a command in flight in a workspace, a container, then it waits for its stdin to close.
 OTHER = textwrap.dedent(
     """
-    import asyncio, sys
+    import asyncio, os, sys
     from pytest_agentcompass import EnvironmentSpec
     from pytest_agentcompass.environments.conformance import make_plan
     from pytest_agentcompass.environments.local import LocalEnvironment
     from pytest_agentcompass.environments.markers import PROCESS_LABEL, this_process
+
+    def environ(pid):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                return fh.read().split(b"\\0")
+        except OSError:
+            return []
 
     async def main():
         run, base, image = sys.argv[1:4]
@@ -48,8 +56,13 @@ OTHER = textwrap.dedent(
 
             docker = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": image}))
             providers.append(docker)
-            await docker.open(docker.build_config(make_plan(), "task", labels))
-        await asyncio.sleep(0.5)  # the command has started
+            container = await docker.open(docker.build_config(make_plan(), "task", labels))
+            await docker.host_route(container)  # the model gateway's network
+        needle = f"AGENTCOMPASS_PROCESS={run}/{this_process()}".encode()
+        for _ in range(400):  # until the command runs (found in /proc by its marker)
+            if any(needle in environ(p) for p in os.listdir("/proc") if p.isdigit()):
+                break
+            await asyncio.sleep(0.05)
         print(this_process(), flush=True)
         await asyncio.to_thread(sys.stdin.read)
         running.cancel()
@@ -79,6 +92,19 @@ def _marked(value: str) -> list[int]:
     return found
 
 
+async def _started(value: str) -> None:
+    """Wait (up to 20 s) until a command marked ``value`` runs."""
+    for _ in range(400):
+        if _marked(value):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no command marked {value} started")
+
+
+def _gateway_networks(run: str) -> list[str]:
+    return docker("network", "ls", "-q", "--filter", f"label=agentcompass.run={run}").split()
+
+
 def _containers(run: str, process: str) -> list[str]:
     mine = ("--filter", f"label={PROCESS_LABEL}={process}")
     return docker("ps", "-aq", "--filter", f"label=agentcompass.run={run}", *mine).split()
@@ -104,11 +130,13 @@ def test_sweep_own_leaves_the_other_processes_of_the_run_alone(tmp_path: Path, w
     mine = this_process()
     try:
         assert other.stdout is not None
+        ready, _, _ = select.select([other.stdout], [], [], 60)
+        assert ready, "the other process did not start its command within 60 s"
         theirs = other.stdout.readline().strip()
         assert theirs and theirs != mine, theirs
 
         async def scenario() -> None:
-            labels = {"agentcompass.run": run, PROCESS_LABEL: mine}
+            labels = {"agentcompass.run": run}  # the providers add this process's name themselves
             session = await local.open(local.build_config(make_plan(), "task", labels))
             running = asyncio.ensure_future(session.exec(["sleep", "300"]))
             if with_docker:
@@ -116,9 +144,11 @@ def test_sweep_own_leaves_the_other_processes_of_the_run_alone(tmp_path: Path, w
 
                 engine = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE}))
                 providers.append(engine)
-                await engine.open(engine.build_config(make_plan(), "task", labels))
-            await asyncio.sleep(0.5)
-            assert _marked(f"{run}/{mine}") and _marked(f"{run}/{theirs}")
+                container = await engine.open(engine.build_config(make_plan(), "task", labels))
+                await engine.host_route(container)  # the model gateway's network, this provider's
+                assert len(_gateway_networks(run)) == 2
+            await _started(f"{run}/{mine}")
+            assert _marked(f"{run}/{theirs}")
             assert len(list(tmp_path.glob(f"agentcompass-{run}-*"))) == 2
 
             # A cleanup that overran the grace: what this process left goes, the other's stays.
@@ -134,6 +164,7 @@ def test_sweep_own_leaves_the_other_processes_of_the_run_alone(tmp_path: Path, w
                 assert len(_containers(run, theirs)) == 1, "the other process's container was removed"
                 volumes = docker("volume", "ls", "-q", "--filter", f"label=agentcompass.run={run}").split()
                 assert len(volumes) == 1, volumes  # the other process's keepalive volume, in use
+                assert len(_gateway_networks(run)) == 1  # the other process's: its container is on it
             await asyncio.wait({running}, timeout=10)
             assert running.done()  # its command was killed: the exec ended
 
@@ -144,6 +175,7 @@ def test_sweep_own_leaves_the_other_processes_of_the_run_alone(tmp_path: Path, w
             if with_docker:
                 await engine.sweep(run)
                 assert _containers(run, theirs) == []
+                assert _gateway_networks(run) == []
             for provider in providers:
                 await provider.aclose()  # type: ignore[attr-defined]
 
@@ -156,6 +188,19 @@ def test_sweep_own_leaves_the_other_processes_of_the_run_alone(tmp_path: Path, w
         finally:
             other.kill()
             kill_marked(run)
-    assert docker("ps", "-aq", "--filter", f"label=agentcompass.run={run}").split() == [] if with_docker else True
+            if with_docker:  # what a failed assertion above left, by the run's id (the product's own sweep)
+                asyncio.run(_sweep_run(run))
     if with_docker:
+        assert docker("ps", "-aq", "--filter", f"label=agentcompass.run={run}").split() == []
         assert docker("volume", "ls", "-q", "--filter", f"label=agentcompass.run={run}").split() == []
+        assert _gateway_networks(run) == []
+
+
+async def _sweep_run(run: str) -> None:
+    from pytest_agentcompass.environments.docker import DockerEnvironment
+
+    provider = DockerEnvironment(EnvironmentSpec(id="docker", params={"image": IMAGE}))
+    try:
+        await provider.sweep(run)
+    finally:
+        await provider.aclose()

@@ -12,6 +12,7 @@ abandons what is still running on daemon threads, saying which calls they were.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import functools
 import threading
@@ -24,6 +25,7 @@ from typing import Any, ParamSpec, TypeVar
 
 __all__ = [
     "BlockingCallPool",
+    "grouped",
     "drain_shared_pools",
     "pool_of",
     "run_with_pool",
@@ -49,7 +51,19 @@ def _describe(fn: Callable[..., Any]) -> str:
             inner = inner.func
     name = getattr(inner, "__qualname__", None) or type(inner).__name__
     module = getattr(inner, "__module__", None)
-    return f"{module}.{name}" if module else name
+    if not module or module.startswith(_USER_MODULE):  # a benchmark file's: the name it is imported under says nothing
+        return name
+    return f"{module}.{name}"
+
+
+#: The prefix of the names a benchmark's own file is imported under (``runtime/registry.py``).
+_USER_MODULE = "agentcompass_user_"
+
+
+def grouped(calls: list[str]) -> str:
+    """``calls`` (names, one per call) as a user reads them: each name once, with how many."""
+    counts = collections.Counter(calls)
+    return ", ".join(f"{name} ({n} calls)" if n > 1 else name for name, n in counts.items())
 
 
 #: How long a pool's shutdown waits in silence before it says what it waits for.
@@ -78,6 +92,8 @@ class BlockingCallPool(ThreadPoolExecutor):
         self.abandoned: list[str] = []
         #: Threads started so far (a worker that idles past its linger exits; a later burst starts new ones).
         self.started = 0
+        #: Running calls no one waits for any more (:meth:`abandon`): they do not count against ``max_workers``.
+        self._given_up: set[Future[Any] | LoopCall] = set()
         # Each call keeps the function it was given: named only when someone asks (rarely).
         self._queue: deque[tuple[Future[Any] | LoopCall, Callable[[], Any], Callable[..., Any]]] = deque()
         self._running: dict[Future[Any] | LoopCall, Callable[..., Any]] = {}
@@ -131,6 +147,18 @@ class BlockingCallPool(ThreadPoolExecutor):
             if self._workers == self._busy:
                 self._start_worker()
 
+    def abandon(self, call: Future[Any] | LoopCall) -> None:
+        """No one waits for ``call`` any more (its stage timed out) though it still runs: until it ends
+        it does not count against ``max_workers``, so the calls queued behind it get a thread. Without
+        this, as many hung sync calls as the pool has threads failed every other task's stage."""
+        with self._lock:
+            if call not in self._running or call in self._given_up:
+                return  # ended meanwhile, or said already
+            self._given_up.add(call)
+            self._max_workers += 1  # taken back when it ends
+            if self._queue and self._workers == self._busy:
+                self._start_worker()
+
     def _start_worker(self) -> None:
         if self._workers >= self._max_workers:
             return
@@ -168,6 +196,9 @@ class BlockingCallPool(ThreadPoolExecutor):
                 with self._lock:
                     self._busy -= 1
                     self._running.pop(future, None)
+                    if future in self._given_up:
+                        self._given_up.discard(future)
+                        self._max_workers -= 1
                     if self._draining:
                         self._drained.notify_all()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..concurrency.threads import grouped
 from ..models.usage import format_usage
 from ..runtime.integrity import summarize
 from ..vocabulary.types import OrchestrationStatus
@@ -84,7 +85,7 @@ def write_terminal_summary(
         calls = result.abandoned_calls
         tr.write_line(
             f"{len(calls)} blocking call(s) still running after the cleanup grace were abandoned "
-            f"(daemon threads, they end with the process): {', '.join(calls)}",
+            f"(daemon threads, they end with the process): {grouped(calls)}",
             yellow=True,
         )
 

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from ..concurrency.threads import BlockingCallPool, drain_shared_pools, use_pool, workers_for
+from ..concurrency.threads import BlockingCallPool, drain_shared_pools, grouped, use_pool, workers_for
 from .orchestrator import OrchestrationResult, Orchestrator
 
 __all__ = ["TERMINATED_REASON", "Terminated", "drive", "sigterm_interrupts", "write_stderr"]
@@ -166,14 +166,14 @@ def drive(orchestrator: Orchestrator) -> OrchestrationResult:
             shared = drain_shared_pools(max(0.0, left - (time.monotonic() - ending)))
             abandoned = orchestrator.result.abandoned_calls = [*pool.abandoned, *shared]
             if abandoned:
-                log.warning("blocking calls still running after the cleanup grace: %s", ", ".join(abandoned))
+                log.warning("blocking calls still running after the cleanup grace: %s", grouped(abandoned))
     return orchestrator.result
 
 
 def _say_waiting(calls: list[str], seconds: float) -> None:
     sys.stderr.write(
         f"\nagentcompass: waiting up to {seconds:.0f} s more (cleanup_grace_seconds) for blocking calls"
-        f" that ignore cancellation: {', '.join(calls)}\n"
+        f" that ignore cancellation: {grouped(calls)}\n"
     )
 
 

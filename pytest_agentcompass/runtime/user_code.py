@@ -12,7 +12,7 @@ import threading
 import types
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..vocabulary.errors import UserBaseException, UserExit
 
@@ -162,6 +162,8 @@ async def _call(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         result = await waiter
     except asyncio.CancelledError:
         if not call.done():
+            if pool is not None:  # then call is the pool's LoopCall
+                pool.abandon(cast("LoopCall", call))  # its thread no longer counts against the pool's size
             name = _name(fn)
             log.warning("%s is still running in a worker thread: it cannot be interrupted and was abandoned", name)
         raise

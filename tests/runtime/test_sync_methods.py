@@ -15,11 +15,13 @@ from conftest import write_config
 
 BENCH = """
 import dataclasses, threading
-from pytest_agentcompass import BaseAnalyzer, HarnessFreeBenchmark, RunResult, TaskSpec
+from pytest_agentcompass import BaseAnalyzer, HarnessFreeBenchmark, PreparedTask, RunResult, TaskSpec
 
 # Four parties: it lets them through only if all four run_task calls are in it at once.
 TOGETHER = threading.Barrier(4, timeout=30)
 NEVER = threading.Event()
+HUNG = []  # the task ids of the hung calls running now
+HUNG_LOCK = threading.Lock()
 
 
 class Together(HarnessFreeBenchmark):
@@ -93,6 +95,25 @@ class Exhausted(Together):
 
     def evaluate(self, task, prepared, result, req, plan, env=None):
         return next(iter(()))  # an exhausted iterator: StopIteration, which no future takes
+
+
+class Starved(Together):
+    # More hung sync calls than the pool has threads (16 at task_concurrency 4), then quick tasks.
+
+    def load_tasks(self, req):
+        return [TaskSpec(f"hang{i:02d}") for i in range(20)] + [TaskSpec(f"ok{i}") for i in range(4)]
+
+    async def prepare_task(self, task, env, req, benchmark_plan):
+        # On the loop: a quick task's first call for a thread is its run_task, under the timeout.
+        return PreparedTask(task_id=task.task_id)
+
+    def run_task(self, task, prepared, env, req, plan):
+        if task.task_id.startswith("hang"):
+            with HUNG_LOCK:
+                HUNG.append(task.task_id)
+            NEVER.wait(60)
+            HUNG.remove(task.task_id)
+        return RunResult(task.task_id, output=f"{len(HUNG)} hung calls running")
 
 
 class Where(BaseAnalyzer):
@@ -178,3 +199,15 @@ def test_a_sync_method_raising_stop_iteration_fails_its_task_naming_the_method(p
     result.stdout.fnmatch_lines(["*Exhausted.evaluate raised StopIteration*"])
     detail = json.loads((run_dir / "details" / "t0.json").read_text())
     assert "Exhausted.evaluate raised StopIteration" in str(detail["error"]), detail["error"]
+
+
+def test_hung_sync_calls_past_their_timeout_leave_threads_for_the_other_tasks(pytester: pytest.Pytester) -> None:
+    # Each abandoned call kept its thread, and the pool's size counted it: once 16 hung, the quick
+    # tasks queued for a thread until their own stage timed out ("inference stage timed out").
+    result, run_dir = run(pytester, "Starved", timeouts={"run": 0.5})
+    result.assert_outcomes(passed=4, errors=20)
+    for i in range(4):  # served while the hung calls still ran (not queued behind them until they ended)
+        detail = json.loads((run_dir / "details" / f"ok{i}.json").read_text())
+        assert detail["passed"] and detail["output"] == "20 hung calls running", (detail["output"], detail["error"])
+    # The calls still running at the end are named once each, with how many.
+    assert "Starved.run_task (20 calls)" in result.stdout.str() + result.stderr.str()

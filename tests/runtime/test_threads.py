@@ -226,3 +226,30 @@ def test_a_hung_blocking_call_does_not_hang_pytest(pytester: pytest.Pytester) ->
         "24 blocking call(s) still running after the cleanup grace were abandoned "
         "(daemon threads, they end with the process): threading.Event.wait" in proc.stdout
     )
+
+
+def test_an_abandoned_call_does_not_hold_a_place_in_the_pool() -> None:
+    """Calls no one waits for any more still run, but the next calls get threads of their own."""
+    pool = BlockingCallPool(2, grace=1)
+    gate = threading.Event()
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        hung = [pool.call_for(loop, lambda: gate.wait(30)) for _ in range(2)]
+        deadline = time.monotonic() + 10
+        while len(pool.in_flight()) < 2:  # both run, and fill the pool
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        for call in hung:
+            call.waiter.cancel()  # their stage timed out
+            pool.abandon(call)
+        quick = pool.call_for(loop, lambda: "served")
+        return str(await asyncio.wait_for(quick.waiter, 10))
+
+    try:
+        assert asyncio.run(main()) == "served"
+        assert pool._max_workers == 4  # two more while the abandoned calls run
+    finally:
+        gate.set()
+        pool.shutdown(wait=True, timeout=10)
+    assert pool._max_workers == 2 and not pool._given_up

@@ -15,6 +15,7 @@ import asyncio
 import collections
 import contextvars
 import functools
+import logging
 import threading
 import time
 import weakref
@@ -36,8 +37,12 @@ __all__ = [
 
 P = ParamSpec("P")
 
+log = logging.getLogger("pytest_agentcompass")
+
 #: How long an idle worker waits for the next call before it exits.
 IDLE_SECONDS = 2.0
+#: At most this many abandoned calls get a thread beyond a pool's size (:meth:`BlockingCallPool.abandon`).
+MAX_ABANDONED = 256
 T = TypeVar("T")
 
 
@@ -94,6 +99,7 @@ class BlockingCallPool(ThreadPoolExecutor):
         self.started = 0
         #: Running calls no one waits for any more (:meth:`abandon`): they do not count against ``max_workers``.
         self._given_up: set[Future[Any] | LoopCall] = set()
+        self._said_full = False
         # Each call keeps the function it was given: named only when someone asks (rarely).
         self._queue: deque[tuple[Future[Any] | LoopCall, Callable[[], Any], Callable[..., Any]]] = deque()
         self._running: dict[Future[Any] | LoopCall, Callable[..., Any]] = {}
@@ -154,6 +160,15 @@ class BlockingCallPool(ThreadPoolExecutor):
         with self._lock:
             if call not in self._running or call in self._given_up:
                 return  # ended meanwhile, or said already
+            if len(self._given_up) >= MAX_ABANDONED:  # a thread each, not without end: the host's limit
+                if not self._said_full:
+                    self._said_full = True
+                    log.warning(
+                        "%d calls that outlived their timeout still hold threads: later calls wait for one of "
+                        "them to end (their stages may time out waiting)",
+                        len(self._given_up),
+                    )
+                return
             self._given_up.add(call)
             self._max_workers += 1  # taken back when it ends
             if self._queue and self._workers == self._busy:

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from pytest_agentcompass.concurrency import threads
 from pytest_agentcompass.concurrency.threads import BlockingCallPool, drain_shared_pools, run_with_pool, shared_pool
 
 
@@ -253,3 +254,41 @@ def test_an_abandoned_call_does_not_hold_a_place_in_the_pool() -> None:
         gate.set()
         pool.shutdown(wait=True, timeout=10)
     assert pool._max_workers == 2 and not pool._given_up
+
+
+def test_abandoned_calls_get_threads_of_their_own_up_to_a_bound(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each hung call keeps a thread: past the bound, later calls wait for one again, and that is said once."""
+    monkeypatch.setattr(threads, "MAX_ABANDONED", 1)
+    pool = BlockingCallPool(1, grace=1)
+    gate = threading.Event()
+
+    async def main() -> tuple[bool, str]:
+        loop = asyncio.get_running_loop()
+        first = pool.call_for(loop, lambda: gate.wait(30))
+        while not pool.in_flight():
+            await asyncio.sleep(0.01)
+        pool.abandon(first)  # within the bound: the next call gets a thread
+        second = pool.call_for(loop, lambda: gate.wait(30))
+        while len(pool.in_flight()) < 2:
+            await asyncio.sleep(0.01)
+        pool.abandon(second)  # past it: said, and no thread more
+        pool.abandon(second)
+        third = pool.call_for(loop, lambda: "served")
+        await asyncio.sleep(0.3)
+        waited = not third.done()
+        gate.set()  # the hung calls end: the third is served on a thread they free
+        return waited, str(await asyncio.wait_for(third.waiter, 10))
+
+    try:
+        assert asyncio.run(main()) == (True, "served")
+    finally:
+        gate.set()
+        pool.shutdown(wait=True, timeout=10)
+    said = [r.getMessage() for r in caplog.records if "outlived their timeout" in r.getMessage()]
+    assert said == [
+        "1 calls that outlived their timeout still hold threads: later calls wait for one of them to end "
+        "(their stages may time out waiting)"
+    ]
+    assert pool._max_workers == 1 and not pool._given_up

@@ -24,6 +24,8 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
+from ..vocabulary.types import USER_MODULE_PREFIX
+
 __all__ = [
     "BlockingCallPool",
     "grouped",
@@ -56,13 +58,9 @@ def _describe(fn: Callable[..., Any]) -> str:
             inner = inner.func
     name = getattr(inner, "__qualname__", None) or type(inner).__name__
     module = getattr(inner, "__module__", None)
-    if not module or module.startswith(_USER_MODULE):  # a benchmark file's: the name it is imported under says nothing
+    if not module or module.startswith(USER_MODULE_PREFIX):  # a benchmark file's: its import name says nothing
         return name
     return f"{module}.{name}"
-
-
-#: The prefix of the names a benchmark's own file is imported under (``runtime/registry.py``).
-_USER_MODULE = "agentcompass_user_"
 
 
 def grouped(calls: list[str]) -> str:

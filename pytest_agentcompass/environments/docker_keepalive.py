@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .docker_files import dir_entry
-from .markers import PROCESS_LABEL
+from .markers import PROCESS_LABEL, run_filter
 
 __all__ = [
     "KEEPALIVE_PREFIX",
@@ -257,12 +257,12 @@ def sweep_volumes(client: Any, run_id: str, process: str | None = None) -> int:
     """Remove the keepalive volumes of run ``run_id`` (a killed run's; its containers, their holders
     among them, are removed first) that no container uses; returns how many. A volume that cannot go
     is said, and does not stop the sweep of the rest. ``process``: only those that process made."""
-    own = [f"{PROCESS_LABEL}={process}"] if process else []
-    for holder in client.containers.list(all=True, filters={"label": [f"{HOLDER_RUN_LABEL}={run_id}", *own]}):
+    holders = run_filter(run_id, process, key=HOLDER_RUN_LABEL)
+    for holder in client.containers.list(all=True, filters={"label": holders}):
         with contextlib.suppress(Exception):  # gone meanwhile; else its volume's removal says so
             holder.remove(force=True)
     removed = 0
-    for volume in client.volumes.list(filters={"label": [f"agentcompass.run={run_id}", *own]}):
+    for volume in client.volumes.list(filters={"label": run_filter(run_id, process)}):
         try:
             removed += _remove_volume(client, volume.name)
         except Exception as exc:

@@ -37,7 +37,7 @@ from .docker_build import BuildSpec
 from .docker_engine import Engine, EngineParams, copy_image, has_image, reason, remove_container
 from .docker_params import session_params
 from .docker_pooled import PooledSession
-from .markers import PROCESS_LABEL
+from .markers import run_filter
 
 __all__ = ["EnginePool", "Opener", "PooledSession"]
 
@@ -287,9 +287,9 @@ class EnginePool:
         """Remove run ``run_id``'s containers from every engine that answers; the others are noted.
 
         ``also(client, run_id)`` removes more of the run's leftovers on each engine (its images);
-        ``process``: only the containers that process made (:data:`.markers.PROCESS_LABEL`).
+        ``process``: only the containers that process made (:func:`.markers.run_filter`).
         """
-        labels = [f"agentcompass.run={run_id}", *([f"{PROCESS_LABEL}={process}"] if process else [])]
+        labels = run_filter(run_id, process)
         sweeps = (asyncio.to_thread(self._sweep_one, e, run_id, labels, also) for e in self.engines)
         counts = await asyncio.gather(*sweeps)
         return sum(counts)

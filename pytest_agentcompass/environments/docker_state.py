@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .markers import PROCESS_LABEL
+from .markers import run_filter
 
 __all__ = [
     "SNAPSHOT_REPOSITORY",
@@ -241,8 +241,7 @@ def _remove_image(client: Any, image: str) -> None:
 def sweep_snapshots(client: Any, run_id: str, process: str | None = None) -> int:
     """Remove the snapshot images of run ``run_id`` (a killed run's; with ``process``, those of the
     containers that process made); returns how many."""
-    labels = [f"agentcompass.run={run_id}", *([f"{PROCESS_LABEL}={process}"] if process else [])]
-    found = client.images.list(filters={"label": labels})
+    found = client.images.list(filters={"label": run_filter(run_id, process)})
     for image in found:
         _remove_image(client, image.id)
     return len(found)

@@ -30,8 +30,10 @@ __all__ = [
     "PROCESS_LABEL",
     "PROCESS_MARKER",
     "descendants",
+    "find_marked",
     "host_environment",
     "kill_marked",
+    "run_filter",
     "this_process",
 ]
 
@@ -54,6 +56,12 @@ def _renew() -> None:
 
 
 os.register_at_fork(after_in_child=_renew)
+
+
+def run_filter(run_id: str, process: str | None = None, key: str = "agentcompass.run") -> list[str]:
+    """The engine's label filter for what run ``run_id`` made (``key``: the label that names the run),
+    and with ``process`` only what that process of it made (:data:`PROCESS_LABEL`)."""
+    return [f"{key}={run_id}", *([f"{PROCESS_LABEL}={process}"] if process else [])]
 
 
 def this_process() -> str:
@@ -89,26 +97,33 @@ def descendants(pid: int) -> list[int]:
     return children_of(pid)
 
 
+def find_marked(value: str, variable: str = MARKER) -> list[int]:
+    """The processes we may read, other than this one and its parent, whose environment holds
+    ``<variable>=<value>``."""
+    needle = f"{variable}={value}".encode()
+    mine = {os.getpid(), os.getppid()}
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit() or int(entry) in mine:
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue  # gone, or another user's
+        if needle in environ.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
 def kill_marked(value: str, variable: str = MARKER, rounds: int = 20) -> int:
     """SIGKILL every process we may signal whose environment holds ``<variable>=<value>``.
 
     Repeated until a scan finds none, since a dying process tree may fork
     meanwhile. Returns how many were killed.
     """
-    needle = f"{variable}={value}".encode()
-    mine = {os.getpid(), os.getppid()}
     killed: set[int] = set()
     for _ in range(rounds):
-        found = []
-        for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-            if not entry.isdigit() or int(entry) in mine:
-                continue
-            try:
-                environ = Path(f"/proc/{entry}/environ").read_bytes()
-            except OSError:
-                continue  # gone, or another user's
-            if needle in environ.split(b"\0"):
-                found.append(int(entry))
+        found = find_marked(value, variable)
         if not found:
             break
         for pid in found:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from ..harnesses.agents import AGENTS  # its names only: each agent's module loads when it is used
 from ..vocabulary.errors import ComponentError
+from ..vocabulary.types import USER_MODULE_PREFIX
 
 __all__ = ["KINDS", "ComponentKind", "Registry"]
 
@@ -217,7 +218,7 @@ class Registry:
     def _import(self, target: str) -> Any:
         if _is_file(target):
             path = self._file_of(target)
-            name = "agentcompass_user_" + hashlib.sha1(str(path).encode()).hexdigest()[:12] + "_" + path.stem
+            name = USER_MODULE_PREFIX + hashlib.sha1(str(path).encode()).hexdigest()[:12] + "_" + path.stem
             if name in sys.modules:
                 return sys.modules[name]
             spec = importlib.util.spec_from_file_location(name, path)

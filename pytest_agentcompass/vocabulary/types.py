@@ -26,8 +26,12 @@ __all__ = [
     "RunStatus",
     "TaskSpec",
     "TaskState",
+    "USER_MODULE_PREFIX",
     "to_jsonable",
 ]
+
+#: The prefix of the module name a benchmark's own file (``bench.py:MyBench``) is imported under.
+USER_MODULE_PREFIX = "agentcompass_user_"
 
 #: Where ``Benchmark.evaluate`` runs: in process (``none``), in the task
 #: Environment (``reuse``) or in a new evaluation Environment (``fresh``).

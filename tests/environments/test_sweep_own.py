@@ -22,7 +22,13 @@ import pytest
 from pytest_agentcompass import EnvironmentSpec
 from pytest_agentcompass.environments.conformance import make_plan
 from pytest_agentcompass.environments.local import LocalEnvironment
-from pytest_agentcompass.environments.markers import PROCESS_LABEL, PROCESS_MARKER, kill_marked, this_process
+from pytest_agentcompass.environments.markers import (
+    PROCESS_LABEL,
+    PROCESS_MARKER,
+    find_marked,
+    kill_marked,
+    this_process,
+)
 
 from containers import docker
 
@@ -31,18 +37,11 @@ IMAGE = "agentcompass-busybox:test"
 #: The other process: a command in flight in a workspace, a container, then it waits for its stdin to close.
 OTHER = textwrap.dedent(
     """
-    import asyncio, os, sys
+    import asyncio, sys
     from pytest_agentcompass import EnvironmentSpec
     from pytest_agentcompass.environments.conformance import make_plan
     from pytest_agentcompass.environments.local import LocalEnvironment
-    from pytest_agentcompass.environments.markers import PROCESS_LABEL, this_process
-
-    def environ(pid):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                return fh.read().split(b"\\0")
-        except OSError:
-            return []
+    from pytest_agentcompass.environments.markers import PROCESS_LABEL, PROCESS_MARKER, find_marked, this_process
 
     async def main():
         run, base, image = sys.argv[1:4]
@@ -58,9 +57,8 @@ OTHER = textwrap.dedent(
             providers.append(docker)
             container = await docker.open(docker.build_config(make_plan(), "task", labels))
             await docker.host_route(container)  # the model gateway's network
-        needle = f"AGENTCOMPASS_PROCESS={run}/{this_process()}".encode()
         for _ in range(400):  # until the command runs (found in /proc by its marker)
-            if any(needle in environ(p) for p in os.listdir("/proc") if p.isdigit()):
+            if find_marked(f"{run}/{this_process()}", PROCESS_MARKER):
                 break
             await asyncio.sleep(0.05)
         print(this_process(), flush=True)
@@ -81,15 +79,7 @@ def _engine() -> bool:
 
 def _marked(value: str) -> list[int]:
     """The live processes whose environment holds ``AGENTCOMPASS_PROCESS=<value>``."""
-    needle = f"{PROCESS_MARKER}={value}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            if entry.isdigit() and needle in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
-                found.append(int(entry))
-        except OSError:
-            continue
-    return found
+    return find_marked(value, PROCESS_MARKER)
 
 
 async def _started(value: str) -> None:

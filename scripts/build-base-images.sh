@@ -16,7 +16,7 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 # Bump VERSION when the root file system changes, TOOLS when base-image/ does:
 # names tagged from an older build are moved.
 VERSION=3
-TOOLS=2
+TOOLS=3
 ROOTFS="agentcompass-base:bookworm-v$VERSION"
 BASE="agentcompass-base:bookworm-v$VERSION-tools$TOOLS"
 LABEL="org.agentcompass.base"

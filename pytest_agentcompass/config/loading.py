@@ -145,6 +145,18 @@ def _text_line(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
 
+def _yaml_problem(file: Path, exc: yaml.YAMLError) -> str:
+    """``exc`` as one line that names the file and line, as every other config problem does
+    (PyYAML's own text names the input ``"<unicode string>"`` and a 0-based column on a line of its own)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return f"{file}: invalid YAML: {' '.join(str(exc).split())}"
+    context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    said = f" ({context}{f' that starts on line {start.line + 1}' if start is not None else ''})" if context else ""
+    return f"{file}:{mark.line + 1}: invalid YAML at column {mark.column + 1}: {problem}{said}"
+
+
 def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> LoadedConfig:
     """Read, expand and validate a config file.
 
@@ -166,7 +178,7 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
             _check_size(file, node)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{file}: invalid YAML: {exc}") from None
+        raise ConfigError(_yaml_problem(file, exc)) from None
     except RecursionError:
         raise ConfigError(f"{file}: invalid YAML: nested too deeply to read") from None
     if not isinstance(data, dict):
@@ -188,6 +200,7 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
     if problems:
         raise ConfigError("\n".join(f"{file}:{lines.get(loc, 1)}: {msg}" for loc, msg in problems))
     deprecations = _renamed_keys(file, data, lines)
+    _check_request_names(file, data, lines)
     try:
         orchestration = Orchestration.model_validate(data)
     except ValidationError as exc:
@@ -308,6 +321,22 @@ def _validation_lines(
         msg = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
         found.append((line, f"{file}:{line}: {format_loc(loc)}: {msg}"))
     return [message for _, message in sorted(found, key=lambda pair: pair[0])]
+
+
+def _check_request_names(file: Path, data: Mapping[str, Any], lines: Mapping[tuple[Any, ...], int]) -> None:
+    """A request name given twice, named where it is (the schema's own check knows no line)."""
+    requests = data.get("requests")
+    first: dict[str, int] = {}
+    for index, request in enumerate(requests if isinstance(requests, list) else ()):
+        name = request.get("name") if isinstance(request, dict) else None
+        if not isinstance(name, str):
+            continue
+        line = _closest_line(("requests", index, "name"), lines)
+        if name in first:
+            raise ConfigError(
+                f"{file}:{line}: requests[{index}].name: duplicate request name {name!r} (first on line {first[name]})"
+            )
+        first[name] = line
 
 
 def _closest_line(loc: tuple[Any, ...], lines: Mapping[tuple[Any, ...], int]) -> int:

@@ -60,7 +60,10 @@ def test_missing_required_key_points_at_parent(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ("requests: []\n", "requests: List should have at least 1 item"),
-        (GOOD + "  - name: a\n    benchmark: {id: y}\n", "duplicate request name 'a'"),
+        (
+            GOOD + "  - name: a\n    benchmark: {id: y}\n",
+            "c.yaml:4: requests[1].name: duplicate request name 'a' (first on line 2)",
+        ),
         ("requests:\n  - name: 'bad name'\n    benchmark: {id: y}\n", "request name 'bad name' must start"),
         (GOOD + "    execution: {retry_pattern_list: ['(']}\n", "invalid regular expression '('"),
         (GOOD + "    environment: {evaluation_environment_mode: x}\n", "Input should be 'none', 'reuse' or 'fresh'"),
@@ -70,7 +73,16 @@ def test_missing_required_key_points_at_parent(tmp_path: Path) -> None:
             "max_stored_chars: Input should be greater than or equal to 100",
         ),
         ("- just a list\n", "must be a mapping"),
-        ("requests: [\n", "invalid YAML"),
+        ("requests: [\n", "c.yaml:2: invalid YAML at column 1: expected the node content, but found '<stream end>'"),
+        (
+            "requests:\n  - name: a: b\n",
+            "c.yaml:2: invalid YAML at column 12: mapping values are not allowed here",
+        ),
+        (
+            "requests:\n  - name: a\n  benchmark: {id: y}\n",
+            "c.yaml:3: invalid YAML at column 3: expected <block end>, but found '?' (while parsing a block "
+            "collection that starts on line 2)",
+        ),
     ],
 )
 def test_problems_are_reported(tmp_path: Path, text: str, message: str) -> None:

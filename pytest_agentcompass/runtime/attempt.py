@@ -41,6 +41,14 @@ __all__ = ["AttemptRecord", "AttemptRunner"]
 
 log = logging.getLogger("pytest_agentcompass")
 
+#: The config key that set each stage's limit, said with its timeout (the stage names are the spec's).
+_LIMIT_KEYS = {
+    Stage.PREPARATION: " (execution.timeouts.prepare)",
+    Stage.INFERENCE: " (execution.timeouts.run)",
+    Stage.ARTIFACTS: " (execution.timeouts.artifacts)",
+    Stage.EVALUATION: " (execution.timeouts.evaluate)",
+}
+
 
 @dataclass
 class AttemptRecord:
@@ -241,7 +249,7 @@ class AttemptRunner:
             raise
         except TimeoutError as exc:
             if limit is not None and limit.expired():  # the plan's own limit, not a wait inside the stage
-                message = f"{stage.value} stage timed out after {timeout}s"
+                message = f"{stage.value} stage timed out after {timeout}s{_LIMIT_KEYS.get(stage, '')}"
             else:
                 message = f"TimeoutError: {exc}"
             raise StageFailure(stage, message, trace=format_trace(exc), cause=exc, kind=kind) from exc

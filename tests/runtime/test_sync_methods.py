@@ -155,7 +155,7 @@ def test_a_stage_timeout_ends_a_blocked_sync_run_task(pytester: pytest.Pytester)
     result, _ = run(pytester, "Stuck", timeouts={"run": 0.5})
     result.assert_outcomes(errors=1)
     output = result.stdout.str()
-    assert "inference stage timed out after 0.5s" in output
+    assert "inference stage timed out after 0.5s (execution.timeouts.run)" in output
     assert "Stuck.run_task is still running in a worker thread" in output
 
 

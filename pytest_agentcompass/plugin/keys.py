@@ -34,6 +34,8 @@ WORKER_NOTES = "agentcompass_notes"
 WORKER_FAILED = "agentcompass_failed"
 #: A serialized report's key for the two parts of an ``outcomes.NotRunText``.
 NOT_RUN = "agentcompass_not_run"
+#: A serialized report's key for the text of an ``outcomes.ProblemText``.
+PROBLEM = "agentcompass_problem"
 
 
 class RunHandle(Protocol):

@@ -20,7 +20,7 @@ from ..runtime.traces import format_trace
 from ..vocabulary.errors import AgentCompassError
 from ..vocabulary.types import TaskSpec
 from .keys import RunHandle, run_key
-from .outcomes import NotRunText, TaskNotRun, TaskProblem, phase_problems, set_properties, shown
+from .outcomes import NotRunText, ProblemText, TaskNotRun, TaskProblem, phase_problems, set_properties, shown
 
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
@@ -123,10 +123,12 @@ class RequestNode(pytest.Collector):
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
         if isinstance(excinfo.value, AgentCompassError):
-            return shown(str(excinfo.value), where=None)
+            return ProblemText(shown(str(excinfo.value), where=None))  # type: ignore[return-value]
         exc = excinfo.value.escaped if isinstance(excinfo.value, _Escaped) else excinfo.value
-        trace = format_trace(exc) or f"{type(exc).__name__}: {exc}"
-        return f"request {self.req.name!r}: loading tasks failed\n{shown(trace, where=None)}"
+        trace = shown(format_trace(exc) or f"{type(exc).__name__}: {exc}", where=None)
+        # The last line of a trace is the exception: the short summary's reason.
+        said = f"loading tasks failed: {trace.rstrip().splitlines()[-1]}"
+        return ProblemText(f"request {self.req.name!r}: {said}\n{trace}")  # type: ignore[return-value]
 
 
 class TaskItem(pytest.Item):
@@ -172,27 +174,13 @@ class TaskItem(pytest.Item):
             self._problem("teardown")
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
-        if isinstance(excinfo.value, TaskProblem):
-            return str(excinfo.value)
+        if isinstance(excinfo.value, TaskProblem):  # as in setup and teardown: the text, its first line the reason
+            return self._repr_failure_py(excinfo, style)
         return super().repr_failure(excinfo, style)
 
     def _repr_failure_py(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> TerminalRepr:
         if isinstance(excinfo.value, TaskNotRun):
             return NotRunText(str(excinfo.value), excinfo.value.reason)  # type: ignore[return-value]
         if isinstance(excinfo.value, TaskProblem):
-            return _Text(str(excinfo.value))  # type: ignore[return-value]
+            return ProblemText(str(excinfo.value))  # type: ignore[return-value]
         return super()._repr_failure_py(excinfo, style)
-
-
-class _Text:
-    """A plain-text longrepr for setup/teardown problems (pytest asks for a TerminalRepr)."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __str__(self) -> str:
-        return self.text
-
-    def toterminal(self, tw: Any) -> None:
-        for line in self.text.splitlines():
-            tw.line(line)

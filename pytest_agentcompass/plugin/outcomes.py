@@ -9,6 +9,7 @@ that leaves the task's own result standing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NotRunText",
+    "ProblemText",
     "TaskCleanupError",
     "TaskError",
     "TaskFailed",
@@ -61,12 +63,54 @@ class TaskNotRun(TaskError):
         self.reason = reason
 
 
+@dataclass(frozen=True)
+class _Crash:
+    """What pytest reads of a longrepr's ``reprcrash``: the short summary's reason and junit's ``message``."""
+
+    message: str
+
+
+#: Characters of a problem's first line kept as its one-line reason (junit's ``message``, the short summary).
+_REASON_CHARS = 500
+
+
+def _first_line(text: str) -> str:
+    line = text.split("\n", 1)[0]
+    return line if len(line) <= _REASON_CHARS else line[:_REASON_CHARS] + "..."
+
+
+class ProblemText:
+    """The longrepr of a task's problem (a failed score, an error, a cleanup fault): its text as it is.
+
+    pytest asks for a ``TerminalRepr``; the first line, the problem itself,
+    is also what the short summary prints after the node id and what junit
+    writes as the ``message`` of the ``<failure>`` or ``<error>`` (its text
+    holds the whole).
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    @property
+    def reprcrash(self) -> _Crash:
+        return _Crash(_first_line(self.text))
+
+    def __str__(self) -> str:
+        return self.text
+
+    def toterminal(self, tw: Any) -> None:
+        for line in self.text.splitlines():
+            tw.line(line)
+
+
 class NotRunText:
     """The longrepr of a :class:`TaskNotRun`: the terminal shows the pointer, ``str()`` the reason too.
 
     The terminal prints the reason once, in the agentcompass summary, not once
     per task; junit writes ``str(longrepr)`` into each ``<error>`` (message and
-    text), where a reader of one test case has no summary to look at.
+    text), where a reader of one test case has no summary to look at. No
+    ``reprcrash`` (unlike :class:`ProblemText`): the short summary would print
+    the reason again on each task's line.
     """
 
     def __init__(self, text: str, reason: str) -> None:
@@ -283,5 +327,6 @@ def redact_longrepr(report: TestReport | pytest.CollectReport, redactor: Redacto
         text = str(report.longrepr)
         masked = redactor.text(text)
         if masked != text:
-            report.longrepr = masked
+            kept = isinstance(report.longrepr, ProblemText)
+            report.longrepr = ProblemText(masked) if kept else masked  # type: ignore[assignment]
     report.sections = [(title, redactor.text(content)) for title, content in report.sections]

@@ -54,7 +54,7 @@ class Progress:
         self.interval = interval if interval is not None else (1.0 if self.mode == "tty" else 30.0)
         self.started = time.monotonic()
         self.retries = 0
-        self._last_line = 0.0
+        self._last_line = self.started  # the first line after one interval: a short run prints none
         self._drawn = False
 
     @property
@@ -76,7 +76,9 @@ class Progress:
         elapsed = time.monotonic() - self.started
         line = f"agentcompass: {done}/{total} done, {running} running"
         if self.retries:
-            line += f", {self.retries} retries"
+            from ..reports.terminal import many  # with the summary's wording; loaded by the time a line is due
+
+            line += f", {many(self.retries, 'retry', 'retries')}"
         used = ", ".join(label for label, in_use in permits.items() if in_use)
         if used:
             line += f", permits: {used}"

@@ -27,6 +27,7 @@ import pytest
 from ..reports.baseline import Baseline, BaselineError, Known, compare, load_baseline, save_baseline, state_of
 from .gate_items import GateJudge, drop_gate_items
 from .nodes import TaskItem
+from .outcomes import ProblemText
 from .progress import say_line
 
 if TYPE_CHECKING:
@@ -113,8 +114,9 @@ class Verdicts:
             report.wasxfail = found.reason
         elif found.kind == "xpass" and report.passed:
             report.wasxfail = found.reason
-        elif found.kind == "regression" and report.failed and isinstance(report.longrepr, str):
-            report.longrepr = f"{found.reason}\n{report.longrepr}"
+        elif found.kind == "regression" and report.failed and isinstance(report.longrepr, ProblemText | str):
+            # First: the regression is the short summary's reason (and junit's message).
+            report.longrepr = ProblemText(f"{found.reason}\n{report.longrepr}")
         return report
 
     @pytest.hookimpl(tryfirst=True)

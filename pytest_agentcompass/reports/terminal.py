@@ -18,6 +18,11 @@ __all__ = ["format_value", "write_terminal_summary"]
 
 
 #: Errors counted apart in the summary line: (count key, word).
+def many(count: int, noun: str, plural: str = "") -> str:
+    """``1 task``, ``2 tasks``: counted as pytest's own summary counts (``1 error``)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {plural or noun + 's'}"
+
+
 _ERROR_KINDS = (("environment_errors", "environment"), ("task_errors", "task"))
 
 
@@ -44,8 +49,8 @@ def write_terminal_summary(
     for state in summaries:
         counts = state.counts
         line = (
-            f"{state.name}: {counts['tasks']} tasks, {counts['passed']} passed, {counts['failed']} failed, "
-            f"{counts['errors']} errors"
+            f"{state.name}: {many(counts['tasks'], 'task')}, {counts['passed']} passed, {counts['failed']} failed, "
+            f"{many(counts['errors'], 'error')}"
         )
         kinds = [f"{counts[key]} {word}" for key, word in _ERROR_KINDS if counts.get(key)]
         if kinds:
@@ -55,7 +60,7 @@ def write_terminal_summary(
         if counts.get("resumed"):
             line += f", {counts['resumed']} resumed"
         if counts["retries"]:
-            line += f", {counts['retries']} retries"
+            line += f", {many(counts['retries'], 'retry', 'retries')}"
         if counts.get("integrity_flagged"):
             line += f", {counts['integrity_flagged']} integrity-flagged"
         tr.write_line(line)

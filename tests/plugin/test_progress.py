@@ -22,7 +22,7 @@ def test_lines_mode_reports_done_running_and_retries(pytester: pytest.Pytester, 
     lines = [line for line in result.outlines if line.startswith("[agentcompass:")]
     assert len(lines) >= 3
     assert any("running" in line and "r " in line for line in lines)
-    assert any("1 retries" in line for line in lines)
+    assert any("1 retry" in line for line in lines)
     assert any("ETA" in line for line in lines)
 
 
@@ -36,3 +36,11 @@ def test_quiet_turns_it_off(pytester: pytest.Pytester, trace: Path) -> None:
 @pytest.mark.parametrize(("seconds", "text"), [(5, "5s"), (65, "1m05s"), (3725, "1h02m")])
 def test_durations_read_well(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
+
+
+def test_the_first_line_waits_one_interval(pytester: pytest.Pytester, trace: Path) -> None:
+    """Off a TTY a line comes every 30 s: a run shorter than that prints none (not one at its start)."""
+    write_config(pytester, [tracing_request("r", trace, n=2, sleep={"run": 2.5})])
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-progress=lines")
+    result.assert_outcomes(passed=2)
+    assert not [line for line in result.outlines if line.startswith("[agentcompass:")], result.outlines

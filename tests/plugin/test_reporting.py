@@ -71,6 +71,49 @@ def test_junit_has_failure_error_and_properties(pytester: pytest.Pytester, trace
     assert {p.get("name"): p.get("value") for p in cases["mix::t0"].iter("property")}["agentcompass.score"] == "1.0"
 
 
+BROKEN = """
+from pytest_agentcompass import HarnessFreeBenchmark
+
+
+class B(HarnessFreeBenchmark):
+    def load_tasks(self, req):
+        raise RuntimeError("the dataset is gone")
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["in-process", "xdist"])
+def test_the_short_summary_and_junit_say_each_problem_in_a_line(
+    pytester: pytest.Pytester, trace: Path, workers: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As for a plain test (``FAILED test_x.py::test_y - AssertionError: ...``): the node id, then
+    the problem's first line; junit's ``message`` is that line, its text the whole report."""
+    pytester.makepyfile(broken=BROKEN)
+    monkeypatch.setenv("COLUMNS", "200")  # the short summary cuts a reason at the terminal's width
+    mix = tracing_request("mix", trace, n=3, wrong=["t1"], fail={"run": {"t2": -1}})
+    write_config(pytester, [mix])
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "--junitxml=junit.xml", *workers)
+    result.stdout.fnmatch_lines(
+        [
+            "FAILED agentcompass.yaml::mix::t1 - score 0.0 is below the pass threshold 1.0*",
+            "ERROR agentcompass.yaml::mix::t2 - inference_error in the inference stage: ConnectionError: injected*",
+        ],
+        consecutive=False,
+    )
+    root = ET.parse(pytester.path / "junit.xml").getroot()
+    error = next(case for case in root.iter("testcase") if case.get("name") == "t2").find("error")
+    assert error is not None
+    assert error.get("message") == (
+        'failed on setup with "inference_error in the inference stage: ConnectionError: injected run failure"'
+    )
+    assert "tracing.py" in (error.text or "")
+    # A request whose tasks cannot be loaded: the exception it raised.
+    write_config(pytester, [{"name": "broken", "benchmark": {"id": "broken.py:B"}}], name="broken.yaml")
+    result = pytester.runpytest_subprocess("--agentcompass=broken.yaml", *workers)
+    result.stdout.fnmatch_lines(
+        ["ERROR broken.yaml::broken - request 'broken': loading tasks failed: RuntimeError: the dataset is gone"]
+    )
+
+
 def test_tasks_with_equal_outcomes_share_their_property_pairs(pytester: pytest.Pytester, trace: Path) -> None:
     """Every item keeps its ``user_properties`` to the end of the session: a pair that many tasks
     carry alike (``agentcompass.status: scored``) is one tuple, not one per task (issue 27)."""
@@ -188,7 +231,7 @@ def test_terminal_summary_per_request(pytester: pytest.Pytester, trace: Path) ->
     result.stdout.fnmatch_lines(
         [
             "*= agentcompass =*",
-            "mix: 3 tasks, 1 passed, 1 failed, 1 errors",
+            "mix: 3 tasks, 1 passed, 1 failed, 1 error",
             "  metrics: tasks=3, scored=2, errors=1, passed=1, k=1, mean_score=0.3333, pass@1=0.3333",
             "  run directory: *runs/mix/*",
         ]

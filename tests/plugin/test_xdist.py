@@ -52,7 +52,7 @@ def test_tasks_run_on_workers_and_the_controller_summarizes(pytester: pytest.Pyt
     )
     result.assert_outcomes(passed=4, failed=1, errors=1)
     result.stdout.fnmatch_lines(
-        ["*a: 4 tasks, 3 passed, 1 failed, 0 errors*", "*b: 2 tasks, 1 passed, 0 failed, 1 errors*"]
+        ["*a: 4 tasks, 3 passed, 1 failed, 0 errors*", "*b: 2 tasks, 1 passed, 0 failed, 1 error*"]
     )
     pids = {e["pid"] for e in read_trace(trace) if e["event"] == "run_task"}
     assert len(pids) == 2, "both workers ran tasks"

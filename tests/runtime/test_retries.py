@@ -248,7 +248,7 @@ def test_environment_faults_have_their_own_status(pytester: pytest.Pytester, tra
     result, _ = run(pytester, trace, env_params={"fail": {"open_task": -1}}, execution={"max_retries": 1})
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*environment_error in the environment stage: RuntimeError: injected open failure*"])
-    result.stdout.fnmatch_lines(["r: 1 tasks, 0 passed, 0 failed, 1 errors (1 environment), 1 retries"])
+    result.stdout.fnmatch_lines(["r: 1 task, 0 passed, 0 failed, 1 error (1 environment), 1 retry"])
     (run_dir,) = (pytester.path / "runs/r").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["tasks"][0]["status"] == "environment_error"

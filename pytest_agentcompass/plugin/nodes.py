@@ -8,6 +8,7 @@ lies outside the rootdir, so that every node id can be passed back to pytest.
 from __future__ import annotations
 
 import re
+import traceback
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -126,9 +127,9 @@ class RequestNode(pytest.Collector):
             return ProblemText(shown(str(excinfo.value), where=None))  # type: ignore[return-value]
         exc = excinfo.value.escaped if isinstance(excinfo.value, _Escaped) else excinfo.value
         trace = shown(format_trace(exc) or f"{type(exc).__name__}: {exc}", where=None)
-        # The last line of a trace is the exception: the short summary's reason.
-        said = f"loading tasks failed: {trace.rstrip().splitlines()[-1]}"
-        return ProblemText(f"request {self.req.name!r}: {said}\n{trace}")  # type: ignore[return-value]
+        # The exception's own first line (not the trace's last: a message of several lines, a note).
+        said = shown(traceback.format_exception_only(exc)[0].rstrip("\n").split("\n", 1)[0], limit=500, where=None)
+        return ProblemText(f"request {self.req.name!r}: loading tasks failed: {said}\n{trace}")  # type: ignore[return-value]
 
 
 class TaskItem(pytest.Item):

@@ -69,6 +69,9 @@ class _Crash:
 
     message: str
 
+    def __str__(self) -> str:  # what ``--tb=line`` prints
+        return self.message
+
 
 #: Characters of a problem's first line kept as its one-line reason (junit's ``message``, the short summary).
 _REASON_CHARS = 500
@@ -97,6 +100,12 @@ class ProblemText:
 
     def __str__(self) -> str:
         return self.text
+
+    def __eq__(self, other: object) -> bool:  # xdist drops a collection error a second worker repeats
+        return isinstance(other, ProblemText) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
 
     def toterminal(self, tw: Any) -> None:
         for line in self.text.splitlines():

@@ -77,7 +77,7 @@ from pytest_agentcompass import HarnessFreeBenchmark
 
 class B(HarnessFreeBenchmark):
     def load_tasks(self, req):
-        raise RuntimeError("the dataset is gone")
+        raise RuntimeError("the dataset is gone\\nhint: check the mirror")
 """
 
 
@@ -109,9 +109,14 @@ def test_the_short_summary_and_junit_say_each_problem_in_a_line(
     # A request whose tasks cannot be loaded: the exception it raised.
     write_config(pytester, [{"name": "broken", "benchmark": {"id": "broken.py:B"}}], name="broken.yaml")
     result = pytester.runpytest_subprocess("--agentcompass=broken.yaml", *workers)
+    result.assert_outcomes(errors=1)  # once, not once per xdist worker
     result.stdout.fnmatch_lines(
         ["ERROR broken.yaml::broken - request 'broken': loading tasks failed: RuntimeError: the dataset is gone"]
     )
+    # --tb=line: the problem's line, as for a plain test.
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "--tb=line", *workers)
+    result.stdout.fnmatch_lines(["score 0.0 is below the pass threshold 1.0"], consecutive=False)
+    assert "_Crash" not in result.stdout.str()
 
 
 def test_tasks_with_equal_outcomes_share_their_property_pairs(pytester: pytest.Pytester, trace: Path) -> None:

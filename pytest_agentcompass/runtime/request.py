@@ -359,6 +359,11 @@ class RequestRuntime:
             if t.task_id in self.wanted
             and (t.task_id not in self.outcomes or self.outcomes[t.task_id].result.status is RunStatus.CANCELLED)
         ]
+        if unfinished and status is not RequestState.FAILED:  # a failed request's summary line says why already
+            # Any run that did not complete is what the next run of the same config picks up.
+            note = f"{status}: {reason}; the next run resumes it"
+            if note not in self.notes:
+                self.notes.append(note)
         self.role.end(self, status, stop_reason=reason, unfinished_tasks=unfinished)
 
     def close_failed(self) -> None:
@@ -437,7 +442,6 @@ class RequestRuntime:
                 if task.task_id in missing:
                     self.outcomes[task.task_id] = self.cancelled_outcome(task, f"{status}: {reason}")
             self.end(status, reason)
-            self.notes.append(f"{status}: {reason}; the next run resumes it")
         else:
             await self.finalize()
         return details

@@ -128,6 +128,10 @@ def assert_ended_cleanly(pytester: pytest.Pytester, out: str, status: str) -> No
     (run_dir,) = (pytester.path / "runs/r").iterdir()
     info = json.loads((run_dir / "run_info.json").read_text())
     assert info["status"] == status and sorted(info["unfinished_tasks"]) == [f"t{i}" for i in range(6)]
+    # In process as under xdist: the summary and the run say what the next run does with it.
+    resumes = [n for n in info["notes"] if n.startswith(f"{status}: ") and n.endswith("; the next run resumes it")]
+    assert len(resumes) == 1, info["notes"]
+    assert f"  note: {resumes[0]}" in out, out
     assert not (run_dir / "run.lock").exists()
     for pid in (int(p) for p in (pytester.path / "pids").read_text().split()):
         assert not alive(pid)

@@ -145,9 +145,14 @@ def _text_line(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
 
-def _yaml_problem(file: Path, exc: yaml.YAMLError) -> str:
+def _yaml_problem(file: Path, text: str, exc: yaml.YAMLError) -> str:
     """``exc`` as one line that names the file and line, as every other config problem does
     (PyYAML's own text names the input ``"<unicode string>"`` and a 0-based column on a line of its own)."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        # A control character: PyYAML says only its offset in the whole text.
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        return f"{file}:{line}: invalid YAML at column {column}: character {exc.character:#06x} is not allowed in YAML"
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None)
     if mark is None or not problem:
@@ -178,7 +183,7 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
             _check_size(file, node)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(_yaml_problem(file, exc)) from None
+        raise ConfigError(_yaml_problem(file, text, exc)) from None
     except RecursionError:
         raise ConfigError(f"{file}: invalid YAML: nested too deeply to read") from None
     if not isinstance(data, dict):

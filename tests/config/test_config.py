@@ -83,6 +83,8 @@ def test_missing_required_key_points_at_parent(tmp_path: Path) -> None:
             "c.yaml:3: invalid YAML at column 3: expected <block end>, but found '?' (while parsing a block "
             "collection that starts on line 2)",
         ),
+        # A control character (pasted from a terminal): its line, not its offset in the file.
+        ("requests:\n  - name: a\x07b\n", "c.yaml:2: invalid YAML at column 12: character 0x0007 is not allowed"),
     ],
 )
 def test_problems_are_reported(tmp_path: Path, text: str, message: str) -> None:

@@ -26,6 +26,7 @@ from ..vocabulary.redact import Redactor
 from ..vocabulary.types import TaskSpec
 from .planner import Planner, Recipe
 from .registry import ComponentKind, Registry
+from .signatures import check_lifecycle_methods
 from .strategies import AttemptStrategy
 
 if TYPE_CHECKING:
@@ -131,6 +132,7 @@ def _instantiate(
         if isinstance(value, base):
             if ref.params:
                 raise ComponentError(f"{kind} {ref.id!r} ({where}): the fixture gave an instance, it takes no params")
+            check_lifecycle_methods(value, _LIFECYCLE, kind, ref.id, where)
             return value
         cls = value
     else:
@@ -146,12 +148,18 @@ def _instantiate(
             provider = factory(spec, loaded.directory if loaded else None)
             provider.params = model
             return provider
-        return factory(**(_fields(model) if model is not None else ref.params))
+        component = factory(**(_fields(model) if model is not None else ref.params))
     except TypeError as exc:
         message = f"cannot create {kind} {ref.id!r} with these params: {exc}"
         if loaded is not None:
             raise loaded.error_at((*loc, "params"), message) from None
         raise ComponentError(f"{message} ({where})") from None
+    check_lifecycle_methods(component, _LIFECYCLE, kind, ref.id, where)
+    return component
+
+
+#: The classes whose methods the runtime calls on a component (environments are called by their spec instead).
+_LIFECYCLE = (BaseBenchmark, HarnessFreeBenchmark, BaseHarness, BaseAnalyzer)
 
 
 def _where(loc: tuple[Any, ...], leaf: str) -> str:

@@ -334,6 +334,86 @@ def test_missing_benchmark_file_and_class(pytester: pytest.Pytester) -> None:
     )
 
 
+SIGNATURES = """
+from pytest_agentcompass import BaseAnalyzer, BaseHarness, HarnessFreeBenchmark, RunResult, TaskSpec
+
+
+class Base(HarnessFreeBenchmark):
+    def load_tasks(self, req):
+        return [TaskSpec("t1")]
+
+    async def run_task(self, task, prepared, env, req, plan):
+        return RunResult(task.task_id, output="ok")
+
+    async def evaluate(self, task, prepared, result, req, plan, env=None):
+        return result
+
+
+class ShortRun(Base):
+    async def run_task(self, task, env):
+        return RunResult(task.task_id)
+
+
+class NoEnv(Base):
+    def evaluate(self, task, prepared, result, req, plan):
+        return result
+
+
+class Loose(Base):
+    # Other names, *args, **kwargs and an extra defaulted parameter all take the runtime's call.
+    async def run_task(self, t, *rest, verbose=False):
+        return RunResult(t.task_id, output="ok")
+
+    async def evaluate(self, task, *args, **kwargs):
+        return result_with_score(task)
+
+
+def result_with_score(task):
+    return RunResult(task.task_id, output="ok", score=1.0)
+
+
+class Harness(BaseHarness):
+    def run(self, session, task):
+        return RunResult(task.task_id)
+
+
+class Analyzer(BaseAnalyzer):
+    def analyze(self, result):
+        return {}
+"""
+
+
+def test_a_lifecycle_method_that_cannot_take_the_runtimes_call_fails_collection(pytester: pytest.Pytester) -> None:
+    # Found when the request is built, named with the call it must take: not a TypeError in every task.
+    pytester.makepyfile(sigs=SIGNATURES)
+    write_config(
+        pytester,
+        [
+            {"name": "short", "benchmark": {"id": "sigs.py:ShortRun"}},
+            {"name": "noenv", "benchmark": {"id": "sigs.py:NoEnv"}},
+            {"name": "loose", "benchmark": {"id": "sigs.py:Loose"}},
+            {"name": "harness", "benchmark": {"id": "sigs.py:Base"}, "harness": {"id": "sigs.py:Harness"}},
+            {"name": "analyzer", "benchmark": {"id": "sigs.py:Base"}, "analyzers": [{"id": "sigs.py:Analyzer"}]},
+        ],
+    )
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--continue-on-collection-errors")
+    result.assert_outcomes(passed=1, errors=4)  # the loose one runs and passes
+    result.stdout.fnmatch_lines(
+        [
+            "*benchmark 'sigs.py:ShortRun' (requests[[]0[]].benchmark.id): ShortRun.run_task(task, env) cannot take"
+            " what the runtime passes it, run_task(task, prepared, env, req, plan): too many positional arguments",
+            "*benchmark 'sigs.py:NoEnv' (requests[[]1[]].benchmark.id): NoEnv.evaluate(task, prepared, result, req,"
+            " plan) cannot take what the runtime passes it, evaluate(task, prepared, result, req, plan, env=env):"
+            " got an unexpected keyword argument 'env'",
+            "*harness 'sigs.py:Harness' (requests[[]3[]].harness.id): Harness.run(session, task) cannot take*",
+            "*analyzer 'sigs.py:Analyzer' (requests[[]4[]].analyzers[[]0[]].id): Analyzer.analyze(result) cannot take"
+            " what the runtime passes it, analyze(task, result, req): too many positional arguments",
+        ],
+        consecutive=False,
+    )
+    assert "Traceback" not in result.stdout.str()
+
+
 def test_a_module_that_raises_at_import_is_located(pytester: pytest.Pytester) -> None:
     # The line in the user's module, not a traceback and not json's own frame.
     pytester.makepyfile(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .keys import RunHandle, run_key
+from .outcomes import ProblemText
 
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
@@ -152,8 +153,8 @@ class GateItem(pytest.Item):
             raise GateFailed(message)
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
-        if isinstance(excinfo.value, GateFailed):
-            return str(excinfo.value)
+        if isinstance(excinfo.value, GateFailed):  # its first line the short summary's reason, as a task's
+            return ProblemText(str(excinfo.value))  # type: ignore[return-value]
         return super().repr_failure(excinfo, style)
 
 
@@ -187,6 +188,6 @@ def report_gate(config: pytest.Config, run: RunHandle, nodeid: str, fspath: str)
         report("setup", "skipped", (fspath, 0, f"Skipped: {message}"))
     else:
         report("setup", "passed")
-        report("call", outcome, message if outcome == "failed" else None)
+        report("call", outcome, ProblemText(message) if outcome == "failed" else None)
     report("teardown", "passed")
     hook.pytest_runtest_logfinish(nodeid=nodeid, location=location)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..runtime.driver import TERMINATED_REASON, Terminated, write_stderr
-from .outcomes import NotRunText, shown
+from .outcomes import NotRunText, ProblemText, shown
 
 if TYPE_CHECKING:
     from ..vocabulary.types import TaskSpec
@@ -126,7 +126,7 @@ class ControllerInterrupts:
             if state is not None and os.path.exists(state.store.detail_path(task_id)):
                 continue  # it ended on its worker, whose report was lost: the summary counts it from its detail
             location = (path, None, name)
-            why: object = f"cancelled: {controller.interrupt_reason}"
+            why: object = ProblemText(f"cancelled: {controller.interrupt_reason}")
             if state is not None and state.failed is not None:
                 # Its request failed before the Ctrl-C: that is what it reports, as in process.
                 if request not in tasks_of:  # once per request, not a scan per task

@@ -36,8 +36,13 @@ def test_missed_gate_fails_its_item_and_names_value_and_minimum(pytester: pytest
     )
     result.stdout.fnmatch_lines(["*XFAIL*a::t1 - below the pass threshold; the request is judged by its gates*"])
     result.stdout.fnmatch_lines(["*gates: MISSED*", "*missed: pass@1 = 0.5 is below the minimum 0.7*"])
+    # The short summary gives the reason, as for a task; junit's message is that line.
+    result.stdout.fnmatch_lines(["FAILED agentcompass.yaml::a::gates - request 'a': 1 of 2 gate(s) missed"])
     cases = {c.get("name"): c for c in ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")}
-    assert cases["gates"].find("failure") is not None
+    failure = cases["gates"].find("failure")
+    assert failure is not None
+    assert failure.get("message") == "request 'a': 1 of 2 gate(s) missed"
+    assert "pass@1 = 0.5 is below the minimum 0.7" in (failure.text or "")
 
 
 def test_met_gates_pass_and_the_run_exits_zero(pytester: pytest.Pytester, trace: Path) -> None:
@@ -141,6 +146,9 @@ def test_gate_item_under_xdist(
     assert (cases["gates"].find("failure") is not None) == bool(code)
     if code:
         result.stdout.fnmatch_lines(["*pass@1 = 0.5 is below the minimum 0.7*"])
+        # Judged on the controller: the same one-line reason as in process.
+        result.stdout.fnmatch_lines(["FAILED agentcompass.yaml::a::gates - request 'a': 1 of 1 gate(s) missed"])
+        assert cases["gates"].find("failure").get("message") == "request 'a': 1 of 1 gate(s) missed"  # type: ignore[union-attr]
 
 
 def test_gate_names_are_checked_where_the_runtime_builds_the_request(tmp_path: Path) -> None:

@@ -130,7 +130,8 @@ class ExecutionSpec(_Model):
     retry_pattern_list: list[str] | Literal["transient"] | None = None
     retry_backoff_seconds: float = Field(default=0.2, ge=0)
     keep_environment: bool = False
-    pass_threshold: float = 1.0
+    #: A task passes with a score at or above it; finite (``.nan`` would pass nothing, ``.inf`` too).
+    pass_threshold: float = Field(default=1.0, allow_inf_nan=False)
     timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
     #: What an integrity finding (``RunResult.metadata["integrity"]``) does: ``flag`` reports the
     #: task as flagged and keeps its score; ``strict`` makes it an ``evaluation_error``.

@@ -69,6 +69,10 @@ def test_missing_required_key_points_at_parent(tmp_path: Path) -> None:
         (GOOD + "    environment: {evaluation_environment_mode: x}\n", "Input should be 'none', 'reuse' or 'fresh'"),
         (GOOD + "    environment: {capacity: -1}\n", "greater than or equal to 0"),
         (
+            GOOD + "    execution: {pass_threshold: .nan}\n",
+            "c.yaml:4: requests[0].execution.pass_threshold: Input should be a finite number",
+        ),
+        (
             GOOD + "    execution: {max_stored_chars: 10}\n",
             "max_stored_chars: Input should be greater than or equal to 100",
         ),

@@ -34,7 +34,7 @@ def main() -> None:
         request = (
             f"name: sleep\nbenchmark: {{id: 'sleeper.py:Sleeper', params: {{n: {args.n}, seconds: {args.seconds}}}}}"
         )
-        write_suite(root, "sleeper", SLEEPER, args.concurrency, request)
+        write_suite(root, "sleeper", SLEEPER.replace("{cpu}", "0.0"), args.concurrency, request)  # tasks only wait
         write_plain_suite(root, args.n)
         runs = alternate_checkouts(root, {"a": args.a, "b": args.b}, args.rounds, ("-n", "2"))
         plain_wall = statistics.median(m.seconds for m in runs["plain"])

@@ -19,18 +19,13 @@ def fewer_collections() -> Iterator[None]:
     often too: with hundreds of tasks in flight, each of its collections walks
     their live coroutines and frames again (+0.3 s of CPU for 10,000 tasks at
     500 at a time), and building 10,000 outcomes from their detail files at
-    the end of an xdist run paid the same; cycles are rare here. At 50,000
-    allocations (rather than 5,000) most tasks whose objects a young
-    collection would walk, and promote to be walked again, have finished
-    (and their objects gone by reference count) before it comes: 1.5% fewer
-    instructions per no-op task, counted by callgrind, peak RSS the same
-    (docs/performance.md, set P).
+    the end of an xdist run paid the same; cycles are rare here.
     """
     thresholds = gc.get_threshold()
     if thresholds[0] == 0:  # automatic collection is off (the user's choice): leave it off
         yield
         return
-    gc.set_threshold(max(thresholds[0], 50_000), thresholds[1], max(thresholds[2], 100))
+    gc.set_threshold(max(thresholds[0], 5_000), thresholds[1], max(thresholds[2], 100))
     try:
         yield
     finally:

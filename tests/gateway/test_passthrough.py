@@ -382,10 +382,19 @@ async def test_ending_the_attempt_stops_its_calls_in_flight_and_the_gateway_clos
 
 #: A request for one streamed answer in each API (path under the grant's base URL, body, key header),
 #: and what the last event of the answer holds.
+#: Each protocol's path, body, key header, and a mark only the last event's data line holds: the agent
+#: hangs up once it has read that line. (``completed`` alone is also in the message item's
+#: ``"status"`` of the event before: an agent hanging up there has not had the whole answer, and the
+#: test failed whenever the last event reached the gateway after the client had read that one.)
 STREAMED: dict[str, tuple[str, dict[str, Any], str, bytes]] = {
     "openai_chat": ("/chat/completions", {"model": "m", "messages": [], "stream": True}, "authorization", b"[DONE]"),
-    "openai_responses": ("/responses", {"model": "m", "input": "hi", "stream": True}, "authorization", b"completed"),
-    "anthropic": ("/v1/messages", {"model": "m", "messages": [], "stream": True}, "x-api-key", b"message_stop"),
+    "openai_responses": (
+        "/responses",
+        {"model": "m", "input": "hi", "stream": True},
+        "authorization",
+        b'"type": "response.completed"',
+    ),
+    "anthropic": ("/v1/messages", {"model": "m", "messages": [], "stream": True}, "x-api-key", b'"message_stop"'),
     "gemini": ("/v1beta/models/m:streamGenerateContent?alt=sse", {"contents": []}, "x-goog-api-key", b"finishReason"),
 }
 

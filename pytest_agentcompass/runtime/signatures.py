@@ -42,13 +42,17 @@ def check_lifecycle_methods(component: Any, bases: tuple[type, ...], kind: str, 
         for name, declared in vars(base).items():
             if name.startswith("_") or not isinstance(declared, types.FunctionType):
                 continue
-            if getattr(cls, name, declared) is declared:
-                continue  # not overridden: the base's own method
+            static = inspect.getattr_static(cls, name, declared)
+            if static is declared or isinstance(static, property):
+                # Not overridden; or a property, whose getter may need what only a run sets up.
+                continue
             positional, named = _call_shape(declared)
-            method = getattr(component, name)
             try:
-                signature = inspect.signature(method)
-            except (TypeError, ValueError):  # a callable inspect cannot read: left to the call itself
+                method = getattr(component, name)
+                # What the runtime calls, not what a decorator's ``functools.wraps`` points back to:
+                # a wrapper that supplies an argument of its own takes fewer than the function it wraps.
+                signature = inspect.signature(method, follow_wrapped=False)
+            except Exception:  # a descriptor or callable inspect cannot read: left to the call itself
                 continue
             try:
                 signature.bind(*positional, **dict.fromkeys(named))

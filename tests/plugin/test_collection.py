@@ -335,6 +335,8 @@ def test_missing_benchmark_file_and_class(pytester: pytest.Pytester) -> None:
 
 
 SIGNATURES = """
+import functools
+
 from pytest_agentcompass import BaseAnalyzer, BaseHarness, HarnessFreeBenchmark, RunResult, TaskSpec
 
 
@@ -372,6 +374,38 @@ def result_with_score(task):
     return RunResult(task.task_id, output="ok", score=1.0)
 
 
+def with_client(fn):
+    # functools.wraps points back at a function that takes one argument more than the wrapper.
+    @functools.wraps(fn)
+    async def wrapper(self, *args, **kwargs):
+        return await fn(self, "client", *args, **kwargs)
+
+    return wrapper
+
+
+class Decorated(Loose):
+    @with_client
+    async def run_task(self, client, task, prepared, env, req, plan):
+        return RunResult(task.task_id, output=client)
+
+    @functools.singledispatchmethod
+    def select_tasks(self, tasks, req):
+        return tasks
+
+
+class Delegating(BaseHarness):
+    # A property whose getter needs what preflight sets: not read when the request is built.
+    def preflight(self, req):
+        self._agent = self._run
+
+    async def _run(self, session, task, prepared, env, req, plan):
+        return RunResult(task.task_id, output="ok")
+
+    @property
+    def run(self):
+        return self._agent
+
+
 class Harness(BaseHarness):
     def run(self, session, task):
         return RunResult(task.task_id)
@@ -392,12 +426,14 @@ def test_a_lifecycle_method_that_cannot_take_the_runtimes_call_fails_collection(
             {"name": "short", "benchmark": {"id": "sigs.py:ShortRun"}},
             {"name": "noenv", "benchmark": {"id": "sigs.py:NoEnv"}},
             {"name": "loose", "benchmark": {"id": "sigs.py:Loose"}},
+            {"name": "decorated", "benchmark": {"id": "sigs.py:Decorated"}},
+            {"name": "delegating", "benchmark": {"id": "sigs.py:Loose"}, "harness": {"id": "sigs.py:Delegating"}},
             {"name": "harness", "benchmark": {"id": "sigs.py:Base"}, "harness": {"id": "sigs.py:Harness"}},
             {"name": "analyzer", "benchmark": {"id": "sigs.py:Base"}, "analyzers": [{"id": "sigs.py:Analyzer"}]},
         ],
     )
     result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--continue-on-collection-errors")
-    result.assert_outcomes(passed=1, errors=4)  # the loose one runs and passes
+    result.assert_outcomes(passed=3, errors=4)  # the loose, decorated and delegating ones run and pass
     result.stdout.fnmatch_lines(
         [
             "*benchmark 'sigs.py:ShortRun' (requests[[]0[]].benchmark.id): ShortRun.run_task(task, env) cannot take"
@@ -405,8 +441,8 @@ def test_a_lifecycle_method_that_cannot_take_the_runtimes_call_fails_collection(
             "*benchmark 'sigs.py:NoEnv' (requests[[]1[]].benchmark.id): NoEnv.evaluate(task, prepared, result, req,"
             " plan) cannot take what the runtime passes it, evaluate(task, prepared, result, req, plan, env=env):"
             " got an unexpected keyword argument 'env'",
-            "*harness 'sigs.py:Harness' (requests[[]3[]].harness.id): Harness.run(session, task) cannot take*",
-            "*analyzer 'sigs.py:Analyzer' (requests[[]4[]].analyzers[[]0[]].id): Analyzer.analyze(result) cannot take"
+            "*harness 'sigs.py:Harness' (requests[[]5[]].harness.id): Harness.run(session, task) cannot take*",
+            "*analyzer 'sigs.py:Analyzer' (requests[[]6[]].analyzers[[]0[]].id): Analyzer.analyze(result) cannot take"
             " what the runtime passes it, analyze(task, result, req): too many positional arguments",
         ],
         consecutive=False,

@@ -151,7 +151,8 @@ def _yaml_problem(file: Path, text: str, exc: yaml.YAMLError) -> str:
     if isinstance(exc, yaml.reader.ReaderError):
         # A control character: PyYAML says only its offset in the whole text.
         line = text.count("\n", 0, exc.position) + 1
-        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        begins = text.rfind("\n", 0, exc.position) + 1
+        column = exc.position - begins + (0 if begins == 0 and text.startswith("\ufeff") else 1)  # a BOM is no column
         return f"{file}:{line}: invalid YAML at column {column}: character {exc.character:#06x} is not allowed in YAML"
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None)

@@ -128,7 +128,7 @@ class ExecutionSpec(_Model):
     #: ``None`` (the spec's rule): any error retries; a list: errors matching one of the
     #: regular expressions; ``[]``: none; ``"transient"``: infrastructure faults only, by kind.
     retry_pattern_list: list[str] | Literal["transient"] | None = None
-    retry_backoff_seconds: float = Field(default=0.2, ge=0)
+    retry_backoff_seconds: float = Field(default=0.2, ge=0, allow_inf_nan=False)  # .inf would wait for the deadline
     keep_environment: bool = False
     #: A task passes with a score at or above it; finite (``.nan`` would pass nothing, ``.inf`` too).
     pass_threshold: float = Field(default=1.0, allow_inf_nan=False)

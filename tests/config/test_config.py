@@ -89,6 +89,12 @@ def test_missing_required_key_points_at_parent(tmp_path: Path) -> None:
         ),
         # A control character (pasted from a terminal): its line, not its offset in the file.
         ("requests:\n  - name: a\x07b\n", "c.yaml:2: invalid YAML at column 12: character 0x0007 is not allowed"),
+        # A BOM is no column, as in an editor.
+        ("\ufeffreq\x01uests:\n", "c.yaml:1: invalid YAML at column 4: character 0x0001 is not allowed"),
+        (
+            GOOD + "    execution: {retry_backoff_seconds: .inf}\n",
+            "retry_backoff_seconds: Input should be a finite number",
+        ),
     ],
 )
 def test_problems_are_reported(tmp_path: Path, text: str, message: str) -> None:

@@ -410,6 +410,8 @@ def test_an_interrupted_distributed_run_counts_every_task_as_in_process(
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     assert "h: 8 tasks, 0 passed, 0 failed, 8 errors" in out, out
     assert "= 8 errors in" in out, out
+    for i in range(8):  # each with its reason in the short summary, the ones no worker reached too
+        assert f"ERROR agentcompass.yaml::h::t{i} - cancelled: interrupted by the user" in out, out
     suite = ET.parse(pytester.path / "j.xml").getroot().find("testsuite")
     assert suite is not None
     assert (suite.get("tests"), suite.get("errors")) == ("8", "8")

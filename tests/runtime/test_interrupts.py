@@ -163,6 +163,8 @@ class B(BaseBenchmark):
     assert not (run_dir / "run.lock").exists()
     junit = (pytester.path / "junit.xml").read_text()
     assert junit.count(">cancelled: interrupted by the user</error>") == 2 and junit.count("<testcase ") == 4, junit
+    for task in ("t0", "t1"):  # in the short summary with its reason, as any erroring task
+        assert f"ERROR agentcompass.yaml::r::{task} - cancelled: interrupted by the user" in out, out
     assert "a: 2 tasks, 0 passed, 0 failed, 2 errors" in out, out
     (failed_dir,) = (pytester.path / "runs/a").iterdir()
     assert json.loads((failed_dir / "run_info.json").read_text())["status"] == "failed"

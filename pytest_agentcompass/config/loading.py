@@ -140,9 +140,9 @@ def _has(holder: dict[Any, Any] | list[Any], key: Any) -> bool:
     return key in holder if isinstance(holder, dict) else isinstance(key, int) and 0 <= key < len(holder)
 
 
-def _text_line(data: bytes, offset: int) -> int:
-    """The 1-based line of byte ``offset`` in ``data``."""
-    return data.count(b"\n", 0, offset) + 1
+def _text_line(data: bytes | str, offset: int) -> int:
+    """The 1-based line of ``offset`` (a byte of ``data``, or a character of its text) in ``data``."""
+    return data.count(b"\n" if isinstance(data, bytes) else "\n", 0, offset) + 1  # type: ignore[arg-type]
 
 
 def _yaml_problem(file: Path, text: str, exc: yaml.YAMLError) -> str:
@@ -150,7 +150,7 @@ def _yaml_problem(file: Path, text: str, exc: yaml.YAMLError) -> str:
     (PyYAML's own text names the input ``"<unicode string>"`` and a 0-based column on a line of its own)."""
     if isinstance(exc, yaml.reader.ReaderError):
         # A control character: PyYAML says only its offset in the whole text.
-        line = text.count("\n", 0, exc.position) + 1
+        line = _text_line(text, exc.position)
         begins = text.rfind("\n", 0, exc.position) + 1
         column = exc.position - begins + (0 if begins == 0 and text.startswith("\ufeff") else 1)  # a BOM is no column
         return f"{file}:{line}: invalid YAML at column {column}: character {exc.character:#06x} is not allowed in YAML"

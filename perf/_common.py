@@ -24,6 +24,7 @@ __all__ = [
     "interleaved",
     "measure",
     "print_medians",
+    "plugin_cmd",
     "pytest_cmd",
     "write_plain_suite",
     "write_suite",
@@ -104,6 +105,11 @@ def pytest_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *args]
 
 
+def plugin_cmd(*args: str) -> list[str]:
+    """pytest on the ``agentcompass.yaml`` of the folder it runs in, without the progress line."""
+    return pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off", *args)
+
+
 def measure(cmd: list[str], cwd: Path) -> Measurement:
     """Wall time and peak RSS of one child process (``ru_maxrss`` of that child alone)."""
     started = time.perf_counter()
@@ -145,7 +151,7 @@ def interleaved(root: Path, repeat: int, extra: tuple[str, ...] = ()) -> Iterato
     measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--collect-only", *extra), root)
     for _ in range(repeat):
         base = measure(pytest_cmd("plain", *extra), root)
-        plugin = measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off", *extra), root)
+        plugin = measure(plugin_cmd(*extra), root)
         for name, run in (("plain pytest", base), ("agentcompass", plugin)):
             # A run that broke finishes fast; its time must never pass for a result.
             if run.returncode != 0:
@@ -193,7 +199,7 @@ def alternate_checkouts(
     for path in paths.values():
         os.environ["PYTHONPATH"] = path
         measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--collect-only"), root)
-    plugin = pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off", *extra)
+    plugin = plugin_cmd(*extra)
     runs: dict[str, list[Measurement]] = {"plain": [], **{name: [] for name in paths}}
     names = list(paths)
     for round_ in range(rounds):

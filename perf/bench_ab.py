@@ -15,8 +15,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from _common import ab_parser, alternate_checkouts, describe_filesystem, write_plain_suite, write_suite
-from bench_overhead import NOOP, NOOP_SYNC
+from _common import ab_parser, alternate_checkouts, describe_filesystem, write_plain_suite
+from bench_overhead import NOOP, NOOP_SYNC, write_noop_suite
 
 
 def main() -> None:
@@ -27,8 +27,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
         print(f"run directory on: {describe_filesystem(root)}")
-        request = f"name: noop\nbenchmark: {{id: 'noop.py:Noop', params: {{n: {args.n}}}}}"
-        write_suite(root, "noop", NOOP_SYNC if args.sync else NOOP, args.concurrency, request)
+        write_noop_suite(root, args.n, args.concurrency, NOOP_SYNC if args.sync else NOOP)
         write_plain_suite(root, args.n)
         extra = (f"--junitxml={root / 'junit.xml'}",) if args.junit else ()
         runs = alternate_checkouts(root, {"a": args.a, "b": args.b}, args.rounds, extra)

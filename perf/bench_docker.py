@@ -48,7 +48,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import Measurement, measure, pytest_cmd
+from _common import Measurement, measure, plugin_cmd
 
 IMAGE = "agentcompass-busybox:test"
 
@@ -215,11 +215,11 @@ def main() -> None:
         print(f"run dir and workspaces on: {filesystem(root)}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
         bare_network = "none" if args.network == "disabled" else "bridge"
         bare_cmd = [sys.executable, "bare.py", IMAGE, str(args.n), str(args.concurrency), bare_network, mark]
-        plugin_cmd = pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off")
+        plugin_run = plugin_cmd()
         pairs: list[tuple[Measurement, Measurement]] = []
         for _ in range(args.repeat):
             bare = measure(bare_cmd, root)
-            plugin = measure(plugin_cmd, root)
+            plugin = measure(plugin_run, root)
             for name, run in (("bare SDK", bare), ("agentcompass", plugin)):
                 if run.returncode != 0:  # a broken run finishes fast: its time must never pass for a result
                     raise SystemExit(f"{name} run failed (exit {run.returncode}): {run.tail}")

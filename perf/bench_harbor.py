@@ -31,7 +31,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import Measurement, describe_filesystem, measure, pytest_cmd
+from _common import Measurement, describe_filesystem, measure, plugin_cmd
 
 TASK_TOML = """version = "1.0"
 [metadata]
@@ -179,8 +179,8 @@ def main() -> None:
         load_time(root, 1000)
         write_tasks(root, args.n, args.concurrency)
         tag = image_tag(docker.from_env(), root / "tasks" / "task-000" / "environment")
-        plugin_cmd = pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off")
-        first = measure(plugin_cmd, root)  # builds the image: the cold run
+        plugin_run = plugin_cmd()
+        first = measure(plugin_run, root)  # builds the image: the cold run
         if first.returncode != 0:
             raise SystemExit(f"first plugin run failed: {first.tail}")
         print(f"first run (one image build, {args.n} tasks): {first.seconds:.2f}s, CPU {first.cpu_seconds:.2f}s")
@@ -189,7 +189,7 @@ def main() -> None:
             os.environ["COUNT_CALLS"] = str(root / "bare-calls.json")
             bare = measure([sys.executable, "bare.py", tag, "tasks", str(args.concurrency)], root)
             os.environ["COUNT_CALLS"] = str(root / "plugin-calls.json")
-            plugin = measure(plugin_cmd, root)
+            plugin = measure(plugin_run, root)
             for name, run in (("bare SDK", bare), ("agentcompass", plugin)):
                 if run.returncode != 0:
                     raise SystemExit(f"{name} run failed (exit {run.returncode}): {run.tail}")

@@ -34,8 +34,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from _common import child_env, describe_filesystem, pytest_cmd, write_plain_suite, write_suite
-from bench_overhead import NOOP, NOOP_SYNC
+from _common import child_env, describe_filesystem, plugin_cmd, pytest_cmd, write_plain_suite
+from bench_overhead import NOOP, NOOP_SYNC, write_noop_suite
 
 _FIRST_PID = re.compile(r"^==(\d+)==", re.MULTILINE)
 
@@ -70,9 +70,8 @@ def side(root: Path, name: str, size: int, args: argparse.Namespace, env: dict[s
         write_plain_suite(folder, size)
         cmd = pytest_cmd("plain", *extra)
     else:
-        request = f"name: noop\nbenchmark: {{id: 'noop.py:Noop', params: {{n: {size}}}}}"
-        write_suite(folder, "noop", NOOP_SYNC if args.sync else NOOP, args.concurrency, request)
-        cmd = pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off", *extra)
+        write_noop_suite(folder, size, args.concurrency, NOOP_SYNC if args.sync else NOOP)
+        cmd = plugin_cmd(*extra)
     warm = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True)
     if warm.returncode != 0:
         raise SystemExit(f"{name} at {size} tasks failed (exit {warm.returncode}): {warm.stdout[-500:]}")

@@ -11,8 +11,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from _common import interleaved, write_plain_suite, write_suite
-from bench_overhead import NOOP
+from _common import interleaved, write_plain_suite
+from bench_overhead import NOOP, write_noop_suite
 
 
 def main() -> None:
@@ -31,7 +31,7 @@ def main() -> None:
             noop = NOOP
             if args.output_kb:
                 noop = noop.replace('output="ok"', f'output="x" * {args.output_kb * 1024}')
-            write_suite(root, "noop", noop, 64, f"name: noop\nbenchmark: {{id: 'noop.py:Noop', params: {{n: {n}}}}}")
+            write_noop_suite(root, n, 64, noop)
             write_plain_suite(root, n)
             base, plugin = next(interleaved(root, 1))
             per_task = "" if first is None else f"{(plugin.peak_rss_mb - first[1]) * 1024 / (n - first[0]):8.1f}"

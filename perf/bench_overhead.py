@@ -36,6 +36,11 @@ class Noop(HarnessFreeBenchmark):
 NOOP_SYNC = NOOP.replace("async def evaluate", "def evaluate").replace("async def run_task", "def run_task")
 
 
+def write_noop_suite(root: Path, n: int, concurrency: int, source: str = NOOP) -> None:
+    """``root/noop.py`` (``source``: the no-op benchmark or a variant of it) and a config running ``n`` of its tasks."""
+    write_suite(root, "noop", source, concurrency, f"name: noop\nbenchmark: {{id: 'noop.py:Noop', params: {{n: {n}}}}}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=10_000)
@@ -46,8 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
-        request = f"name: noop\nbenchmark: {{id: 'noop.py:Noop', params: {{n: {args.n}}}}}"
-        write_suite(root, "noop", NOOP_SYNC if args.sync else NOOP, args.concurrency, request)
+        write_noop_suite(root, args.n, args.concurrency, NOOP_SYNC if args.sync else NOOP)
         write_plain_suite(root, args.n)
         pairs = []
         for base, plugin in interleaved(root, args.repeat):

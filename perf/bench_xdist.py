@@ -23,7 +23,16 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from _common import Measurement, interleaved, measure, print_medians, pytest_cmd, write_plain_suite, write_suite
+from _common import (
+    Measurement,
+    interleaved,
+    measure,
+    plugin_cmd,
+    print_medians,
+    pytest_cmd,
+    write_plain_suite,
+    write_suite,
+)
 
 SLEEPER = """
 import asyncio, dataclasses, time
@@ -106,14 +115,13 @@ def against_one_process(root: Path, repeat: int, workers: int, n: int, cpu: floa
     plain = root / "plain"
     plain.mkdir(exist_ok=True)
     (plain / "test_plain.py").write_text(PLAIN_WORK.format(n=n, cpu=cpu / 1000))
-    plugin = ("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off")
     sides = {
-        "plugin, one process": pytest_cmd(*plugin),
-        f"plugin, -n {workers}": pytest_cmd(*plugin, "-n", str(workers)),
+        "plugin, one process": plugin_cmd(),
+        f"plugin, -n {workers}": plugin_cmd("-n", str(workers)),
         "plain, one process": pytest_cmd("plain"),
         f"plain, -n {workers}": pytest_cmd("plain", "-n", str(workers)),
     }
-    for cmd in (pytest_cmd(*plugin, "--collect-only"), pytest_cmd("plain", "--collect-only")):
+    for cmd in (plugin_cmd("--collect-only"), pytest_cmd("plain", "--collect-only")):
         measure(cmd, root)  # writes the bytecode caches
     runs: dict[str, list[Measurement]] = {name: [] for name in sides}
     for round_ in range(repeat):

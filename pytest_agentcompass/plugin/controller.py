@@ -27,7 +27,7 @@ from ..runtime.orchestrator import OrchestrationResult
 from ..runtime.request import INTERRUPTED_BY_USER, RequestRuntime
 from ..vocabulary.errors import AgentCompassError
 from ..vocabulary.types import OrchestrationStatus
-from .keys import PERMITS, RUN_DIRS, RUN_ID, WORKER_FAILED, WORKER_NOTES
+from .keys import PERMITS, RUN_DIRS, RUN_ID, WORKER_DETAILS, WORKER_FAILED, WORKER_NOTES
 
 if TYPE_CHECKING:
     from ..concurrency.permits import PermitService
@@ -55,6 +55,11 @@ class ControllerRun:
         self.worker_notes: dict[str, list[str]] = {}
         #: Why a request failed on a worker (its preflight there), by request: the first worker's word.
         self.worker_failed: dict[str, str] = {}
+        #: ``(task id, text, page record)`` of each detail the workers wrote, by request, sent at their end.
+        self.worker_details: dict[str, list[tuple[str, str, bytes]]] = {}
+        #: Workers started, and those that ended sending their details (a lost one sends nothing).
+        self.workers_started = 0
+        self.workers_sent = 0
         self.opened = False
         self.finalized = False
         #: ``<status>: <reason>`` of the first task a worker cancelled (its deadline), if any.
@@ -108,6 +113,7 @@ class ControllerRun:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         self._claim()
+        self.workers_started += 1
         node.workerinput[RUN_ID] = self.run.run_id
         node.workerinput[RUN_DIRS] = {name: str(state.store.run_dir) for name, state in self.states.items()}
         node.workerinput[PERMITS] = self.service.address if self.service else None
@@ -170,6 +176,10 @@ class ControllerRun:
         for request, notes in output.get(WORKER_NOTES, {}).items():
             known = self.worker_notes.setdefault(request, [])
             known.extend(note for note in notes if note not in known)
+        if error is None and WORKER_DETAILS in output:
+            self.workers_sent += 1
+            for request, written in output[WORKER_DETAILS].items():
+                self.worker_details.setdefault(request, []).extend(written)
 
     # -- the end ------------------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)
@@ -200,23 +210,31 @@ class ControllerRun:
                 self.service.close()
 
     def _finalize_all(self, session: pytest.Session, *, interrupted: bool) -> None:
-        """Finalize every claimed run from the details on disk, once; the summary reports what is returned."""
+        """Finalize every claimed run from the details the workers wrote, once; the summary reports what is returned.
+
+        When the run completed and every worker ended sending what it wrote,
+        the details come from what they sent; otherwise (a worker lost, a
+        Ctrl-C, ``-x``: a task may have ended after its worker's last word)
+        they are read from disk, as they always could be.
+        """
         if self.finalized:
             return
         self.finalized = True
         status, reason = self._ending(session, interrupted)
         self.run.result = OrchestrationResult(status, reason)
+        every_worker_sent = status is OrchestrationStatus.COMPLETED and self.workers_sent == self.workers_started
         reported = []
         with fewer_collections():  # ten thousand outcomes are built from their details
             for state in self.states.values():
                 notes = self.worker_notes.get(state.name, ())
                 failed = self.worker_failed.get(state.name)
-                details = asyncio.run(state.finalize_from_disk(status, reason, notes, failed))
-                if details is None:
+                sent = self.worker_details.pop(state.name, []) if every_worker_sent else None
+                if not asyncio.run(state.finalize_run_of_others(status, reason, notes, failed, sent)):
                     continue
                 reported.append(state)
                 if state.finalized:
-                    self.run.request_finalized(state, details)
+                    self.run.request_finalized(state)
+        self.worker_details.clear()
         self.run.runtimes = reported
 
     def _ending(self, session: pytest.Session, interrupted: bool) -> tuple[OrchestrationStatus, str | None]:

@@ -9,7 +9,7 @@ are here too, for both sides to share.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,12 +24,24 @@ if TYPE_CHECKING:
     from ..vocabulary.outcome import TaskOutcome
     from ..vocabulary.redact import Redactor
 
-__all__ = ["NOT_RUN", "PERMITS", "RUN_DIRS", "RUN_ID", "WORKER_FAILED", "WORKER_NOTES", "RunHandle", "run_key"]
+__all__ = [
+    "NOT_RUN",
+    "PERMITS",
+    "RUN_DIRS",
+    "RUN_ID",
+    "WORKER_DETAILS",
+    "WORKER_FAILED",
+    "WORKER_NOTES",
+    "RunHandle",
+    "run_key",
+]
 
 #: ``config.workerinput`` keys, set by the xdist controller for each worker.
 RUN_ID, RUN_DIRS, PERMITS = "agentcompass_run_id", "agentcompass_run_dirs", "agentcompass_permits"
 #: ``workeroutput`` key: ``{request: [note, ...]}`` from a worker's providers and closing requests.
 WORKER_NOTES = "agentcompass_notes"
+#: ``workeroutput`` key: ``{request: [(task id, detail text, page record), ...]}``, every detail the worker wrote.
+WORKER_DETAILS = "agentcompass_details"
 #: ``workeroutput`` key: ``{request: reason}`` for each request that failed on the worker (its preflight).
 WORKER_FAILED = "agentcompass_failed"
 #: A serialized report's key for the two parts of an ``outcomes.NotRunText``.
@@ -109,11 +121,8 @@ class RunHandle(Protocol):
         """Keep ``outcome`` on ``item`` and fire ``pytest_agentcompass_task_finished``."""
         ...
 
-    def request_finalized(self, state: RequestRuntime, details: Sequence[Mapping[str, Any]] | None = None) -> None:
-        """Write the run's page and fire ``pytest_agentcompass_request_finalized`` for a finalized request.
-
-        ``details``: every detail record of the run, when the caller has just read them all.
-        """
+    def request_finalized(self, state: RequestRuntime) -> None:
+        """Write the run's page and fire ``pytest_agentcompass_request_finalized`` for a finalized request."""
         ...
 
     def say(self, line: str) -> None:

@@ -17,7 +17,7 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -246,13 +246,13 @@ class AgentCompassRun:
         item.outcome = outcome
         item.ihook.pytest_agentcompass_task_finished(item=item, outcome=outcome)
 
-    def request_finalized(self, state: RequestRuntime, details: Sequence[Mapping[str, Any]] | None = None) -> None:
+    def request_finalized(self, state: RequestRuntime) -> None:
         from ..reports.html import write_run_report
 
         if self.verdicts is not None:
             self.verdicts.gates.record(state)  # the verdict goes into summary.json, which the page shows
         try:
-            write_run_report(state.store, self.verdicts.baseline if self.verdicts else None, details)
+            write_run_report(state.store, self.verdicts.baseline if self.verdicts else None)
         except Exception as exc:  # the report is a view: never worth a result
             state.note(f"report.html was not written: {type(exc).__name__}: {exc}")
         state.store.forget_page_records()  # the page is written: what it showed need not stay in memory

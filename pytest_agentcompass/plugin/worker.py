@@ -43,7 +43,7 @@ from ..concurrency.limits import on_run_stop
 from ..runtime.driver import TERMINATED_REASON, drive, sigterm_interrupts
 from ..runtime.orchestrator import OrchestrationResult
 from ..runtime.request import RequestRuntime
-from .keys import WORKER_FAILED, WORKER_NOTES
+from .keys import WORKER_DETAILS, WORKER_FAILED, WORKER_NOTES
 from .nodes import TaskItem
 from .outcomes import emit_reports
 
@@ -112,17 +112,20 @@ class WorkerLoop:
     def _runtimes(self, items: list[TaskItem], run_dirs: dict[str, str]) -> dict[str, RequestRuntime]:
         """The runtime of each request with items, in declaration order, sharing the run the controller owns."""
         setups = {item.request_name: item.setup_info for item in items}
-        return {
+        states = {
             setup.req.name: self.run.shared_runtime(
                 setup, Path(run_dirs[setup.req.name]) if setup.req.name in run_dirs else None
             )
             for setup in sorted(setups.values(), key=lambda s: s.index)
         }
+        for state in states.values():
+            state.store.written = []  # sent to the controller at the end (``_send_notes``)
+        return states
 
     def _send_notes(self) -> None:
-        """What this worker's providers learned mid-run (an engine that stopped answering), and
-        what failed as its requests closed, for the controller's summary: it finalizes the run
-        and never saw it happen."""
+        """What this worker's providers learned mid-run (an engine that stopped answering), what
+        failed as its requests closed, and the details it wrote, for the controller: it finalizes
+        the run and never saw it happen."""
         # Preflight's notes are in the state already (and the controller ran its own preflight).
         notes = {
             name: [n for n in getattr(s.ctx.provider, "notes", ()) if n not in s.notes] + s.closing_notes
@@ -133,6 +136,13 @@ class WorkerLoop:
         # A request can fail here alone (its preflight, which the controller passed): its tasks then point
         # at the summary for the reason, which only this worker knows.
         workeroutput[WORKER_FAILED] = {name: s.failed for name, s in self.states.items() if s.failed}
+        # Every detail written here, so the controller need not read them back from disk (it still
+        # does when a worker was lost, or the run did not complete: ``ControllerRun._finalize_all``).
+        # xdist sends workeroutput at the session's very end; the lists themselves go, so a detail
+        # written after this call still would.
+        workeroutput[WORKER_DETAILS] = {
+            name: s.store.written if s.store.written is not None else [] for name, s in self.states.items()
+        }
 
     # -- threads other than the main one -------------------------------------------------
     def _command(self, command: Any) -> None:

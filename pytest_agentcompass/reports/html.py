@@ -37,18 +37,14 @@ TRAJECTORY_MAX_BYTES = 2_000_000
 REPORT_FILE = "report.html"
 
 
-def write_run_report(
-    store: Any, baseline: Baseline | None = None, details: Sequence[Mapping[str, Any]] | None = None
-) -> Path:
+def write_run_report(store: Any, baseline: Baseline | None = None) -> Path:
     """``report.html`` in the run directory of ``store`` (a ``RunStore``), written through it.
 
     Built from what the store kept of each detail as it wrote or read it
-    (``RunStore.page_records``), never by reading the details back; ``details``:
-    the run's detail records when the caller holds them all already.
+    (``RunStore.page_records``), never by reading the details back.
     """
     run_dir: Path = store.run_dir
-    if details is None:
-        details = store.page_records()
+    details = store.page_records()
     known = {run_dir: details} if details is not None else None
     title = f"{run_dir.parent.name} / {run_dir.name}"
     # Written in pieces: the page of 10,000 tasks is megabytes, and each whole copy of it (joined,

@@ -248,7 +248,7 @@ class OwnRun:
             if detail.get("fingerprint") != request.ctx.task_fingerprint(task):
                 ignored += 1
                 continue
-            path = store.detail_path(task.task_id)
+            path = store.detail_file(task.task_id)
             out[task.task_id] = outcome_from_detail(request.name, task, detail, path, resumed=task.task_id in own)
         if ignored:
             request.note(f"ignored {ignored} recorded detail(s) made with a different config")
@@ -299,15 +299,15 @@ class SharedRun:
         """A detail made with other settings, or of a task ``--lf`` reruns, does not count."""
         if request.reruns(task.task_id):
             return None
-        store = request.store
-        path = store.detail_path(task.task_id)
+        path = request.store.detail_file(task.task_id)  # a str: asked once per task
         try:
             detail = read_json(path)
         except (OSError, ValueError):
             return None  # none yet (the common case), or cut short by a kill
         if not isinstance(detail, dict) or detail.get("fingerprint") != request.ctx.task_fingerprint(task):
             return None
-        return outcome_from_detail(request.name, task, detail, path, resumed=not self._carried_over(request, path))
+        carried = self._carried_over(request, Path(path))
+        return outcome_from_detail(request.name, task, detail, path, resumed=not carried)
 
     def _carried_over(self, request: RequestView, path: Path) -> bool:
         """Whether the owner copied the detail at ``path`` from a ``carry_over`` source (else this run made it).

@@ -382,23 +382,28 @@ class RequestRuntime:
         self.store.close()
         release_run_dir(self.store.run_dir)
 
-    async def finalize_from_disk(
+    async def finalize_run_of_others(
         self,
         ending: OrchestrationStatus,
         reason: str | None,
         notes: Iterable[str] = (),
         failed_elsewhere: str | None = None,
-    ) -> list[dict[str, Any]] | None:
+        sent: Sequence[tuple[str, str, bytes]] | None = None,
+    ) -> bool:
         """Finalize a run other processes ran (the xdist controller), from the details they wrote, once.
 
-        Returns every detail read (the run's page is rendered from them), or
-        ``None`` when there is nothing to report: the request's run was never opened
-        and no task of it was left to record. The request is :attr:`finalized`
-        only when its summary was written (completed, or stopped by ``-x``).
+        Returns ``False`` when there is nothing to report: the request's run
+        was never opened and no task of it was left to record. The request is
+        :attr:`finalized` only when its summary was written (completed, or
+        stopped by ``-x``).
 
         :param notes: What the other processes noted mid-run (an engine that stopped answering).
         :param failed_elsewhere: Why the request failed in another process (a worker's preflight):
             what the tasks it did not run are recorded with.
+        :param sent: ``(task id, detail text, page record)`` of every detail the other processes wrote
+            (``RunStore.written``), when each of them sent its own: the details are then
+            not read back, but for a task none of them sent (read alone). ``None``: every
+            detail in ``details/`` is read.
         """
         if not self.opened and (ending is OrchestrationStatus.COMPLETED or not self.wanted or self.failed is not None):
             if ending is OrchestrationStatus.INTERRUPTED and self.failed is None:
@@ -406,19 +411,20 @@ class RequestRuntime:
                 self.end(RequestState.INTERRUPTED, reason or INTERRUPTED_BY_USER)
             else:
                 self.release()
-            return None
+            return False
         # (Not opened but with tasks chosen: a Ctrl-C during the preflights. Its
         # tasks are recorded as cancelled below, as in process.)
         self.notes.extend(n for n in notes if n not in self.notes)
         by_id = {t.task_id: t for t in self.tasks}
-        # Kept for the run's page, which would otherwise read them all again
-        # (it holds them all at once either way).
-        details = list(self.store.iter_details())
+        # Reading 10,000 details back cost the controller about 0.8 s after the last task, with both
+        # cores otherwise idle (docs/performance.md, set Q): what the workers sent is taken instead.
+        unrecorded = self.wanted - self.outcomes.keys()  # what no earlier session recorded
+        details = self.store.iter_details() if sent is None else self.store.details_sent(sent, unrecorded)
         for detail in details:
             task = by_id.get(str(detail.get("task_id")))
             if task is None or detail.get("fingerprint") != self.ctx.task_fingerprint(task):
                 continue
-            outcome = outcome_from_detail(self.name, task, detail, self.store.detail_path(task.task_id))
+            outcome = outcome_from_detail(self.name, task, detail, self.store.detail_file(task.task_id))
             # Recorded before this session (taken when the run was opened): resumed, or carried over.
             before = self.outcomes.get(task.task_id)
             outcome.resumed = before is not None and before.resumed
@@ -444,7 +450,7 @@ class RequestRuntime:
             self.end(status, reason)
         else:
             await self.finalize()
-        return details
+        return True
 
     def note(self, text: str) -> None:
         """A line for the request's summary (said at the end, with its counts)."""

@@ -127,6 +127,26 @@ def test_details_are_whole_files_with_no_temporary_left(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "details" / "t7.json").read_text())["output"] == "x" * 100_000
 
 
+def test_details_another_process_sent_are_taken_and_the_rest_read_from_disk(tmp_path: Path) -> None:
+    # A worker's store keeps what it writes (its ``written``); the controller's takes that.
+    controller = RunStore(tmp_path)
+    assert list(controller.iter_details()) == []  # the run opened, empty: every detail is to come
+    worker = RunStore(tmp_path)
+    worker.written = []
+    for task_id in ("a", "b"):
+        worker.save_partial_result(task_id, {"task_id": task_id, "score": 1.0, "output": task_id * 3})
+    RunStore(tmp_path).save_partial_result("c", {"task_id": "c", "score": 0.0})  # written, not sent
+    (tmp_path / "details" / "d.json").write_text('{"task_id": "d"')  # cut short by a kill: not done
+    assert [task_id for task_id, _, _ in worker.written] == ["a", "b"]
+
+    (tmp_path / "details" / "a.json").write_text("not read")  # what was sent is not read back
+    taken = list(controller.details_sent(worker.written, {"a", "b", "c", "d"}))
+    assert [(d["task_id"], d["score"]) for d in taken] == [("a", 1.0), ("b", 1.0), ("c", 0.0)]
+    records = controller.page_records()
+    assert records is not None
+    assert sorted(record["task_id"] for record in records) == ["a", "b", "c"], "the page has every task done"
+
+
 def test_a_refused_write_raises_and_leaves_no_temporary(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
     store.save_partial_result("t0", {"task_id": "t0"})

@@ -36,6 +36,8 @@ def check_lifecycle_methods(component: Any, bases: tuple[type, ...], kind: str, 
     ``kind`` and ``ref`` name the component as the config does (``benchmark 'bm.py:B'``), ``where`` its key.
     """
     cls = type(component)
+    # A method replaced on the instance (``self.run_task = ...`` in ``__init__``) is what the runtime calls.
+    own = getattr(component, "__dict__", {})
     for base in cls.__mro__:
         if base not in bases:
             continue
@@ -43,7 +45,7 @@ def check_lifecycle_methods(component: Any, bases: tuple[type, ...], kind: str, 
             if name.startswith("_") or not isinstance(declared, types.FunctionType):
                 continue
             static = inspect.getattr_static(cls, name, declared)
-            if static is declared or isinstance(static, property):
+            if name not in own and (static is declared or isinstance(static, property)):
                 # Not overridden; or a property, whose getter may need what only a run sets up.
                 continue
             positional, named = _call_shape(declared)

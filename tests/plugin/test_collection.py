@@ -411,6 +411,25 @@ class Harness(BaseHarness):
         return RunResult(task.task_id)
 
 
+class OnInstance(HarnessFreeBenchmark):
+    # run_task set on the instance alone (the class keeps the base's): that is what the runtime calls.
+    def __init__(self, short=False):
+        super().__init__(short=short)
+        self.run_task = self._short if short else self._whole
+
+    def load_tasks(self, req):
+        return [TaskSpec("t1")]
+
+    async def evaluate(self, task, prepared, result, req, plan, env=None):
+        return result_with_score(task)
+
+    async def _short(self, task, env):
+        return RunResult(task.task_id)
+
+    async def _whole(self, task, prepared, env, req, plan):
+        return RunResult(task.task_id, output="ok")
+
+
 class Analyzer(BaseAnalyzer):
     def analyze(self, result):
         return {}
@@ -430,10 +449,12 @@ def test_a_lifecycle_method_that_cannot_take_the_runtimes_call_fails_collection(
             {"name": "delegating", "benchmark": {"id": "sigs.py:Loose"}, "harness": {"id": "sigs.py:Delegating"}},
             {"name": "harness", "benchmark": {"id": "sigs.py:Base"}, "harness": {"id": "sigs.py:Harness"}},
             {"name": "analyzer", "benchmark": {"id": "sigs.py:Base"}, "analyzers": [{"id": "sigs.py:Analyzer"}]},
+            {"name": "instance", "benchmark": {"id": "sigs.py:OnInstance", "params": {"short": True}}},
+            {"name": "instance_ok", "benchmark": {"id": "sigs.py:OnInstance"}},
         ],
     )
     result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--continue-on-collection-errors")
-    result.assert_outcomes(passed=3, errors=4)  # the loose, decorated and delegating ones run and pass
+    result.assert_outcomes(passed=4, errors=5)  # the loose, decorated, delegating and instance_ok ones pass
     result.stdout.fnmatch_lines(
         [
             "*benchmark 'sigs.py:ShortRun' (requests[[]0[]].benchmark.id): ShortRun.run_task(task, env) cannot take"
@@ -444,6 +465,8 @@ def test_a_lifecycle_method_that_cannot_take_the_runtimes_call_fails_collection(
             "*harness 'sigs.py:Harness' (requests[[]5[]].harness.id): Harness.run(session, task) cannot take*",
             "*analyzer 'sigs.py:Analyzer' (requests[[]6[]].analyzers[[]0[]].id): Analyzer.analyze(result) cannot take"
             " what the runtime passes it, analyze(task, result, req): too many positional arguments",
+            "*benchmark 'sigs.py:OnInstance' (requests[[]7[]].benchmark.id): OnInstance.run_task(task, env) cannot"
+            " take what the runtime passes it, run_task(task, prepared, env, req, plan): too many positional*",
         ],
         consecutive=False,
     )

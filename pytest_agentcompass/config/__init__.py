@@ -1,9 +1,10 @@
 """The config file: its schema (:mod:`.schema`, with the two schemas of ``model.params`` in
-:mod:`.model_params`) and loading it (:mod:`.loading`: YAML, variables, file and line in errors)."""
+:mod:`.model_params`) and loading it (:mod:`.loading`: variables, validation, file and line in
+errors, on the YAML :mod:`.yaml_text` reads and checks)."""
 
 from __future__ import annotations
 
-from .loading import VARIABLE, LoadedConfig, expand_variables, format_loc, load_config
+from .loading import VARIABLE, LoadedConfig, expand_variables, load_config
 from .schema import (
     MAX_STORED_CHARS,
     SAFE_NAME,
@@ -19,6 +20,7 @@ from .schema import (
     RunRequest,
     TimeoutsSpec,
 )
+from .yaml_text import format_loc
 
 __all__ = [
     "MAX_STORED_CHARS",

@@ -176,9 +176,10 @@ class ControllerRun:
         for request, notes in output.get(WORKER_NOTES, {}).items():
             known = self.worker_notes.setdefault(request, [])
             known.extend(note for note in notes if note not in known)
-        if error is None and WORKER_DETAILS in output:
+        sent = output.pop(WORKER_DETAILS, None)  # taken off the node: held once, here
+        if error is None and sent is not None:
             self.workers_sent += 1
-            for request, written in output[WORKER_DETAILS].items():
+            for request, written in sent.items():
                 self.worker_details.setdefault(request, []).extend(written)
 
     # -- the end ------------------------------------------------------------------------

@@ -137,12 +137,12 @@ class WorkerLoop:
         # at the summary for the reason, which only this worker knows.
         workeroutput[WORKER_FAILED] = {name: s.failed for name, s in self.states.items() if s.failed}
         # Every detail written here, so the controller need not read them back from disk (it still
-        # does when a worker was lost, or the run did not complete: ``ControllerRun._finalize_all``).
+        # does when a worker was lost, sent none, or the run did not complete: ``ControllerRun._finalize_all``).
         # xdist sends workeroutput at the session's very end; the lists themselves go, so a detail
         # written after this call still would.
-        workeroutput[WORKER_DETAILS] = {
-            name: s.store.written if s.store.written is not None else [] for name, s in self.states.items()
-        }
+        written = {name: s.store.written for name, s in self.states.items()}
+        if all(kept is not None for kept in written.values()):  # else more than a message should carry
+            workeroutput[WORKER_DETAILS] = written
 
     # -- threads other than the main one -------------------------------------------------
     def _command(self, command: Any) -> None:

@@ -416,6 +416,8 @@ class RequestRuntime:
         # tasks are recorded as cancelled below, as in process.)
         self.notes.extend(n for n in notes if n not in self.notes)
         by_id = {t.task_id: t for t in self.tasks}
+        for earlier in self.outcomes.values():  # taken when the run opened, whole: kept slim, as those read below
+            earlier.slim()
         # Reading 10,000 details back cost the controller about 0.8 s after the last task, with both
         # cores otherwise idle (docs/performance.md, set Q): what the workers sent is taken instead.
         unrecorded = self.wanted - self.outcomes.keys()  # what no earlier session recorded

@@ -112,6 +112,21 @@ def test_the_controller_finalizes_from_the_details_the_workers_sent(pytester: py
     assert all(f'"details/t{i}.json"' in page for i in range(6)), "the page shows every task"
 
 
+def test_details_past_what_a_worker_keeps_are_read_from_disk(pytester: pytest.Pytester, trace: Path) -> None:
+    # Agent trajectories can make gigabytes of details: past its budget a worker sends none.
+    pytester.makeconftest(
+        COUNT_DETAIL_READS
+        + "\nimport pytest_agentcompass.runtime.store.files as store_files\nstore_files.KEEP_WRITTEN_CHARS = 10\n"
+    )
+    write_config(pytester, [tracing_request("a", trace, n=4, wrong=["t1"])])
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["*a: 4 tasks, 3 passed, 1 failed, 0 errors*"])
+    assert detail_reads(pytester) == [f"t{i}.json" for i in range(4)]
+    summary = json.loads((only_run(pytester, "a") / "summary.json").read_text())
+    assert summary["metrics"]["passed"] == 3
+
+
 def test_workers_run_tasks_concurrently_up_to_the_run_wide_limit(pytester: pytest.Pytester, trace: Path) -> None:
     # Every task waits in run_task until 4 are in it at once: the run can only
     # finish if the two workers together run 4 tasks concurrently.

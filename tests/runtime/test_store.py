@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pytest_agentcompass import ExecutionPlan
-from pytest_agentcompass.runtime.store import RunStore, iter_runs, read_run_info_head
+from pytest_agentcompass.runtime.store import RunStore, files, iter_runs, read_run_info_head
 
 
 def _plan(task_id: str, attempt: int, mode: str = "none") -> ExecutionPlan:
@@ -145,6 +145,38 @@ def test_details_another_process_sent_are_taken_and_the_rest_read_from_disk(tmp_
     records = controller.page_records()
     assert records is not None
     assert sorted(record["task_id"] for record in records) == ["a", "b", "c"], "the page has every task done"
+
+
+def test_a_worker_keeps_what_it_wrote_up_to_a_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past the budget nothing is sent: one xdist message carries at most 2 GiB, held twice while sent.
+    monkeypatch.setattr(files, "KEEP_WRITTEN_CHARS", 500)
+    worker = RunStore(tmp_path)
+    worker.written = []
+    worker.save_partial_result("a", {"task_id": "a", "output": "x" * 300})
+    assert [task_id for task_id, _, _ in worker.written] == ["a"]
+    worker.save_partial_result("b", {"task_id": "b", "output": "x" * 300})
+    assert worker.written is None
+    worker.save_partial_result("c", {"task_id": "c"})
+    assert worker.written is None, "not kept again once over"
+
+
+def test_the_page_shows_no_detail_removed_since_the_run_opened(tmp_path: Path) -> None:
+    # A rerun whose new detail could not be written (a full disk) removes the old one: no row
+    # for it may stay on the page, from either path the controller takes.
+    for take in ("sent", "scan"):
+        first = RunStore(tmp_path)
+        for task_id in ("t0", "t1"):
+            first.save_partial_result(task_id, {"task_id": task_id, "score": 1.0})
+        controller = RunStore(tmp_path)
+        assert len(list(controller.iter_details())) == 2  # the run (re)opens
+        (tmp_path / "details" / "t1.json").unlink(missing_ok=True)
+        if take == "sent":
+            assert list(controller.details_sent([], {"t1"})) == []
+        else:
+            assert [d["task_id"] for d in controller.iter_details()] == ["t0"]
+        records = controller.page_records()
+        assert records is not None
+        assert [record["task_id"] for record in records] == ["t0"], take
 
 
 def test_a_refused_write_raises_and_leaves_no_temporary(tmp_path: Path) -> None:

@@ -43,6 +43,11 @@ from .writing import FileWriter, fallback, read_json, readable
 __all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "read_json", "read_run_info_head"]
 
 
+#: The most text of details an xdist worker keeps to send the controller (``RunStore.written``):
+#: ten thousand ordinary details are a few megabytes, while agent trajectories can make gigabytes,
+#: past what one xdist message carries (2 GiB) and twice in memory while it is sent.
+KEEP_WRITTEN_CHARS = 64 * 2**20
+
 #: Values that hold no ``bytes``, known by their exact type: most of a result's metadata.
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
@@ -122,8 +127,10 @@ class RunStore(FileWriter):
         #: The value :meth:`_encode` encoded last (redacted): a detail's, for its page record.
         self._encoded: Any = None
         #: ``(task id, text, page record)`` of each detail written here, when kept (an xdist
-        #: worker's, for the controller: ``take_details``).
+        #: worker's, for the controller: :meth:`details_sent`); ``None`` again once they would
+        #: hold more than :data:`KEEP_WRITTEN_CHARS` (the controller then reads ``details/``).
         self.written: list[tuple[str, str, bytes]] | None = None
+        self._written_chars = 0
 
     # -- plumbing ------------------------------------------------------
     def _encode(self, data: Any, pretty: bool) -> str:
@@ -254,7 +261,11 @@ class RunStore(FileWriter):
         self._write_in_place(path, text)
         page = self._page[task_id] = packed(page_record(written))
         if self.written is not None:
-            self.written.append((task_id, text, page))
+            self._written_chars += len(text)
+            if self._written_chars <= KEEP_WRITTEN_CHARS:
+                self.written.append((task_id, text, page))
+            else:
+                self.written = None
         if self._checkpoints_seen:
             self.remove_checkpoints(task_id)
         return path
@@ -292,6 +303,7 @@ class RunStore(FileWriter):
 
         Each is remembered for the run's page (:meth:`page_records`) as it is read.
         """
+        self._page = {}  # what details/ holds now: a detail removed since (its rewrite failed) shows no more
         try:
             names = sorted(e.name for e in os.scandir(self._details) if e.name.endswith(".json") and e.name[0] != ".")
         except OSError:
@@ -323,6 +335,7 @@ class RunStore(FileWriter):
             try:
                 detail = read_json(self.detail_file(task_id))
             except (OSError, ValueError):
+                self._page.pop(task_id, None)  # gone since the run opened (a rewrite that failed)
                 continue
             if isinstance(detail, dict):
                 self._page[task_id] = packed(page_record(detail))

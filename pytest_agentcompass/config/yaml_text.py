@@ -35,6 +35,8 @@ def read_yaml(file: Path) -> tuple[Any, dict[tuple[Any, ...], int]]:
             f"{file}:{line}: not UTF-8 text (byte {exc.object[exc.start]:#04x}); save it as UTF-8"
         ) from None
     try:
+        # The nodes, composed apart from the load: constructing the data flattens merge keys (``<<``)
+        # into their mapping node, where they would read as keys given twice.
         node = yaml.compose(text)
         if node is not None:
             _check_size(file, node)

@@ -311,13 +311,21 @@ class RunStore(FileWriter):
             return
         for name in names:
             try:
-                detail = read_json(f"{self._details}/{name}")
+                detail = self._read_detail(name[:-5])
             except (OSError, ValueError):
                 continue
-            if isinstance(detail, dict):
-                self._page[name[:-5]] = packed(page_record(detail))
             yield detail
         self._page_complete = True
+
+    def _read_detail(self, task_id: str) -> Any:
+        """The record in the detail file of ``task_id``, remembered for the run's page when it is one.
+
+        :raises OSError, ValueError: none there, or not JSON (a task not done).
+        """
+        detail = read_json(self.detail_file(task_id))
+        if isinstance(detail, dict):
+            self._page[task_id] = packed(page_record(detail))
+        return detail
 
     def details_sent(self, sent: Iterable[tuple[str, str, bytes]], wanted: Iterable[str]) -> Iterator[dict[str, Any]]:
         """The details other processes wrote here, from what they ``sent`` (their :attr:`written`),
@@ -333,12 +341,11 @@ class RunStore(FileWriter):
             yield json.loads(text)  # written by json.dumps in that process
         for task_id in sorted(set(wanted) - seen):
             try:
-                detail = read_json(self.detail_file(task_id))
+                detail = self._read_detail(task_id)
             except (OSError, ValueError):
                 self._page.pop(task_id, None)  # gone since the run opened (a rewrite that failed)
                 continue
             if isinstance(detail, dict):
-                self._page[task_id] = packed(page_record(detail))
                 yield detail
 
     def page_records(self) -> PageRecords | None:

@@ -9,7 +9,6 @@ with it) is reported here as a setup error, as a task cut short in process is.
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from typing import TYPE_CHECKING, Any
@@ -123,7 +122,7 @@ class ControllerInterrupts:
             path, _, name = nodeid.partition("::")
             request, _, task_id = name.partition("::")
             state = controller.states.get(request)
-            if state is not None and os.path.exists(state.store.detail_path(task_id)):
+            if state is not None and state.store.has_detail(task_id):
                 continue  # it ended on its worker, whose report was lost: the summary counts it from its detail
             location = (path, None, name)
             why: object = ProblemText(f"cancelled: {controller.interrupt_reason}")

@@ -92,19 +92,23 @@ def read_run_tasks(run_dir: Path) -> tuple[str, dict[str, Known]]:
             if isinstance(t, dict) and "task_id" in t
         }
         return str(summary.get("request") or run_dir.parent.name), tasks
-    details = run_dir / "details"
-    if not details.is_dir():
+    # Here, not at the top: the plugin loads this module at configuration, the store's writers only to run.
+    from ..runtime.store.files import RunStore, holds_details
+
+    if not holds_details(run_dir):
         raise BaselineError(f"{run_dir}: not a run directory (no summary.json and no details/ folder)")
     tasks = {}
     name = run_dir.parent.name
-    for path in sorted(details.glob("*.json")):
-        with contextlib.suppress(BaselineError):
-            detail = _read(path)
-            status = str(detail.get("status", ""))
-            tasks[str(detail.get("task_id", path.stem))] = Known(
-                state_of(status, bool(detail.get("passed"))), status, detail.get("score")
-            )
-            name = str(detail.get("request") or name)
+    store = RunStore(run_dir)
+    for task_id in store.detail_ids():
+        detail = store.read_detail(task_id)
+        if detail is None:  # cut short by a kill: a task not done
+            continue
+        status = str(detail.get("status", ""))
+        tasks[str(detail.get("task_id", task_id))] = Known(
+            state_of(status, bool(detail.get("passed"))), status, detail.get("score")
+        )
+        name = str(detail.get("request") or name)
     return name, tasks
 
 

@@ -55,11 +55,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 
 def _report(run_dirs: list[Path], output: Path | None, baseline_path: str | None, out: TextIO) -> int:
-    from ..runtime.store import RunStore
+    from ..runtime.store.files import RunStore, holds_details
     from .html import write_run_report, write_session_report
 
     for run_dir in run_dirs:
-        if not (run_dir / "details").is_dir() and not (run_dir / "summary.json").is_file():
+        if not holds_details(run_dir) and not (run_dir / "summary.json").is_file():
             raise AgentCompassError(f"{run_dir}: not a run directory (no summary.json and no details/ folder)")
     baseline = load_baseline(baseline_path) if baseline_path else None
     if output is not None:

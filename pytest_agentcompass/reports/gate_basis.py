@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..benchmarks.base import BaseBenchmark
 from ..runtime.store import RunStore
-from ..runtime.store.files import read_json
 from ..runtime.store.runs import iter_runs
 from ..runtime.summary import StoredResults, checked_metrics
 from ..runtime.task import outcome_from_detail
@@ -172,15 +171,11 @@ def _carry_over(
         store = RunStore(run_dir)
         found = 0
         for name in list(wanted):
-            path = store.detail_path(name)
-            try:
-                detail = read_json(path)
-            except (OSError, ValueError):  # none, or cut short by a kill
-                continue
+            detail = store.read_detail(name)  # none, or cut short by a kill
             task = wanted[name]
-            if not isinstance(detail, dict) or detail.get("fingerprint") != fingerprint(task):
+            if detail is None or detail.get("fingerprint") != fingerprint(task):
                 continue
-            outcome = outcome_from_detail(request, task, detail, path)
+            outcome = outcome_from_detail(request, task, detail, store.detail_file(name))
             if outcome.result.status is RunStatus.CANCELLED:
                 continue  # an interrupted try is no result: look further back
             outcome.slim()  # the detail stays on disk; a custom aggregation reads it from there

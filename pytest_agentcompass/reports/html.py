@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..runtime.store.files import read_run_info_head
+from ..runtime.store.files import RunStore, read_run_info_head
 from ..runtime.store.page_records import Cut, PageRecords
 from .baseline import Baseline, compare, read_run_tasks, state_of
 from .html_blocks import clip as _clip
@@ -168,9 +168,7 @@ def page_chunks(
 
 
 def _count_details(run_dir: Path) -> int:
-    with contextlib.suppress(OSError):
-        return sum(1 for _ in os.scandir(run_dir / "details"))
-    return 0
+    return len(RunStore(run_dir).detail_ids())
 
 
 class _Page:
@@ -200,7 +198,7 @@ class _Page:
         details: Iterable[Mapping[str, Any]]
         texts: list[str] | None = []
         if known is None:
-            details = [d for d in map(_read, _detail_paths(run_dir, order)) if d]
+            details = _read_details(RunStore(run_dir), order)
         else:
             last = len(order)
 
@@ -421,20 +419,11 @@ def _existing_file(run_dir: Path, value: Any) -> Path | None:
     return None
 
 
-def _detail_paths(run_dir: Path, order: Mapping[str, int]) -> list[str]:
-    """``details/*.json`` in the summary's task order, then by name: read in the order shown.
-
-    Names as strings, sorted before reading: ``Path`` objects and their
-    comparisons were a visible share of a 10,000-task page.
-    """
-    folder = os.path.join(run_dir, "details")
-    try:
-        names = [e.name[:-5] for e in os.scandir(folder) if e.name.endswith(".json") and not e.name.startswith(".")]
-    except OSError:
-        return []
+def _read_details(store: RunStore, order: Mapping[str, int]) -> list[dict[str, Any]]:
+    """The run's readable details in the summary's task order, then by task id: read in the order shown."""
     last = len(order)
-    names.sort(key=lambda name: (order.get(name, last), name))
-    return [f"{folder}/{name}.json" for name in names]
+    ids = sorted(store.detail_ids(), key=lambda task_id: (order.get(task_id, last), task_id))
+    return [d for d in map(store.read_detail, ids) if d]
 
 
 def _iter_json(paths: Iterable[Path]) -> Iterable[dict[str, Any]]:

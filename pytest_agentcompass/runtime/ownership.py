@@ -18,26 +18,23 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from ..vocabulary.errors import AgentCompassError
 from ..vocabulary.types import RequestState, RunStatus, TaskSpec
 from .context import RequestContext
 from .store import (
+    RunStore,
     claim_run_dir,
     copy_details,
     find_carry_over_source,
     find_resumable_run,
     killed_runs,
     now,
-    read_json,
     record_killed,
     release_run_dir,
 )
 from .task import TaskOutcome, outcome_from_detail
-
-if TYPE_CHECKING:
-    from .store import RunStore
 
 __all__ = ["OwnRun", "RequestView", "RunRole", "SharedRun", "claim", "join"]
 
@@ -211,7 +208,7 @@ class OwnRun:
         if self._unswept is not None:
             raise self._unswept
         # What the interrupted run already finished, told apart from what ``carry_over`` copies in.
-        own = {p.stem for p in store.details_dir.glob("*.json")} if self.resumed else set()
+        own = set(store.detail_ids()) if self.resumed else set()
         if self.carry_over_from is not None:
             self._carry_over(request, self.carry_over_from)
         return self._load_recorded(request, own)
@@ -287,7 +284,7 @@ class SharedRun:
 
     resumed: bool = field(default=False, init=False)
     #: The owner's ``carry_over`` source, read once from ``run_info.json`` (False: none).
-    _source: Path | Literal[False] | None = field(default=None, init=False, repr=False)
+    _source: RunStore | Literal[False] | None = field(default=None, init=False, repr=False)
 
     async def sweep(self, request: RequestView) -> None:
         return None  # the owner swept before it opened the run
@@ -299,31 +296,25 @@ class SharedRun:
         """A detail made with other settings, or of a task ``--lf`` reruns, does not count."""
         if request.reruns(task.task_id):
             return None
-        path = request.store.detail_file(task.task_id)  # a str: asked once per task
-        try:
-            detail = read_json(path)
-        except (OSError, ValueError):
-            return None  # none yet (the common case), or cut short by a kill
-        if not isinstance(detail, dict) or detail.get("fingerprint") != request.ctx.task_fingerprint(task):
+        store = request.store
+        detail = store.read_detail(task.task_id)  # none yet (the common case), or cut short by a kill
+        if detail is None or detail.get("fingerprint") != request.ctx.task_fingerprint(task):
             return None
-        carried = self._carried_over(request, Path(path))
-        return outcome_from_detail(request.name, task, detail, path, resumed=not carried)
+        carried = self._carried_over(request, task.task_id)
+        return outcome_from_detail(request.name, task, detail, store.detail_file(task.task_id), resumed=not carried)
 
-    def _carried_over(self, request: RequestView, path: Path) -> bool:
-        """Whether the owner copied the detail at ``path`` from a ``carry_over`` source (else this run made it).
+    def _carried_over(self, request: RequestView, task_id: str) -> bool:
+        """Whether the owner copied the detail of ``task_id`` from a ``carry_over`` source (else this run made it).
 
         The owner names the source in ``run_info.json``; a copy is byte for byte.
         """
         if self._source is None:
             info = request.store.read_run_info()
             source = info.get("carried_over_from") or info.get("reused_from")  # its name in runs made by 0.1
-            self._source = Path(source) if source else False
+            self._source = RunStore(Path(source)) if source else False
         if self._source is False:
             return False
-        try:
-            return (self._source / "details" / path.name).read_bytes() == path.read_bytes()
-        except OSError:
-            return False
+        return request.store.same_detail(self._source, task_id)
 
     async def finalize(self, request: RequestView, status: RequestState) -> None:
         return None  # the owner finalizes the run from the details every process wrote

@@ -105,8 +105,8 @@ def test_a_worker_reads_the_old_run_info_key(tmp_path: Path) -> None:
     (run / "run_info.json").write_text(json.dumps({"reused_from": str(source)}))
     request = SimpleNamespace(store=RunStore(run))
     role = SharedRun()
-    assert role._carried_over(request, run / "details" / "t0.json")  # type: ignore[arg-type]
-    assert not role._carried_over(request, run / "details" / "t1.json")  # type: ignore[arg-type]
+    assert role._carried_over(request, "t0")  # type: ignore[arg-type]
+    assert not role._carried_over(request, "t1")  # type: ignore[arg-type]
 
 
 def test_the_old_attribute_of_an_outcome_warns() -> None:

@@ -119,6 +119,32 @@ def test_carry_over_latest_skips_finished_tasks(pytester: pytest.Pytester, trace
     assert json.loads((second / "run_info.json").read_text())["carried_over_from"] == str(first)
 
 
+def test_a_detail_that_is_json_but_no_record_reads_as_a_task_not_done(pytester: pytest.Pytester, trace: Path) -> None:
+    # A file in details/ that holds a list (edited by hand, or not this plugin's) is no result,
+    # whether the run is resumed or carried over: the task runs again, the session ends normally.
+    write_config(pytester, [tracing_request("r", trace, n=3)])
+    pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=3)
+    (first,) = run_dirs(pytester)
+    (first / "details" / "t1.json").write_text("[1, 2]")
+    trace.unlink()
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-carry-over=latest")
+    result.assert_outcomes(passed=3)
+    assert [e["task"] for e in read_trace(trace) if e["event"] == "run_task"] == ["t1"]
+    result.stdout.fnmatch_lines([f"  note: 1 detail(s) in {first} not carried over*"])
+
+    _, second = run_dirs(pytester)
+    (second / "details" / "t2.json").write_text('"done"')
+    info = json.loads((second / "run_info.json").read_text())
+    (second / "run_info.json").write_text(json.dumps({**info, "status": "timeout"}))  # resumable
+    trace.unlink()
+    result = pytester.runpytest("--agentcompass=agentcompass.yaml")
+    result.assert_outcomes(passed=3)
+    assert [e["task"] for e in read_trace(trace) if e["event"] == "run_task"] == ["t2"]
+    assert len(run_dirs(pytester)) == 2, "resumed in place"
+    assert details(second)["t2"]["task_id"] == "t2", "the resumed run wrote the task's record again"
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
 def test_errors_are_not_carried_over(pytester: pytest.Pytester, trace: Path) -> None:
     write_config(pytester, [tracing_request("r", trace, n=2, fail={"run": {"t1": 1}})])
     pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=1, errors=1)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pytest_agentcompass import ExecutionPlan
-from pytest_agentcompass.runtime.store import RunStore, files, iter_runs, read_run_info_head
+from pytest_agentcompass.runtime.store import RunStore, copy_details, files, iter_runs, read_run_info_head
 
 
 def _plan(task_id: str, attempt: int, mode: str = "none") -> ExecutionPlan:
@@ -125,6 +125,43 @@ def test_details_are_whole_files_with_no_temporary_left(tmp_path: Path) -> None:
     files = sorted(p.name for p in (tmp_path / "details").iterdir())
     assert files == sorted(f"t{i}.json" for i in range(50))
     assert json.loads((tmp_path / "details" / "t7.json").read_text())["output"] == "x" * 100_000
+
+
+def test_the_details_a_run_holds_as_every_reader_sees_them(tmp_path: Path) -> None:
+    # The store is the one place that knows where a detail lives: resume, carry-over, the page,
+    # baselines and gates ask it, and take a detail a kill cut short for a task not done.
+    store = RunStore(tmp_path / "run")
+    assert not files.holds_details(store.run_dir) and store.detail_ids() == []
+    for task_id in ("b", "a", "c"):
+        store.save_partial_result(task_id, {"task_id": task_id, "score": 1.0})
+    details = store.run_dir / "details"
+    (details / "d.json").write_text('{"task_id": "d"')  # cut short by a kill
+    (details / "e.json").write_text("[1, 2]")  # JSON, but no record
+    (details / ".f.json.123-ab-1.tmp").write_text("{}")  # a killed writer's temporary name
+    (details / ".hidden.json").write_text("{}")
+    assert files.holds_details(store.run_dir)
+    assert store.detail_ids() == ["a", "b", "c", "d", "e"]
+    assert store.read_detail("a") == {"task_id": "a", "score": 1.0}
+    assert store.read_detail("d") is None and store.read_detail("e") is None and store.read_detail("z") is None
+    assert store.has_detail("d") and not store.has_detail("z")
+    assert [d["task_id"] for d in store.iter_details()] == ["a", "b", "c"]
+
+
+def test_carried_over_details_are_copied_byte_for_byte_and_told_apart(tmp_path: Path) -> None:
+    source = RunStore(tmp_path / "source")
+    for task_id, score in (("a", 1.0), ("b", 0.0), ("c", 1.0)):
+        source.save_partial_result(task_id, {"task_id": task_id, "score": score})
+    (source.run_dir / "details" / "d.json").write_text('{"task_id": "d"')  # cut short: skipped, counted
+    run = RunStore(tmp_path / "run")
+    copied, skipped = copy_details(
+        source.run_dir, run, wanted=lambda task_id: task_id != "c", keep=lambda _, d: d["score"] == 1.0
+    )
+    assert (copied, skipped) == (1, 2), "a copied; b refused by keep; c not wanted; d unreadable"
+    assert run.detail_ids() == ["a"]
+    assert (run.run_dir / "details" / "a.json").read_bytes() == (source.run_dir / "details" / "a.json").read_bytes()
+    assert run.same_detail(source, "a")
+    run.save_partial_result("b", {"task_id": "b", "score": 1.0})  # made by this run, not copied
+    assert not run.same_detail(source, "b") and not run.same_detail(source, "z")
 
 
 def test_details_another_process_sent_are_taken_and_the_rest_read_from_disk(tmp_path: Path) -> None:

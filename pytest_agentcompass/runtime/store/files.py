@@ -13,6 +13,10 @@ Layout of ``<output_dir>/<request>/<run id>/``::
     blobs/<task>/          ``bytes`` values of results, as files
     <folder>/...           what components save for the request (``component_files``, e.g. ``images/``)
 
+Only this module knows where a task's detail lives: every other reader goes
+through :class:`RunStore` (``iter_details``, ``detail_ids``, ``read_detail``)
+or :func:`holds_details`.
+
 Every JSON file but a detail is written to a temporary name and renamed, so a
 killed run never leaves half of it; a detail is written in place (see
 ``_write_in_place``: half a detail is not JSON and reads as a task not done).
@@ -40,7 +44,24 @@ from .page_records import PageRecords, packed, page_record
 from .run_info import PLANS_KEY, RUN_INFO, fold_plans, read_run_info_head
 from .writing import FileWriter, fallback, read_json, readable
 
-__all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "read_json", "read_run_info_head"]
+__all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "holds_details", "read_json", "read_run_info_head"]
+
+#: The folder of a run directory that holds one detail record per task.
+DETAILS = "details"
+
+
+def holds_details(run_dir: str | os.PathLike[str]) -> bool:
+    """Whether ``run_dir`` is a run directory that has begun recording tasks (it has a details folder)."""
+    return os.path.isdir(os.path.join(run_dir, DETAILS))
+
+
+def _detail_ids(folder: str) -> list[str]:
+    """The task ids of the details in ``folder``, sorted as strings (``Path`` sorting was measurable);
+    a temporary or hidden name is none. Empty when there is no such folder."""
+    try:
+        return sorted(e.name[:-5] for e in os.scandir(folder) if e.name.endswith(".json") and e.name[0] != ".")
+    except OSError:
+        return []
 
 
 #: The most text of details an xdist worker keeps to send the controller (``RunStore.written``):
@@ -84,7 +105,7 @@ OWN_NAMES = frozenset(
     {
         RUN_INFO,
         "plans.jsonl",
-        "details",
+        DETAILS,
         "retry_details",
         "checkpoints",
         "summary.json",
@@ -109,7 +130,7 @@ class RunStore(FileWriter):
         #: The line that said what the last bounded record lost (its fields may be cut below
         #: ``field_limit`` when the record is large as a whole: ``bounds.fitted_limit``).
         self.last_cut_note = ""
-        self.details_dir = run_dir / "details"
+        self.details_dir = run_dir / DETAILS
         self.plans_path = run_dir / "plans.jsonl"
         self._details = str(self.details_dir)
         self.retry_dir = run_dir / "retry_details"
@@ -298,23 +319,49 @@ class RunStore(FileWriter):
             return value if all(a is b for a, b in zip(items, value, strict=True)) else items
         return value
 
+    def detail_ids(self) -> list[str]:
+        """The ids of the tasks this run holds a detail of (readable or not), sorted."""
+        return _detail_ids(self._details)
+
+    def read_detail(self, task_id: str) -> dict[str, Any] | None:
+        """The detail record of ``task_id``; ``None`` when there is none, or it is not one (cut short by a kill)."""
+        try:
+            detail = read_json(self.detail_file(task_id))
+        except (OSError, ValueError):
+            return None
+        return detail if isinstance(detail, dict) else None
+
+    def has_detail(self, task_id: str) -> bool:
+        """Whether ``task_id`` has a detail here (a task that ended), without reading it."""
+        return os.path.exists(self.detail_file(task_id))
+
+    def same_detail(self, other: RunStore, task_id: str) -> bool:
+        """Whether the detail of ``task_id`` here is byte for byte ``other``'s (a copy ``carry_over`` made)."""
+        try:
+            with open(self.detail_file(task_id), "rb") as mine, open(other.detail_file(task_id), "rb") as theirs:
+                return mine.read() == theirs.read()
+        except OSError:
+            return False
+
+    def copy_detail(self, source: RunStore, task_id: str) -> None:
+        """Copy the detail of ``task_id`` from ``source`` byte for byte (``carry_over``; see :meth:`same_detail`)."""
+        target = self.detail_file(task_id)
+        self._folder_of(target)
+        shutil.copyfile(source.detail_file(task_id), target)
+
     def iter_details(self) -> Iterator[dict[str, Any]]:
-        """Every readable detail record, by file name (names as strings: ``Path`` sorting was measurable).
+        """Every readable detail record, by task id.
 
         Each is remembered for the run's page (:meth:`page_records`) as it is read.
         """
         self._page = {}  # what details/ holds now: a detail removed since (its rewrite failed) shows no more
-        try:
-            names = sorted(e.name for e in os.scandir(self._details) if e.name.endswith(".json") and e.name[0] != ".")
-        except OSError:
-            self._page_complete = True  # no details yet: every one to come is written here
-            return
-        for name in names:
+        for task_id in self.detail_ids():  # none yet: every one to come is written here
             try:
-                detail = self._read_detail(name[:-5])
+                detail = self._read_detail(task_id)
             except (OSError, ValueError):
                 continue
-            yield detail
+            if isinstance(detail, dict):  # JSON, but no record (not one this plugin wrote): a task not done
+                yield detail
         self._page_complete = True
 
     def _read_detail(self, task_id: str) -> Any:

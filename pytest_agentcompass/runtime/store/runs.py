@@ -10,7 +10,6 @@ way, as a fallback for folders without one).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import shutil
@@ -21,7 +20,7 @@ from typing import Any
 from ...concurrency.flock import try_lock
 from ...vocabulary.errors import AgentCompassError
 from ...vocabulary.types import RequestState
-from .files import RUN_INFO, RunStore, read_json, read_run_info_head
+from .files import RUN_INFO, RunStore, holds_details, read_run_info_head
 from .run_ids import new_run_id, now
 
 __all__ = [
@@ -112,11 +111,11 @@ def find_carry_over_source(request_dir: Path, spec: str, current: Path | None = 
     """
     if spec != "latest":
         path = Path(spec)
-        if not (path / "details").is_dir():
+        if not holds_details(path):
             raise AgentCompassError(f"carry_over: {path} is not a run directory (no details/ folder)")
         return path
     for path, _ in iter_runs(request_dir):
-        if path != current and (path / "details").is_dir():
+        if path != current and holds_details(path):
             return path
     raise AgentCompassError(f"carry_over: latest: no earlier run with results under {request_dir}")
 
@@ -224,20 +223,15 @@ def copy_details(
     Returns ``(copied, skipped)``; unreadable details count as skipped.
     """
     copied = skipped = 0
-    for path in sorted((source / "details").glob("*.json")):
-        if not wanted(path.stem):
+    earlier = RunStore(source)
+    for task_id in earlier.detail_ids():
+        if not wanted(task_id):
             continue
-        try:
-            detail = read_json(path)
-        except (OSError, json.JSONDecodeError):
+        detail = earlier.read_detail(task_id)
+        if detail is None or not keep(task_id, detail):
             skipped += 1
             continue
-        if not keep(path.stem, detail):
-            skipped += 1
-            continue
-        target = store.detail_path(path.stem)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
+        store.copy_detail(earlier, task_id)
         copied += 1
     return copied, skipped
 

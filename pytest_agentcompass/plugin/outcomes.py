@@ -20,6 +20,7 @@ from ..vocabulary.types import RunStatus
 
 if TYPE_CHECKING:
     from _pytest.reports import TestReport
+    from pluggy import HookRelay
 
     from ..vocabulary.redact import Redactor
 
@@ -294,23 +295,24 @@ def emit_reports(item: pytest.Item, outcome: TaskOutcome, pass_threshold: float)
     problems = phase_problems(outcome, pass_threshold)
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     # An errored task spent its time "in setup": that is where --durations shows it.
-    setup = _report(item, "setup", problems["setup"], outcome.duration if problems["setup"] else 0.0)
+    setup = _report(ihook, item, "setup", problems["setup"], outcome.duration if problems["setup"] else 0.0)
     ihook.pytest_runtest_logreport(report=setup)
     if setup.passed:
-        ihook.pytest_runtest_logreport(report=_report(item, "call", problems["call"], outcome.duration))
-    ihook.pytest_runtest_logreport(report=_report(item, "teardown", problems["teardown"], 0.0))
+        ihook.pytest_runtest_logreport(report=_report(ihook, item, "call", problems["call"], outcome.duration))
+    ihook.pytest_runtest_logreport(report=_report(ihook, item, "teardown", problems["teardown"], 0.0))
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 
 
-def _report(item: pytest.Item, when: When, problem: TaskProblem | None, duration: float) -> TestReport:
+def _report(ihook: HookRelay, item: pytest.Item, when: When, problem: TaskProblem | None, seconds: float) -> TestReport:
+    # ``ihook``: the item's hook relay, looked up once per task (``item.ihook`` asks the session each time).
     def replay() -> None:
         if problem is not None:
             raise problem
 
     call = pytest.CallInfo.from_call(replay, when)
-    call.duration = duration
-    call.stop = call.start + duration
-    report: TestReport = item.ihook.pytest_runtest_makereport(item=item, call=call)
+    call.duration = seconds
+    call.stop = call.start + seconds
+    report: TestReport = ihook.pytest_runtest_makereport(item=item, call=call)
     return report
 
 

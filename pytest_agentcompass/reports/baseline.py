@@ -93,7 +93,8 @@ def read_run_tasks(run_dir: Path) -> tuple[str, dict[str, Known]]:
         }
         return str(summary.get("request") or run_dir.parent.name), tasks
     # Here, not at the top: the plugin loads this module at configuration, the store's writers only to run.
-    from ..runtime.store.files import RunStore, holds_details
+    from ..runtime.store.details import holds_details
+    from ..runtime.store.files import RunStore
 
     if not holds_details(run_dir):
         raise BaselineError(f"{run_dir}: not a run directory (no summary.json and no details/ folder)")

@@ -55,7 +55,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 
 def _report(run_dirs: list[Path], output: Path | None, baseline_path: str | None, out: TextIO) -> int:
-    from ..runtime.store.files import RunStore, holds_details
+    from ..runtime.store.details import holds_details
+    from ..runtime.store.files import RunStore
     from .html import write_run_report, write_session_report
 
     for run_dir in run_dirs:

@@ -46,18 +46,18 @@ def run_info(run: Path) -> dict[str, Any]:
 #: to ``detail-reads.txt``, one per line.
 COUNT_DETAIL_READS = """
 import os
-import pytest_agentcompass.runtime.store.files as files
+import pytest_agentcompass.runtime.store.details as details
 
 def pytest_configure(config):
     if hasattr(config, "workerinput"):
         return
-    original = files.read_json
+    original = details.read_json
     def counted(path):
         if os.path.basename(os.path.dirname(str(path))) == "details":
             with open(os.path.join(str(config.rootpath), "detail-reads.txt"), "a") as fh:
                 fh.write(os.path.basename(str(path)) + "\\n")
         return original(path)
-    files.read_json = counted
+    details.read_json = counted
 """
 
 
@@ -116,7 +116,7 @@ def test_details_past_what_a_worker_keeps_are_read_from_disk(pytester: pytest.Py
     # Agent trajectories can make gigabytes of details: past its budget a worker sends none.
     pytester.makeconftest(
         COUNT_DETAIL_READS
-        + "\nimport pytest_agentcompass.runtime.store.files as store_files\nstore_files.KEEP_WRITTEN_CHARS = 10\n"
+        + "\nimport pytest_agentcompass.runtime.store.details as store_details\nstore_details.KEEP_WRITTEN_CHARS = 10\n"
     )
     write_config(pytester, [tracing_request("a", trace, n=4, wrong=["t1"])])
     result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-n", "2", timeout=GUARD)

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from pytest_agentcompass import ExecutionPlan
-from pytest_agentcompass.runtime.store import RunStore, copy_details, files, iter_runs, read_run_info_head
+from pytest_agentcompass.runtime.store import RunStore, copy_details, iter_runs, read_run_info_head
+from pytest_agentcompass.runtime.store import details as details_module
 
 
 def _plan(task_id: str, attempt: int, mode: str = "none") -> ExecutionPlan:
@@ -131,7 +132,7 @@ def test_the_details_a_run_holds_as_every_reader_sees_them(tmp_path: Path) -> No
     # The store is the one place that knows where a detail lives: resume, carry-over, the page,
     # baselines and gates ask it, and take a detail a kill cut short for a task not done.
     store = RunStore(tmp_path / "run")
-    assert not files.holds_details(store.run_dir) and store.detail_ids() == []
+    assert not details_module.holds_details(store.run_dir) and store.detail_ids() == []
     for task_id in ("b", "a", "c"):
         store.save_partial_result(task_id, {"task_id": task_id, "score": 1.0})
     details = store.run_dir / "details"
@@ -139,7 +140,7 @@ def test_the_details_a_run_holds_as_every_reader_sees_them(tmp_path: Path) -> No
     (details / "e.json").write_text("[1, 2]")  # JSON, but no record
     (details / ".f.json.123-ab-1.tmp").write_text("{}")  # a killed writer's temporary name
     (details / ".hidden.json").write_text("{}")
-    assert files.holds_details(store.run_dir)
+    assert details_module.holds_details(store.run_dir)
     assert store.detail_ids() == ["a", "b", "c", "d", "e"]
     assert store.read_detail("a") == {"task_id": "a", "score": 1.0}
     assert store.read_detail("d") is None and store.read_detail("e") is None and store.read_detail("z") is None
@@ -186,7 +187,7 @@ def test_details_another_process_sent_are_taken_and_the_rest_read_from_disk(tmp_
 
 def test_a_worker_keeps_what_it_wrote_up_to_a_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Past the budget nothing is sent: one xdist message carries at most 2 GiB, held twice while sent.
-    monkeypatch.setattr(files, "KEEP_WRITTEN_CHARS", 500)
+    monkeypatch.setattr(details_module, "KEEP_WRITTEN_CHARS", 500)
     worker = RunStore(tmp_path)
     worker.written = []
     worker.save_partial_result("a", {"task_id": "a", "output": "x" * 300})

@@ -1,7 +1,8 @@
 """The run directory: the only code that writes into it.
 
 ``files`` reads and writes one run directory (:class:`RunStore`, the spec's
-``save_partial_result`` among its methods); ``runs`` names, finds, claims and
+``save_partial_result`` among its methods), ``details`` its per-task records
+(the one module that knows where they lie); ``runs`` names, finds, claims and
 copies whole run directories of a request.
 
 Names load on first use: naming a run at configuration (:func:`new_run_id`)

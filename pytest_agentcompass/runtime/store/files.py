@@ -13,7 +13,7 @@ Layout of ``<output_dir>/<request>/<run id>/``::
     blobs/<task>/          ``bytes`` values of results, as files
     <folder>/...           what components save for the request (``component_files``, e.g. ``images/``)
 
-Only this module knows where a task's detail lives: every other reader goes
+Only ``details`` knows where a task's detail lives: every other reader goes
 through :class:`RunStore` (``iter_details``, ``detail_ids``, ``read_detail``)
 or :func:`holds_details`.
 
@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import shutil
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,34 +39,12 @@ from ...vocabulary.redact import Redactor
 from ...vocabulary.types import ExecutionPlan, RunResult
 from .bounds import DEFAULT_FIELD_LIMIT, TRUNCATED_KEY, bound_fields, cut_note, fitted_limit, same_as_task
 from .component_files import ComponentFiles
-from .page_records import PageRecords, packed, page_record
+from .details import DETAILS, DetailFiles
 from .run_info import PLANS_KEY, RUN_INFO, fold_plans, read_run_info_head
-from .writing import FileWriter, fallback, read_json, readable
+from .writing import fallback, read_json, readable
 
-__all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "holds_details", "read_json", "read_run_info_head"]
+__all__ = ["PLANS_KEY", "RUN_INFO", "RunStore", "read_json", "read_run_info_head"]
 
-#: The folder of a run directory that holds one detail record per task.
-DETAILS = "details"
-
-
-def holds_details(run_dir: str | os.PathLike[str]) -> bool:
-    """Whether ``run_dir`` is a run directory that has begun recording tasks (it has a details folder)."""
-    return os.path.isdir(os.path.join(run_dir, DETAILS))
-
-
-def _detail_ids(folder: str) -> list[str]:
-    """The task ids of the details in ``folder``, sorted as strings (``Path`` sorting was measurable);
-    a temporary or hidden name is none. Empty when there is no such folder."""
-    try:
-        return sorted(e.name[:-5] for e in os.scandir(folder) if e.name.endswith(".json") and e.name[0] != ".")
-    except OSError:
-        return []
-
-
-#: The most text of details an xdist worker keeps to send the controller (``RunStore.written``):
-#: ten thousand ordinary details are a few megabytes, while agent trajectories can make gigabytes,
-#: past what one xdist message carries (2 GiB) and twice in memory while it is sent.
-KEEP_WRITTEN_CHARS = 64 * 2**20
 
 #: Values that hold no ``bytes``, known by their exact type: most of a result's metadata.
 _SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -118,11 +95,11 @@ OWN_NAMES = frozenset(
 )
 
 
-class RunStore(FileWriter):
-    """Reads and writes one run directory."""
+class RunStore(DetailFiles):
+    """Reads and writes one run directory (its details: :class:`~.details.DetailFiles`)."""
 
     def __init__(self, run_dir: Path, redactor: Redactor | None = None, field_limit: int = DEFAULT_FIELD_LIMIT) -> None:
-        super().__init__()
+        super().__init__(run_dir)
         self.run_dir = run_dir
         self.redactor = redactor or Redactor()
         #: Characters kept per text field of a per-task record (``execution.max_stored_chars``).
@@ -130,9 +107,7 @@ class RunStore(FileWriter):
         #: The line that said what the last bounded record lost (its fields may be cut below
         #: ``field_limit`` when the record is large as a whole: ``bounds.fitted_limit``).
         self.last_cut_note = ""
-        self.details_dir = run_dir / DETAILS
         self.plans_path = run_dir / "plans.jsonl"
-        self._details = str(self.details_dir)
         self.retry_dir = run_dir / "retry_details"
         self.checkpoint_dir = run_dir / "checkpoints"
         self._plans_file: Any = None
@@ -141,17 +116,8 @@ class RunStore(FileWriter):
         self._checkpoints_seen = self.checkpoint_dir.is_dir()
         #: What components write: each attempt's artifacts, and the request's files (its ``RunFiles``).
         self.component_files = ComponentFiles(self, OWN_NAMES)
-        #: What the run's page shows of each detail, by task, packed (``page_records``): kept, not read back.
-        self._page: dict[str, bytes] = {}
-        #: Whether every detail in ``details/`` went through this store (written, or read by ``iter_details``).
-        self._page_complete = False
         #: The value :meth:`_encode` encoded last (redacted): a detail's, for its page record.
         self._encoded: Any = None
-        #: ``(task id, text, page record)`` of each detail written here, when kept (an xdist
-        #: worker's, for the controller: :meth:`details_sent`); ``None`` again once they would
-        #: hold more than :data:`KEEP_WRITTEN_CHARS` (the controller then reads ``details/``).
-        self.written: list[tuple[str, str, bytes]] | None = None
-        self._written_chars = 0
 
     # -- plumbing ------------------------------------------------------
     def _encode(self, data: Any, pretty: bool) -> str:
@@ -258,14 +224,6 @@ class RunStore(FileWriter):
         self._plans_file.flush()
 
     # -- details -------------------------------------------------------
-    def detail_path(self, task_id: str) -> Path:
-        return Path(self.detail_file(task_id))
-
-    def detail_file(self, task_id: str) -> str:
-        """:meth:`detail_path` as a ``str``, for a caller that keeps it as one (``Path`` parsing is
-        measurable at 10,000 tasks)."""
-        return f"{self._details}/{task_id}.json"
-
     def save_partial_result(self, task_id: str, detail: Mapping[str, Any], *, notes: list[str] | None = None) -> str:
         """Write the terminal record of ``task_id``, then remove its attempt checkpoints.
 
@@ -274,19 +232,11 @@ class RunStore(FileWriter):
         does not repeat what equals the task's result, and text fields are
         bounded; ``notes`` receives the line that says what was cut.
         """
-        path = self.detail_file(task_id)
         text, cuts = self._bounded(same_as_task(detail))
         written, self._encoded = self._encoded, None  # what the file holds, redacted and bounded
         if cuts and notes is not None:
             notes.append(self.last_cut_note)
-        self._write_in_place(path, text)
-        page = self._page[task_id] = packed(page_record(written))
-        if self.written is not None:
-            self._written_chars += len(text)
-            if self._written_chars <= KEEP_WRITTEN_CHARS:
-                self.written.append((task_id, text, page))
-            else:
-                self.written = None
+        path = self._write_detail(task_id, text, written)
         if self._checkpoints_seen:
             self.remove_checkpoints(task_id)
         return path
@@ -318,96 +268,6 @@ class RunStore(FileWriter):
             items = [self._externalize(v, f"{where}/{i}") for i, v in enumerate(value)]
             return value if all(a is b for a, b in zip(items, value, strict=True)) else items
         return value
-
-    def detail_ids(self) -> list[str]:
-        """The ids of the tasks this run holds a detail of (readable or not), sorted."""
-        return _detail_ids(self._details)
-
-    def read_detail(self, task_id: str) -> dict[str, Any] | None:
-        """The detail record of ``task_id``; ``None`` when there is none, or it is not one (cut short by a kill)."""
-        try:
-            detail = read_json(self.detail_file(task_id))
-        except (OSError, ValueError):
-            return None
-        return detail if isinstance(detail, dict) else None
-
-    def has_detail(self, task_id: str) -> bool:
-        """Whether ``task_id`` has a detail here (a task that ended), without reading it."""
-        return os.path.exists(self.detail_file(task_id))
-
-    def same_detail(self, other: RunStore, task_id: str) -> bool:
-        """Whether the detail of ``task_id`` here is byte for byte ``other``'s (a copy ``carry_over`` made)."""
-        try:
-            with open(self.detail_file(task_id), "rb") as mine, open(other.detail_file(task_id), "rb") as theirs:
-                return mine.read() == theirs.read()
-        except OSError:
-            return False
-
-    def copy_detail(self, source: RunStore, task_id: str) -> None:
-        """Copy the detail of ``task_id`` from ``source`` byte for byte (``carry_over``; see :meth:`same_detail`)."""
-        target = self.detail_file(task_id)
-        self._folder_of(target)
-        shutil.copyfile(source.detail_file(task_id), target)
-
-    def iter_details(self) -> Iterator[dict[str, Any]]:
-        """Every readable detail record, by task id.
-
-        Each is remembered for the run's page (:meth:`page_records`) as it is read.
-        """
-        self._page = {}  # what details/ holds now: a detail removed since (its rewrite failed) shows no more
-        for task_id in self.detail_ids():  # none yet: every one to come is written here
-            try:
-                detail = self._read_detail(task_id)
-            except (OSError, ValueError):
-                continue
-            if isinstance(detail, dict):  # JSON, but no record (not one this plugin wrote): a task not done
-                yield detail
-        self._page_complete = True
-
-    def _read_detail(self, task_id: str) -> Any:
-        """The record in the detail file of ``task_id``, remembered for the run's page when it is one.
-
-        :raises OSError, ValueError: none there, or not JSON (a task not done).
-        """
-        detail = read_json(self.detail_file(task_id))
-        if isinstance(detail, dict):
-            self._page[task_id] = packed(page_record(detail))
-        return detail
-
-    def details_sent(self, sent: Iterable[tuple[str, str, bytes]], wanted: Iterable[str]) -> Iterator[dict[str, Any]]:
-        """The details other processes wrote here, from what they ``sent`` (their :attr:`written`),
-        then, read alone, the file of each ``wanted`` task none of them sent (a task not done has none).
-
-        The records :meth:`iter_details` would read, without a file opened for
-        what was sent; the page keeps the record the writing process made of each.
-        """
-        seen = set()
-        for task_id, text, page in sent:
-            self._page[task_id] = page
-            seen.add(task_id)
-            yield json.loads(text)  # written by json.dumps in that process
-        for task_id in sorted(set(wanted) - seen):
-            try:
-                detail = self._read_detail(task_id)
-            except (OSError, ValueError):
-                self._page.pop(task_id, None)  # gone since the run opened (a rewrite that failed)
-                continue
-            if isinstance(detail, dict):
-                yield detail
-
-    def page_records(self) -> PageRecords | None:
-        """What the run's page shows of every detail in ``details/``, from memory (``page_records``).
-
-        ``None`` when some detail there never went through this store (its
-        directory was not scanned by :meth:`iter_details` first), or once
-        :meth:`forget_page_records` ran: the page then reads the files.
-        """
-        return PageRecords(self._page) if self._page_complete else None
-
-    def forget_page_records(self) -> None:
-        """Release the page records once the run's page is written (a page written later reads the files)."""
-        self._page = {}
-        self._page_complete = False
 
     def save_retry_detail(self, task_id: str, attempt_index: int, retry_number: int, payload: Any) -> Path:
         path = self.retry_dir / task_id / f"attempt-{attempt_index}-retry-{retry_number}.json"

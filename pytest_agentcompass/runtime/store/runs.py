@@ -20,7 +20,8 @@ from typing import Any
 from ...concurrency.flock import try_lock
 from ...vocabulary.errors import AgentCompassError
 from ...vocabulary.types import RequestState
-from .files import RUN_INFO, RunStore, holds_details, read_run_info_head
+from .details import holds_details
+from .files import RUN_INFO, RunStore, read_run_info_head
 from .run_ids import new_run_id, now
 
 __all__ = [

@@ -16,11 +16,12 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from cheat_tasks import AGENT, PlayedRuns, write_cheat_task
+from cheat_tasks import AGENT, PlayedRuns, play_once, write_cheat_task
 from harbor_tasks import containers_of, docker_lines, require_images
 from tamper_tasks import (
     BROKEN_LOGS,
@@ -64,7 +65,14 @@ Played = PlayedRuns
 
 @pytest.fixture(scope="module")
 def played(tmp_path_factory: pytest.TempPathFactory) -> Played:
-    root = tmp_path_factory.mktemp("tamper")
+    root, facts = play_once(tmp_path_factory, "tamper", _play)
+    output = facts["stdout"] + facts["stderr"]
+    assert "INTERNALERROR" not in output, facts["stdout"][-3000:] + facts["stderr"][-3000:]
+    return Played(root)
+
+
+def _play(root: Path) -> dict[str, Any]:
+    """The one run of every tamper task (see :func:`cheat_tasks.play_once`): its output."""
     tasks = root / "tasks"
     for name, (script, _, _) in TAMPER.items():
         write_cheat_task(tasks, name, script, test_sh=TEST_SH, environment=OFFLINE)
@@ -95,8 +103,7 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> Played:
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "AGENTCOMPASS_CHEAT_TOKEN": "s3cr3t-t0ken"},
         check=False,
     )
-    assert "INTERNALERROR" not in done.stdout + done.stderr, done.stdout[-3000:] + done.stderr[-3000:]
-    return Played(root)
+    return {"stdout": done.stdout, "stderr": done.stderr}
 
 
 def _checks(detail: dict[str, Any]) -> dict[str, list[str]]:

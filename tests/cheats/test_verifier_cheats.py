@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cheat_tasks import AGENT, CHEATS, FORK_BOMB, HONEST, PlayedRuns, write_cheat_task
+from cheat_tasks import AGENT, CHEATS, FORK_BOMB, HONEST, PlayedRuns, play_once, write_cheat_task
 from harbor_tasks import containers_of, docker_lines, require_images
 
 MODES = ("shared", "snapshot", "separate")
@@ -42,15 +42,23 @@ def _request(name: str, mode: str, **extra: Any) -> dict[str, Any]:
 class Played(PlayedRuns):
     """What the suite's one run left: each request's details and run directory, its output and peak RSS."""
 
-    def __init__(self, root: Path, done: subprocess.CompletedProcess[str], peak_kib: int) -> None:
+    def __init__(self, root: Path, stdout: str, stderr: str, peak_kib: int) -> None:
         super().__init__(root)
-        self.done = done
+        self.stdout = stdout
+        self.stderr = stderr
         self.peak_kib = peak_kib
 
 
 @pytest.fixture(scope="module")
 def played(tmp_path_factory: pytest.TempPathFactory) -> Played:
-    root = tmp_path_factory.mktemp("cheats")
+    root, facts = play_once(tmp_path_factory, "cheats", _play)
+    output = facts["stdout"] + facts["stderr"]
+    assert "INTERNALERROR" not in output, facts["stdout"][-3000:] + facts["stderr"][-3000:]
+    return Played(root, facts["stdout"], facts["stderr"], facts["peak_kib"])
+
+
+def _play(root: Path) -> dict[str, Any]:
+    """The one run of every cheat (see :func:`cheat_tasks.play_once`): its output and peak RSS."""
     for name, script in CHEATS.items():
         write_cheat_task(root / "tasks", name, script)
     write_cheat_task(root / "tasks", "honest-service", HONEST)
@@ -60,6 +68,8 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> Played:
     bomb["benchmark"]["params"]["path"] = "bomb"
     config = {"output_dir": "runs", "task_concurrency": 8, "requests": [*requests, bomb]}
     (root / "agentcompass.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    # ru_maxrss of children covers every child this process waited for: a peak no higher than
+    # before is an earlier child's, and says nothing of this run (0).
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider", "-q"],
@@ -70,8 +80,7 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> Played:
         check=False,
     )
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    assert "INTERNALERROR" not in done.stdout + done.stderr, done.stdout[-3000:] + done.stderr[-3000:]
-    return Played(root, done, peak if peak > before else 0)
+    return {"stdout": done.stdout, "stderr": done.stderr, "peak_kib": peak if peak > before else 0}
 
 
 def _checks(detail: dict[str, Any]) -> dict[str, list[str]]:

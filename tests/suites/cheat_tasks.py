@@ -15,10 +15,15 @@ whether its tests came baked into its image) in ``/logs/verifier``.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 #: The agent's image: Debian bookworm with python3, pytest and bash (built offline, see scripts/).
 TASK_DOCKERFILE = "FROM python:3.12-slim\nWORKDIR /app\n"
@@ -226,3 +231,26 @@ class PlayedRuns:
     def detail(self, request: str, task: str) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((self.run_dir(request) / "details" / f"{task}.json").read_text())
         return data
+
+
+def play_once(
+    tmp_path_factory: pytest.TempPathFactory, name: str, play: Callable[[Path], dict[str, Any]]
+) -> tuple[Path, dict[str, Any]]:
+    """``play(root)`` run once per test session: its root, and the JSON facts it returned, for every xdist worker.
+
+    xdist's load scheduling (``-n 2``) may hand tests of one module to both workers; a
+    module fixture then played the whole run in each, twice the Docker work on a
+    two-core machine. The workers share the parent of their base temp directories:
+    the first to take the lock plays there, the others wait and read what it left.
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root, facts = shared / name, shared / name / "played.json"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if play raises
+        if not facts.exists():
+            if root.exists():
+                pytest.fail(f"the {name} run of another worker failed before it finished (see its error)")
+            root.mkdir()
+            facts.write_text(json.dumps(play(root)))
+    return root, json.loads(facts.read_text())

@@ -21,7 +21,7 @@ from ..models.usage import sum_usage
 from ..vocabulary.types import RunResult, RunStatus, TaskSpec, TaskState
 from .context import RequestContext
 from .integrity import findings, flagged
-from .store import read_json
+from .store.details import read_detail_file
 from .task import TaskOutcome
 from .user_code import call_user
 
@@ -160,11 +160,13 @@ class StoredResults(Sequence[RunResult]):
     @staticmethod
     def _load(outcome: TaskOutcome) -> RunResult:
         if outcome.detail_path is not None:
-            try:
-                return RunResult.from_dict(read_json(outcome.detail_path))
-            except (OSError, ValueError):
-                pass  # fall back to what is in memory
-        return outcome.result
+            detail = read_detail_file(outcome.detail_path)
+            if detail is not None:
+                try:
+                    return RunResult.from_dict(detail)
+                except (TypeError, ValueError):  # not a result this plugin wrote (a field of another type)
+                    pass
+        return outcome.result  # what is in memory
 
 
 def checked_metrics(metrics: Any) -> dict[str, Any]:

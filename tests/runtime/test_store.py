@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from pytest_agentcompass import ExecutionPlan
+from pytest_agentcompass import ExecutionPlan, RunResult, TaskSpec
 from pytest_agentcompass.runtime.store import RunStore, copy_details, iter_runs, read_run_info_head
 from pytest_agentcompass.runtime.store import details as details_module
+from pytest_agentcompass.runtime.summary import StoredResults
+from pytest_agentcompass.runtime.task import TaskOutcome
 
 
 def _plan(task_id: str, attempt: int, mode: str = "none") -> ExecutionPlan:
@@ -146,6 +148,30 @@ def test_the_details_a_run_holds_as_every_reader_sees_them(tmp_path: Path) -> No
     assert store.read_detail("d") is None and store.read_detail("e") is None and store.read_detail("z") is None
     assert store.has_detail("d") and not store.has_detail("z")
     assert [d["task_id"] for d in store.iter_details()] == ["a", "b", "c"]
+
+
+def test_results_read_back_for_the_aggregate_fall_back_to_memory_for_a_detail_that_is_no_result(
+    tmp_path: Path,
+) -> None:
+    # The aggregate reads each task's result back from its detail, one at a time. A detail
+    # replaced since it was written (a list, a record of another shape, a file gone) must not
+    # end the request with a traceback: the result the run holds in memory counts instead.
+    store = RunStore(tmp_path)
+    outcomes = []
+    for task_id in ("ok", "list", "shape", "gone"):
+        path = store.save_partial_result(task_id, {"task_id": task_id, "score": 1.0, "output": "on disk"})
+        result = RunResult(task_id, output="in memory", score=0.5)
+        outcomes.append(TaskOutcome(request="r", task=TaskSpec(task_id), result=result, passed=True, detail_path=path))
+    (tmp_path / "details" / "list.json").write_text("[1, 2]")
+    (tmp_path / "details" / "shape.json").write_text('{"output": "no task id"}')
+    (tmp_path / "details" / "gone.json").unlink()
+    results = StoredResults(outcomes)
+    assert [(r.task_id, r.output, r.score) for r in results] == [
+        ("ok", "on disk", 1.0),
+        ("list", "in memory", 0.5),
+        ("shape", "in memory", 0.5),
+        ("gone", "in memory", 0.5),
+    ]
 
 
 def test_carried_over_details_are_copied_byte_for_byte_and_told_apart(tmp_path: Path) -> None:

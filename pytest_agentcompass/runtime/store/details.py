@@ -29,7 +29,7 @@ from typing import Any
 from .page_records import PageRecords, packed, page_record
 from .writing import FileWriter, read_json
 
-__all__ = ["DETAILS", "KEEP_WRITTEN_CHARS", "DetailFiles", "holds_details"]
+__all__ = ["DETAILS", "KEEP_WRITTEN_CHARS", "DetailFiles", "holds_details", "read_detail_file"]
 
 #: The folder of a run directory that holds one detail record per task.
 DETAILS = "details"
@@ -38,6 +38,16 @@ DETAILS = "details"
 #: ten thousand ordinary details are a few megabytes, while agent trajectories can make gigabytes,
 #: past what one xdist message carries (2 GiB) and twice in memory while it is sent.
 KEEP_WRITTEN_CHARS = 64 * 2**20
+
+
+def read_detail_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The record in the detail file at ``path`` (a detail's place as the store gave it, e.g. an
+    outcome's ``detail_path``); ``None`` when there is none, or it is not one (cut short by a kill)."""
+    try:
+        detail = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return detail if isinstance(detail, dict) else None
 
 
 def holds_details(run_dir: str | os.PathLike[str]) -> bool:
@@ -105,11 +115,7 @@ class DetailFiles(FileWriter):
 
     def read_detail(self, task_id: str) -> dict[str, Any] | None:
         """The detail record of ``task_id``; ``None`` when there is none, or it is not one (cut short by a kill)."""
-        try:
-            detail = read_json(self.detail_file(task_id))
-        except (OSError, ValueError):
-            return None
-        return detail if isinstance(detail, dict) else None
+        return read_detail_file(self.detail_file(task_id))
 
     def has_detail(self, task_id: str) -> bool:
         """Whether ``task_id`` has a detail here (a task that ended), without reading it."""

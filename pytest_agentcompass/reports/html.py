@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..runtime.store.details import detail_place
 from ..runtime.store.files import RunStore, read_run_info_head
 from ..runtime.store.page_records import Cut, PageRecords
 from .baseline import Baseline, compare, read_run_tasks, state_of
@@ -287,7 +288,7 @@ class _Page:
         self.details = []
 
     def _detail(self, run_dir: Path, task_id: str, detail: Mapping[str, Any], found: list[str]) -> str:
-        link = f"{self._run_link(run_dir)}details/{task_id}.json"
+        link = self._run_link(run_dir) + detail_place(task_id)  # task ids are safe in a link (checked at load)
         if self.spent >= PAGE_BUDGET:
             omitted = {"detail": link, "omitted": "details omitted to keep the page small: open the detail record"}
             return _json({**omitted, "integrity": found[:20]} if found else omitted)

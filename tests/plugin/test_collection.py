@@ -114,7 +114,8 @@ def test_collect_only_imports_no_run_machinery(pytester: pytest.Pytester, trace:
         import sys
         def pytest_collection_finish(session):
             names = ("runtime.orchestrator", "runtime.request", "runtime.runtimes", "runtime.driver",
-                     "runtime.store.files", "runtime.summary", "reports.html", "config.model_params")
+                     "runtime.store.files", "runtime.store.details", "runtime.summary", "reports.html",
+                     "config.model_params")
             loaded = [n for n in names if "pytest_agentcompass." + n in sys.modules]
             print("RUN MACHINERY LOADED:", loaded)
         """

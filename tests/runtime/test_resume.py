@@ -119,29 +119,35 @@ def test_carry_over_latest_skips_finished_tasks(pytester: pytest.Pytester, trace
     assert json.loads((second / "run_info.json").read_text())["carried_over_from"] == str(first)
 
 
-def test_a_detail_that_is_json_but_no_record_reads_as_a_task_not_done(pytester: pytest.Pytester, trace: Path) -> None:
-    # A file in details/ that holds a list (edited by hand, or not this plugin's) is no result,
-    # whether the run is resumed or carried over: the task runs again, the session ends normally.
+def test_a_detail_that_is_no_record_reads_as_a_task_not_done(pytester: pytest.Pytester, trace: Path) -> None:
+    # A file in details/ that holds a list, or a record with a status no result has (edited by
+    # hand, or forged with the right fingerprint), is no result, whether the run is resumed or
+    # carried over: the task runs again, the session ends normally.
     write_config(pytester, [tracing_request("r", trace, n=3)])
     pytester.runpytest("--agentcompass=agentcompass.yaml").assert_outcomes(passed=3)
     (first,) = run_dirs(pytester)
     (first / "details" / "t1.json").write_text("[1, 2]")
+    forged = json.loads((first / "details" / "t0.json").read_text())
+    (first / "details" / "t0.json").write_text(json.dumps({**forged, "status": "bogus"}))
     trace.unlink()
     result = pytester.runpytest("--agentcompass=agentcompass.yaml", "--agentcompass-carry-over=latest")
     result.assert_outcomes(passed=3)
-    assert [e["task"] for e in read_trace(trace) if e["event"] == "run_task"] == ["t1"]
-    result.stdout.fnmatch_lines([f"  note: 1 detail(s) in {first} not carried over*"])
+    assert sorted(e["task"] for e in read_trace(trace) if e["event"] == "run_task") == ["t0", "t1"]
+    result.stdout.fnmatch_lines([f"  note: 2 detail(s) in {first} not carried over*"])
 
     _, second = run_dirs(pytester)
     (second / "details" / "t2.json").write_text('"done"')
+    forged = json.loads((second / "details" / "t1.json").read_text())
+    (second / "details" / "t1.json").write_text(json.dumps({**forged, "status": "bogus"}))
     info = json.loads((second / "run_info.json").read_text())
     (second / "run_info.json").write_text(json.dumps({**info, "status": "timeout"}))  # resumable
     trace.unlink()
     result = pytester.runpytest("--agentcompass=agentcompass.yaml")
     result.assert_outcomes(passed=3)
-    assert [e["task"] for e in read_trace(trace) if e["event"] == "run_task"] == ["t2"]
+    assert sorted(e["task"] for e in read_trace(trace) if e["event"] == "run_task") == ["t1", "t2"]
     assert len(run_dirs(pytester)) == 2, "resumed in place"
     assert details(second)["t2"]["task_id"] == "t2", "the resumed run wrote the task's record again"
+    assert details(second)["t1"]["status"] == "scored"
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 

@@ -140,12 +140,13 @@ def test_the_details_a_run_holds_as_every_reader_sees_them(tmp_path: Path) -> No
     details = store.run_dir / "details"
     (details / "d.json").write_text('{"task_id": "d"')  # cut short by a kill
     (details / "e.json").write_text("[1, 2]")  # JSON, but no record
+    (details / "g.json").write_text('{"task_id": "g", "status": "passed-honest"}')  # a status no result has
+    (details / "h.json").write_text('{"task_id": ["h"]}')  # no task id
     (details / ".f.json.123-ab-1.tmp").write_text("{}")  # a killed writer's temporary name
-    (details / ".hidden.json").write_text("{}")
     assert details_module.holds_details(store.run_dir)
-    assert store.detail_ids() == ["a", "b", "c", "d", "e"]
+    assert store.detail_ids() == ["a", "b", "c", "d", "e", "g", "h"]
     assert store.read_detail("a") == {"task_id": "a", "score": 1.0}
-    assert store.read_detail("d") is None and store.read_detail("e") is None and store.read_detail("z") is None
+    assert [task_id for task_id in "deghz" if store.read_detail(task_id) is not None] == []
     assert store.has_detail("d") and not store.has_detail("z")
     assert [d["task_id"] for d in store.iter_details()] == ["a", "b", "c"]
 

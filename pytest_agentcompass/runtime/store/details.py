@@ -2,9 +2,10 @@
 
 ``details/<task>.json``, the layout the AgentCompass run directory defines.
 Every reader (resume, carry-over, an xdist worker's check of what the owner
-recorded, the controller's finalization, the page, baselines, gates, the
-Ctrl-C report) goes through :class:`DetailFiles` or :func:`holds_details`;
-none opens or lists the folder itself, so where a detail lives is decided here.
+recorded, the controller's finalization, the aggregate's read-back, the page,
+baselines, gates, the Ctrl-C report) goes through :class:`DetailFiles` or the
+functions below; none opens or lists the folder itself, and the page links a
+detail at :func:`detail_place`, so where a detail lives is decided here.
 
 A detail is written in place, not through a temporary name (see
 ``FileWriter._write_in_place``): half a detail is not JSON, and every reader
@@ -26,10 +27,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ...vocabulary.types import RunStatus
 from .page_records import PageRecords, packed, page_record
 from .writing import FileWriter, read_json
 
-__all__ = ["DETAILS", "KEEP_WRITTEN_CHARS", "DetailFiles", "holds_details", "read_detail_file"]
+__all__ = ["DETAILS", "KEEP_WRITTEN_CHARS", "DetailFiles", "detail_place", "holds_details", "read_detail_file"]
 
 #: The folder of a run directory that holds one detail record per task.
 DETAILS = "details"
@@ -40,14 +42,32 @@ DETAILS = "details"
 KEEP_WRITTEN_CHARS = 64 * 2**20
 
 
+#: The statuses a record may hold (a result's ``RunStatus``).
+_STATUSES = frozenset(RunStatus)
+
+
 def read_detail_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The record in the detail file at ``path`` (a detail's place as the store gave it, e.g. an
-    outcome's ``detail_path``); ``None`` when there is none, or it is not one (cut short by a kill)."""
+    outcome's ``detail_path``); ``None`` when there is none, or it is not one.
+
+    Not one: cut short by a kill (not JSON), or JSON this plugin never wrote
+    (not an object, no task id, a status no result has; edited by hand, or
+    forged): every reader then takes the task for not done, and resume or
+    carry-over runs it again instead of failing the request.
+    """
     try:
         detail = read_json(path)
     except (OSError, ValueError):
         return None
-    return detail if isinstance(detail, dict) else None
+    if type(detail) is not dict or type(detail.get("task_id")) is not str:
+        return None
+    status = detail.get("status", RunStatus.COMPLETED.value)
+    return detail if type(status) is str and status in _STATUSES else None
+
+
+def detail_place(task_id: str) -> str:
+    """Where the detail of ``task_id`` lies inside its run directory, ``/``-separated (the page's links)."""
+    return f"{DETAILS}/{task_id}.json"
 
 
 def holds_details(run_dir: str | os.PathLike[str]) -> bool:
@@ -105,11 +125,9 @@ class DetailFiles(FileWriter):
     # -- reading -------------------------------------------------------
     def detail_ids(self) -> list[str]:
         """The ids of the tasks this run holds a detail of (readable or not), sorted as strings
-        (``Path`` sorting was measurable). A temporary or hidden name is none."""
+        (``Path`` sorting was measurable). A writer's temporary name (``.<task>.json.<tag>.tmp``) is none."""
         try:
-            return sorted(
-                e.name[:-5] for e in os.scandir(self._details) if e.name.endswith(".json") and e.name[0] != "."
-            )
+            return sorted(e.name[:-5] for e in os.scandir(self._details) if e.name.endswith(".json"))
         except OSError:  # no details yet
             return []
 

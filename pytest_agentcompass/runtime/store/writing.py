@@ -1,6 +1,6 @@
 """Writing a run directory's files: whole, through a temporary name and a rename, or in place.
 
-The plumbing under :class:`~.files.RunStore` (which decides what goes where):
+The plumbing under :class:`~.files.RunStore` and :class:`~.details.DetailFiles` (which decide what goes where):
 plain ``os`` calls on ``str`` paths, each folder made once.
 """
 

@@ -93,22 +93,19 @@ def read_run_tasks(run_dir: Path) -> tuple[str, dict[str, Known]]:
         }
         return str(summary.get("request") or run_dir.parent.name), tasks
     # Here, not at the top: the plugin loads this module at configuration, the store's writers only to run.
-    from ..runtime.store.details import holds_details
-    from ..runtime.store.files import RunStore
+    from ..runtime.store.details import DetailFiles, holds_details
 
     if not holds_details(run_dir):
         raise BaselineError(f"{run_dir}: not a run directory (no summary.json and no details/ folder)")
     tasks = {}
     name = run_dir.parent.name
-    store = RunStore(run_dir)
+    store = DetailFiles(run_dir)
     for task_id in store.detail_ids():
         detail = store.read_detail(task_id)
         if detail is None:  # cut short by a kill: a task not done
             continue
         status = str(detail.get("status", ""))
-        tasks[str(detail.get("task_id", task_id))] = Known(
-            state_of(status, bool(detail.get("passed"))), status, detail.get("score")
-        )
+        tasks[detail["task_id"]] = Known(state_of(status, bool(detail.get("passed"))), status, detail.get("score"))
         name = str(detail.get("request") or name)
     return name, tasks
 

@@ -22,8 +22,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..runtime.store.details import detail_place
-from ..runtime.store.files import RunStore, read_run_info_head
+from ..runtime.store.details import DetailFiles, detail_place
+from ..runtime.store.files import read_run_info_head
 from ..runtime.store.page_records import Cut, PageRecords
 from .baseline import Baseline, compare, read_run_tasks, state_of
 from .html_blocks import clip as _clip
@@ -169,7 +169,7 @@ def page_chunks(
 
 
 def _count_details(run_dir: Path) -> int:
-    return len(RunStore(run_dir).detail_ids())
+    return len(DetailFiles(run_dir).detail_ids())
 
 
 class _Page:
@@ -199,7 +199,7 @@ class _Page:
         details: Iterable[Mapping[str, Any]]
         texts: list[str] | None = []
         if known is None:
-            details = _read_details(RunStore(run_dir), order)
+            details = _read_details(DetailFiles(run_dir), order)
         else:
             last = len(order)
 
@@ -420,7 +420,7 @@ def _existing_file(run_dir: Path, value: Any) -> Path | None:
     return None
 
 
-def _read_details(store: RunStore, order: Mapping[str, int]) -> list[dict[str, Any]]:
+def _read_details(store: DetailFiles, order: Mapping[str, int]) -> list[dict[str, Any]]:
     """The run's readable details in the summary's task order, then by task id: read in the order shown."""
     last = len(order)
     ids = sorted(store.detail_ids(), key=lambda task_id: (order.get(task_id, last), task_id))

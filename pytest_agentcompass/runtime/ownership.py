@@ -34,6 +34,7 @@ from .store import (
     record_killed,
     release_run_dir,
 )
+from .store.details import DetailFiles
 from .task import TaskOutcome, outcome_from_detail
 
 __all__ = ["OwnRun", "RequestView", "RunRole", "SharedRun", "claim", "join"]
@@ -284,7 +285,7 @@ class SharedRun:
 
     resumed: bool = field(default=False, init=False)
     #: The owner's ``carry_over`` source, read once from ``run_info.json`` (False: none).
-    _source: RunStore | Literal[False] | None = field(default=None, init=False, repr=False)
+    _source: DetailFiles | Literal[False] | None = field(default=None, init=False, repr=False)
 
     async def sweep(self, request: RequestView) -> None:
         return None  # the owner swept before it opened the run
@@ -311,7 +312,7 @@ class SharedRun:
         if self._source is None:
             info = request.store.read_run_info()
             source = info.get("carried_over_from") or info.get("reused_from")  # its name in runs made by 0.1
-            self._source = RunStore(Path(source)) if source else False
+            self._source = DetailFiles(Path(source)) if source else False
         if self._source is False:
             return False
         return request.store.same_detail(self._source, task_id)

@@ -160,12 +160,9 @@ class StoredResults(Sequence[RunResult]):
     @staticmethod
     def _load(outcome: TaskOutcome) -> RunResult:
         if outcome.detail_path is not None:
-            detail = read_detail_file(outcome.detail_path)
+            detail = read_detail_file(outcome.detail_path)  # None unless a record from_dict takes
             if detail is not None:
-                try:
-                    return RunResult.from_dict(detail)
-                except (TypeError, ValueError):  # not a result this plugin wrote (a field of another type)
-                    pass
+                return RunResult.from_dict(detail)
         return outcome.result  # what is in memory
 
 

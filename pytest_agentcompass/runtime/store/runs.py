@@ -20,7 +20,7 @@ from typing import Any
 from ...concurrency.flock import try_lock
 from ...vocabulary.errors import AgentCompassError
 from ...vocabulary.types import RequestState
-from .details import holds_details
+from .details import DetailFiles, holds_details
 from .files import RUN_INFO, RunStore, read_run_info_head
 from .run_ids import new_run_id, now
 
@@ -224,7 +224,7 @@ def copy_details(
     Returns ``(copied, skipped)``; unreadable details count as skipped.
     """
     copied = skipped = 0
-    earlier = RunStore(source)
+    earlier = DetailFiles(source)
     for task_id in earlier.detail_ids():
         if not wanted(task_id):
             continue

@@ -34,6 +34,40 @@ collect_ignore = ["suites"]
 TRACING = f"{SUITES / 'tracing.py'}"
 sys.path.insert(0, str(SUITES))
 
+#: Test folders in the order ``-n 2`` hands their tests out: those holding the longest single tests
+#: first (a cheat suite's Docker run, an agent install), the many short ones last. In file order
+#: the suite ended on one worker's 20-second tests while the other had nothing left to take.
+FOLDER_ORDER = (
+    "cheats",
+    "agents",
+    "benchmarks",
+    "examples",
+    "plugin",
+    "runtime",
+    "environments",
+    "gateway",
+    "harnesses",
+    "reports",
+    "package",
+    "config",
+    "extensions",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the tests by :data:`FOLDER_ORDER` (a stable sort: a folder's own order is kept, and with
+    it each module's fixtures)."""
+    tests = Path(__file__).parent
+    rank = {name: index for index, name in enumerate(FOLDER_ORDER)}
+
+    def folder(item: pytest.Item) -> int:
+        try:
+            return rank.get(item.path.relative_to(tests).parts[0], len(rank))
+        except ValueError:  # not under tests/
+            return len(rank)
+
+    items.sort(key=folder)
+
 
 def tracing_request(
     name: str,

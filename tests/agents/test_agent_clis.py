@@ -151,18 +151,23 @@ def _id(image: str) -> str:
     return docker("image", "inspect", image, "--format", "{{.Id}}")
 
 
-def test_ten_tasks_on_two_workers_install_the_agent_once_and_the_next_run_installs_nothing(
+def test_tasks_on_two_workers_install_the_agent_once_and_the_next_run_installs_nothing(
     pytester: pytest.Pytester,
     agent_packages: Path,
     server: ScriptedServer,
     monkeypatch: pytest.MonkeyPatch,
     fresh_image: str,
 ) -> None:
-    for index in range(10):
+    """Four tasks on a new image, two per worker and all at once: both workers need the agent's image
+    while neither has it, and one install serves them all; a later run finds it and installs nothing."""
+    for index in range(4):
         agent_task(pytester.path / "tasks", f"hello-{index}", fresh_image)
-    write_config(pytester, [request("claude-code", server, agent_packages)], task_concurrency=5)
+    write_config(pytester, [request("claude-code", server, agent_packages)], task_concurrency=2)
     offline(monkeypatch)
-    pytester.runpytest(*RUN, "-n", "2").assert_outcomes(passed=10)
+    result = pytester.runpytest(*RUN, "-n", "2", "-v")
+    result.assert_outcomes(passed=4)
+    ran_on = {line.split()[0] for line in result.outlines if line.startswith("[gw") and "PASSED" in line}
+    assert ran_on == {"[gw0]", "[gw1]"}  # both workers ran tasks
     first = details(pytester.path, "claude-code")
     installs = [d for d in first if d["metadata"]["agent_install"]["installed"]]
     assert len(installs) == 1
@@ -175,7 +180,7 @@ def test_ten_tasks_on_two_workers_install_the_agent_once_and_the_next_run_instal
     assert docker("ps", "-aq", "--filter", "label=agentcompass.purpose=agent-install", "--filter",
                   f"label=agentcompass.run={run.name}") == ""  # fmt: skip
 
-    pytester.runpytest(*RUN, "--agentcompass-new-run", "-k", "hello-0 or hello-1").assert_outcomes(passed=2)
+    pytester.runpytest(*RUN, "--agentcompass-new-run", "-k", "hello-0").assert_outcomes(passed=1)
     assert not [d for d in details(pytester.path, "claude-code") if d["metadata"]["agent_install"]["installed"]]
 
 
@@ -184,13 +189,15 @@ def test_codex_leaves_nothing_running_for_a_shared_verifier(
     agent_packages: Path,
     server: ScriptedServer,
     monkeypatch: pytest.MonkeyPatch,
-    fresh_image: str,
 ) -> None:
     """codex 0.171 syncs its curated plugins with ``git ls-remote`` in the background unless the
     harness's config.toml turns plugins off. The task's git never answers (as one reaching for
-    github.com through a network that drops it), so a sync would still run when the verifier starts."""
+    github.com through a network that drops it), so a sync would still run when the verifier starts.
+
+    The task's image and codex's install into it stay in the engine, as the other tasks' do: a later
+    session finds them (the install itself is the business of the test above)."""
     stuck_git = "RUN printf '#!/bin/sh\\nsleep 600\\n' > /usr/bin/git && chmod +x /usr/bin/git\n"
-    agent_task(pytester.path / "tasks", dockerfile_extra=fresh_image + stuck_git)
+    agent_task(pytester.path / "tasks", dockerfile_extra=stuck_git)
     write_config(pytester, [request("codex", server, agent_packages, integrity="strict")])
     offline(monkeypatch)
     pytester.runpytest(*RUN).assert_outcomes(passed=1)

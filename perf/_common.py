@@ -38,6 +38,7 @@ class Measurement:
     peak_rss_mb: float
     returncode: int
     tail: str
+    machine_cpu_seconds: float = 0.0  # the whole machine's meanwhile (see machine_cpu_seconds())
 
 
 def describe_filesystem(path: Path) -> str:
@@ -90,6 +91,23 @@ def file_creation_cost(path: Path, files: int = 200) -> float:
     return spent / files * 1e6
 
 
+def machine_cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent so far (``/proc/stat``: user, nice, system, irq, softirq).
+
+    The only figure that holds a Docker engine's work: the daemon, the shims and
+    ``runc`` of every container, the containers' own processes and the kernel's
+    mounts. It also holds whatever else runs, so read it on a quiet machine, per
+    side, over the same rounds. 0.0 where ``/proc/stat`` is not readable.
+    """
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:8]]
+    except (OSError, ValueError):
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq = fields
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def child_env() -> dict[str, str]:
     """The children's environment: as a user's install has it, with bytecode caches.
 
@@ -112,6 +130,7 @@ def plugin_cmd(*args: str) -> list[str]:
 
 def measure(cmd: list[str], cwd: Path) -> Measurement:
     """Wall time and peak RSS of one child process (``ru_maxrss`` of that child alone)."""
+    machine = machine_cpu_seconds()
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
@@ -121,7 +140,8 @@ def measure(cmd: list[str], cwd: Path) -> Measurement:
     proc.returncode = os.waitstatus_to_exitcode(status)
     cpu = usage.ru_utime + usage.ru_stime
     tail = out.strip().splitlines()[-1] if out else ""
-    return Measurement(elapsed, cpu, usage.ru_maxrss / 1024, proc.returncode, tail)
+    machine = machine_cpu_seconds() - machine
+    return Measurement(elapsed, cpu, usage.ru_maxrss / 1024, proc.returncode, tail, machine)
 
 
 def write_plain_suite(root: Path, n: int) -> None:

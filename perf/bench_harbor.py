@@ -14,7 +14,17 @@ engine wall time says little, so both sides also count their requests to the
 engine per attempt (``COUNT_CALLS``: every HTTP request the SDK sends, by
 kind), which does not depend on the load.
 
-    python perf/bench_harbor.py --n 20 --repeat 5 [--concurrency 10]
+``--base`` takes the task image from another base (the busybox test image by
+default, on which the engine's work is nearly free): on a Debian-sized base,
+``docker diff`` (the integrity check's, one per attempt) walks the whole root
+file system, as overlay2 computes it. ``--bare-integrity`` makes the bare
+script also send the integrity check's requests (the diff, two process
+listings, pause and unpause, the read-back of ``/tests``), so the ratio shows
+the plugin's own cost beside that of tamper evidence. Each side's machine CPU
+(``/proc/stat``: the engine, its shims and the containers included) is printed
+per attempt; read it on a quiet machine.
+
+    python perf/bench_harbor.py --n 20 --repeat 5 [--concurrency 10] [--base python:3.12-slim] [--bare-integrity]
 """
 
 from __future__ import annotations
@@ -41,10 +51,10 @@ timeout_sec = 60.0
 [agent]
 timeout_sec = 60.0
 """
-DOCKERFILE = """FROM agentcompass-busybox:test
-RUN printf '#!/bin/sh\\nexec /bin/sh "$@"\\n' > /bin/bash && chmod 755 /bin/bash
-WORKDIR /app
-"""
+BUSYBOX = "agentcompass-busybox:test"
+#: The task image: ``{base}``, with a ``bash`` that is BusyBox's ``sh`` when the base has no bash.
+DOCKERFILE = "FROM {base}\n{bash}WORKDIR /app\n"
+BASH_SHIM = "RUN printf '#!/bin/sh\\nexec /bin/sh \"$@\"\\n' > /bin/bash && chmod 755 /bin/bash\n"
 SOLVE = "#!/bin/bash\necho 'Hello, world!' > hello.txt\n"
 TEST = """#!/bin/bash
 if [ "$(cat /app/hello.txt)" = "Hello, world!" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
@@ -78,7 +88,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import docker
 
-tag, root, concurrency = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+tag, root, concurrency, integrity = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 client = docker.from_env(max_pool_size=max(10, concurrency))
 
 def put(container, source, target):
@@ -99,9 +109,19 @@ def attempt(task):
         run(c, ["sh", "-c", "mkdir -p /logs/verifier /logs/agent /logs/artifacts && chmod 777 /logs/*"])
         put(c, task / "solution", "/solution")
         run(c, ["bash", "/solution/solve.sh"])
+        if integrity:  # what the plugin asks before staging the verifier (shared mode)
+            c.diff()
+            c.top(ps_args="-o pid,ppid,stat,args")
         run(c, ["sh", "-c", "rm -rf /logs/verifier && mkdir -p /logs/verifier && rm -rf /tests"])
+        if integrity:  # the plugin stages /tests with the container's processes paused
+            c.pause()
         put(c, task / "tests", "/tests")
+        if integrity:
+            c.unpause()
         run(c, ["bash", "/tests/test.sh"])
+        if integrity:  # ... and after the verifier: what ran, and whether /tests is still the task's
+            c.top(ps_args="-o pid,ppid,stat,args")
+            b"".join(c.get_archive("/tests")[0])
         chunks, _ = c.get_archive("/logs/verifier/reward.txt")
         with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
             passed = float(tar.extractfile(tar.next()).read()) == 1.0
@@ -119,7 +139,7 @@ sys.exit(0 if passed == len(tasks) else 1)
 """
 
 
-def write_tasks(root: Path, n: int, concurrency: int) -> None:
+def write_tasks(root: Path, n: int, concurrency: int, base: str) -> None:
     marker = uuid.uuid4().hex
     for i in range(n):
         task = root / "tasks" / f"task-{i:03d}"
@@ -127,7 +147,9 @@ def write_tasks(root: Path, n: int, concurrency: int) -> None:
             (task / sub).mkdir(parents=True)
         (task / "task.toml").write_text(TASK_TOML)
         (task / "instruction.md").write_text("Write hello.txt.\n")
-        (task / "environment" / "Dockerfile").write_text(DOCKERFILE)
+        (task / "environment" / "Dockerfile").write_text(
+            DOCKERFILE.format(base=base, bash=BASH_SHIM if base == BUSYBOX else "")
+        )
         # A context of its own: the first run really builds, and removing the image disturbs nobody.
         (task / "environment" / "bench.txt").write_text(marker)
         (task / "tests" / "test.sh").write_text(TEST)
@@ -167,6 +189,10 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20, help="tasks per run")
     parser.add_argument("--repeat", type=int, default=5, help="alternating rounds")
     parser.add_argument("--concurrency", type=int, default=1, help="attempts at once, on both sides")
+    parser.add_argument("--base", default=BUSYBOX, help="the task image's base (one with bash, unless the default)")
+    parser.add_argument(
+        "--bare-integrity", action="store_true", help="the bare script also sends the integrity check's requests"
+    )
     args = parser.parse_args()
     import docker
 
@@ -177,7 +203,9 @@ def main() -> None:
     tag = ""
     try:
         load_time(root, 1000)
-        write_tasks(root, args.n, args.concurrency)
+        write_tasks(root, args.n, args.concurrency, args.base)
+        extra = "with" if args.bare_integrity else "without"
+        print(f"task image from {args.base}; the bare side {extra} the integrity check's requests")
         tag = image_tag(docker.from_env(), root / "tasks" / "task-000" / "environment")
         plugin_run = plugin_cmd()
         first = measure(plugin_run, root)  # builds the image: the cold run
@@ -187,7 +215,8 @@ def main() -> None:
         pairs: list[tuple[Measurement, Measurement]] = []
         for _ in range(args.repeat):
             os.environ["COUNT_CALLS"] = str(root / "bare-calls.json")
-            bare = measure([sys.executable, "bare.py", tag, "tasks", str(args.concurrency)], root)
+            integrity = "1" if args.bare_integrity else "0"
+            bare = measure([sys.executable, "bare.py", tag, "tasks", str(args.concurrency), integrity], root)
             os.environ["COUNT_CALLS"] = str(root / "plugin-calls.json")
             plugin = measure(plugin_run, root)
             for name, run in (("bare SDK", bare), ("agentcompass", plugin)):
@@ -205,12 +234,18 @@ def main() -> None:
         plugin_wall = statistics.median(p.seconds for _, p in pairs)
         bare_cpu = statistics.median(b.cpu_seconds for b, _ in pairs)
         plugin_cpu = statistics.median(p.cpu_seconds for _, p in pairs)
+        bare_machine = statistics.median(b.machine_cpu_seconds for b, _ in pairs) / args.n
+        plugin_machine = statistics.median(p.machine_cpu_seconds for _, p in pairs) / args.n
         print(f"pairwise ratios: {', '.join(f'{r:.2f}' for r in ratios)}")
         print(f"median ratio over {len(ratios)} round(s): {statistics.median(ratios):.2f}x")
         print(
             f"medians: bare {bare_wall:.2f}s, plugin (cached run) {plugin_wall:.2f}s -> "
             f"{plugin_wall / bare_wall:.2f}x; per attempt bare {bare_wall / args.n * 1000:.0f} ms, "
             f"plugin {plugin_wall / args.n * 1000:.0f} ms; CPU bare {bare_cpu:.2f}s, plugin {plugin_cpu:.2f}s"
+        )
+        print(
+            f"machine CPU per attempt (engine and containers included): bare {bare_machine * 1000:.0f} ms, "
+            f"plugin {plugin_machine * 1000:.0f} ms -> {plugin_machine / max(bare_machine, 1e-9):.2f}x"
         )
     finally:
         if tag:  # the image of this run's own context: nobody else uses it

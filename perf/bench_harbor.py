@@ -18,9 +18,11 @@ kind), which does not depend on the load.
 default, on which the engine's work is nearly free): on a Debian-sized base,
 ``docker diff`` (the integrity check's, one per attempt) walks the whole root
 file system, as overlay2 computes it. ``--bare-integrity`` makes the bare
-script also send the integrity check's requests (the diff, two process
-listings, pause and unpause, the read-back of ``/tests``), so the ratio shows
-the plugin's own cost beside that of tamper evidence. Each side's machine CPU
+script also send the integrity check's requests (a process listing as the
+container starts; before staging the verifier the diff, an inspect for the
+container's environment and a second listing; pause and unpause around
+staging ``/tests``; its read-back after the verifier), so the ratio shows the
+plugin's own cost beside that of tamper evidence. Each side's machine CPU
 (``/proc/stat``: the engine, its shims and the containers included) is printed
 per attempt; read it on a quiet machine.
 
@@ -106,11 +108,14 @@ def attempt(task):
                                  working_dir="/app", labels={"agentcompass-bench": "bare"}, network_mode="bridge")
     try:
         c.start()
+        if integrity:  # the plugin notes the runner's own processes as the container starts
+            c.top(ps_args="-o pid,ppid,stat,args")
         run(c, ["sh", "-c", "mkdir -p /logs/verifier /logs/agent /logs/artifacts && chmod 777 /logs/*"])
         put(c, task / "solution", "/solution")
         run(c, ["bash", "/solution/solve.sh"])
         if integrity:  # what the plugin asks before staging the verifier (shared mode)
             c.diff()
+            client.api.inspect_container(c.id)  # the container's PATH and PYTHONPATH, for the diff's findings
             c.top(ps_args="-o pid,ppid,stat,args")
         run(c, ["sh", "-c", "rm -rf /logs/verifier && mkdir -p /logs/verifier && rm -rf /tests"])
         if integrity:  # the plugin stages /tests with the container's processes paused
@@ -119,8 +124,7 @@ def attempt(task):
         if integrity:
             c.unpause()
         run(c, ["bash", "/tests/test.sh"])
-        if integrity:  # ... and after the verifier: what ran, and whether /tests is still the task's
-            c.top(ps_args="-o pid,ppid,stat,args")
+        if integrity:  # ... and after the verifier: whether /tests is still the task's
             b"".join(c.get_archive("/tests")[0])
         chunks, _ = c.get_archive("/logs/verifier/reward.txt")
         with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:

@@ -62,9 +62,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     def folder(item: pytest.Item) -> int:
         try:
-            return rank.get(item.path.relative_to(tests).parts[0], len(rank))
+            name = item.path.relative_to(tests).parts[0]
         except ValueError:  # not under tests/
             return len(rank)
+        if name not in rank and (tests / name).is_dir():
+            raise pytest.UsageError(
+                f"tests/{name}/ is not in FOLDER_ORDER (tests/conftest.py): add it where its slowest test belongs"
+            )
+        return rank.get(name, len(rank))
 
     items.sort(key=folder)
 

@@ -158,11 +158,12 @@ def test_tasks_on_two_workers_install_the_agent_once_and_the_next_run_installs_n
     monkeypatch: pytest.MonkeyPatch,
     fresh_image: str,
 ) -> None:
-    """Four tasks on a new image, two per worker and all at once: both workers need the agent's image
-    while neither has it, and one install serves them all; a later run finds it and installs nothing."""
+    """Four tasks on a new image, two per worker, all four holding a permit at once (``task_concurrency``
+    is run-wide): two installs wanted in each worker while neither has the image, and one install
+    serves them all; a later run finds it and installs nothing."""
     for index in range(4):
         agent_task(pytester.path / "tasks", f"hello-{index}", fresh_image)
-    write_config(pytester, [request("claude-code", server, agent_packages)], task_concurrency=2)
+    write_config(pytester, [request("claude-code", server, agent_packages)], task_concurrency=4)
     offline(monkeypatch)
     result = pytester.runpytest(*RUN, "-n", "2", "-v")
     result.assert_outcomes(passed=4)

@@ -217,9 +217,9 @@ def main() -> None:
             raise SystemExit(f"first plugin run failed: {first.tail}")
         print(f"first run (one image build, {args.n} tasks): {first.seconds:.2f}s, CPU {first.cpu_seconds:.2f}s")
         pairs: list[tuple[Measurement, Measurement]] = []
+        integrity = "1" if args.bare_integrity else "0"
         for _ in range(args.repeat):
             os.environ["COUNT_CALLS"] = str(root / "bare-calls.json")
-            integrity = "1" if args.bare_integrity else "0"
             bare = measure([sys.executable, "bare.py", tag, "tasks", str(args.concurrency), integrity], root)
             os.environ["COUNT_CALLS"] = str(root / "plugin-calls.json")
             plugin = measure(plugin_run, root)

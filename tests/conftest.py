@@ -62,10 +62,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     def folder(item: pytest.Item) -> int:
         try:
-            name = item.path.relative_to(tests).parts[0]
+            parts = item.path.relative_to(tests).parts
         except ValueError:  # not under tests/
             return len(rank)
-        if name not in rank and (tests / name).is_dir():
+        name = parts[0]
+        if name not in rank and len(parts) > 1:  # in a folder of tests/ (not a file beside conftest.py)
             raise pytest.UsageError(
                 f"tests/{name}/ is not in FOLDER_ORDER (tests/conftest.py): add it where its slowest test belongs"
             )

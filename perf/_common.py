@@ -123,9 +123,9 @@ def pytest_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *args]
 
 
-def plugin_cmd(*args: str) -> list[str]:
-    """pytest on the ``agentcompass.yaml`` of the folder it runs in, without the progress line."""
-    return pytest_cmd("--agentcompass=agentcompass.yaml", "--agentcompass-progress=off", *args)
+def plugin_cmd(*args: str, config: str = "agentcompass.yaml") -> list[str]:
+    """pytest on the ``config`` of the folder it runs in, without the progress line."""
+    return pytest_cmd(f"--agentcompass={config}", "--agentcompass-progress=off", *args)
 
 
 def measure(cmd: list[str], cwd: Path) -> Measurement:
@@ -207,19 +207,24 @@ def ab_parser(doc: str | None, concurrency: int) -> argparse.ArgumentParser:
 
 
 def alternate_checkouts(
-    root: Path, checkouts: dict[str, Path], rounds: int, extra: tuple[str, ...] = ()
+    root: Path,
+    checkouts: dict[str, Path],
+    rounds: int,
+    extra: tuple[str, ...] = (),
+    configs: dict[str, str] | None = None,
 ) -> dict[str, list[Measurement]]:
     """Rounds of plain pytest then both checkouts (which goes first alternates), each with its ``PYTHONPATH``.
 
-    ``root`` holds ``plain/`` and an ``agentcompass.yaml``; ``extra`` goes to every run (``-n 2``).
+    ``root`` holds ``plain/`` and an ``agentcompass.yaml``; ``extra`` goes to every run (``-n 2``);
+    ``configs`` names another config file in ``root`` for a checkout.
     Prints each round, then medians of wall and CPU time against plain pytest's.
     """
+    configs = configs or {}
     paths = {name: str(path.resolve()) for name, path in checkouts.items()}
     measure(pytest_cmd("--collect-only", "plain"), root)  # unmeasured: bytecode caches
     for path in paths.values():
         os.environ["PYTHONPATH"] = path
         measure(pytest_cmd("--agentcompass=agentcompass.yaml", "--collect-only"), root)
-    plugin = plugin_cmd(*extra)
     runs: dict[str, list[Measurement]] = {"plain": [], **{name: [] for name in paths}}
     names = list(paths)
     for round_ in range(rounds):
@@ -228,7 +233,7 @@ def alternate_checkouts(
         runs["plain"].append(measure(pytest_cmd("plain", *extra), root))
         for name in names if round_ % 2 == 0 else names[::-1]:
             os.environ["PYTHONPATH"] = paths[name]
-            run = measure(plugin, root)
+            run = measure(plugin_cmd(*extra, config=configs.get(name, "agentcompass.yaml")), root)
             if run.returncode != 0:
                 raise SystemExit(f"{name} failed (exit {run.returncode}): {run.tail}")
             runs[name].append(run)

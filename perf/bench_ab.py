@@ -6,7 +6,10 @@ checkout. A checkout is a folder holding ``pytest_agentcompass/``, e.g. made
 with ``git archive <commit> pytest_agentcompass | tar -x -C <folder>``. Usage::
 
     python perf/bench_ab.py --a /tmp/base --b /tmp/new --n 10000 --rounds 4 \\
-        [--dir /dev/shm] [--sync] [--junit] [--concurrency 100]
+        [--dir /dev/shm] [--sync] [--junit] [--concurrency 100] [--layout-b journal]
+
+``--layout-a``/``--layout-b`` set a side's ``execution.details_layout`` (the same
+checkout on both sides then compares the two layouts).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ def main() -> None:
     parser = ab_parser(__doc__, concurrency=64)
     parser.add_argument("--sync", action="store_true", help="sync run_task and evaluate (two thread hops per task)")
     parser.add_argument("--junit", action="store_true", help="--junitxml on every run, plain pytest's included")
+    for side in ("a", "b"):
+        parser.add_argument(f"--layout-{side}", choices=("files", "journal"), help=f"{side}'s details layout")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
@@ -30,7 +35,14 @@ def main() -> None:
         write_noop_suite(root, args.n, args.concurrency, NOOP_SYNC if args.sync else NOOP)
         write_plain_suite(root, args.n)
         extra = (f"--junitxml={root / 'junit.xml'}",) if args.junit else ()
-        runs = alternate_checkouts(root, {"a": args.a, "b": args.b}, args.rounds, extra)
+        configs = {}
+        for side, layout in (("a", args.layout_a), ("b", args.layout_b)):
+            if layout:
+                configs[side] = f"agentcompass-{side}.yaml"
+                text = (root / "agentcompass.yaml").read_text()
+                (root / configs[side]).write_text(text + f"    execution: {{details_layout: {layout}}}\n")
+                print(f"{side}: execution.details_layout: {layout}")
+        runs = alternate_checkouts(root, {"a": args.a, "b": args.b}, args.rounds, extra, configs)
         plain_cpu = statistics.median(m.cpu_seconds for m in runs["plain"])
         for name, measured in runs.items():
             cpu = statistics.median(m.cpu_seconds for m in measured)

@@ -139,6 +139,10 @@ class ExecutionSpec(_Model):
     #: Characters kept of each text field (an output, a message) in the run directory's
     #: per-task records: a longer one keeps its head and tail, and the record says so.
     max_stored_chars: int = Field(default=MAX_STORED_CHARS, ge=100)
+    #: How the run directory keeps the per-task records: ``files`` (``details/<task>.json``, the
+    #: spec's layout) or ``journal`` (``details/journal.jsonl``, one line per task: one file for
+    #: the whole run, for runs of many quick tasks). A run keeps the layout it began with.
+    details_layout: Literal["files", "journal"] = "files"
 
     @field_validator("retry_pattern_list", mode="before")
     @classmethod

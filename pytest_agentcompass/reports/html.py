@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..runtime.store.details import DetailFiles, detail_place
+from ..runtime.store.details import DetailFiles, DetailsLayout, detail_place, layout_on_disk
 from ..runtime.store.files import read_run_info_head
 from ..runtime.store.page_records import Cut, PageRecords
 from .baseline import Baseline, compare, read_run_tasks, state_of
@@ -178,6 +178,7 @@ class _Page:
     def __init__(self, link_base: Path, baseline: Baseline | None, total_tasks: int) -> None:
         self.link_base = link_base
         self._prefixes: dict[Path, str] = {}
+        self._layouts: dict[Path, DetailsLayout] = {}
         self.baseline = baseline
         # Per-text clip: generous for a few tasks, tight for thousands.
         self.clip = max(160, min(8000, PAGE_BUDGET // max(1, total_tasks * 6)))
@@ -288,7 +289,8 @@ class _Page:
         self.details = []
 
     def _detail(self, run_dir: Path, task_id: str, detail: Mapping[str, Any], found: list[str]) -> str:
-        link = self._run_link(run_dir) + detail_place(task_id)  # task ids are safe in a link (checked at load)
+        # task ids are safe in a link (checked at load)
+        link = self._run_link(run_dir) + detail_place(task_id, self._layout(run_dir))
         if self.spent >= PAGE_BUDGET:
             omitted = {"detail": link, "omitted": "details omitted to keep the page small: open the detail record"}
             return _json({**omitted, "integrity": found[:20]} if found else omitted)
@@ -345,6 +347,13 @@ class _Page:
             link = self._link(run_dir)
             prefix = self._prefixes[run_dir] = "" if link == "." else link + "/"
         return prefix
+
+    def _layout(self, run_dir: Path) -> DetailsLayout:
+        """How ``run_dir`` keeps its details (once per run, not per task)."""
+        layout = self._layouts.get(run_dir)
+        if layout is None:
+            layout = self._layouts[run_dir] = layout_on_disk(run_dir) or "files"
+        return layout
 
     def _link(self, path: Path) -> str:
         try:

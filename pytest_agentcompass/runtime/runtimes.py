@@ -70,7 +70,7 @@ def _runtime(
     order: dict[str, int] | None,
 ) -> RequestRuntime:
     req = setup.req
-    store = RunStore(run_dir, options.redactor, req.execution.max_stored_chars)
+    store = RunStore(run_dir, options.redactor, req.execution.max_stored_chars, req.execution.details_layout)
     for component in (setup.benchmark, setup.harness, setup.provider):
         if component is not None:
             component.run_dir = run_dir  # to read; what a component keeps there goes through the store:

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from pytest_agentcompass.runtime.store.details import DetailFiles
+
 from conftest import tracing_request, write_config
 from tracing import read_trace
 
@@ -28,7 +30,8 @@ def run_dirs(pytester: pytest.Pytester, name: str = "r") -> list[Path]:
 
 
 def details(run_dir: Path) -> dict[str, dict[str, Any]]:
-    return {p.stem: json.loads(p.read_text()) for p in (run_dir / "details").glob("*.json")}
+    """Every readable detail of ``run_dir``, by task, in whichever layout the run keeps them."""
+    return {d["task_id"]: d for d in DetailFiles(run_dir).iter_details()}
 
 
 def test_interrupted_k3_task_resumes_only_missing_attempts(pytester: pytest.Pytester, trace: Path) -> None:
@@ -217,7 +220,8 @@ def _aggregate(run_dir: Path) -> dict[str, Any]:
     return {k: (v["score"], v["passed"], sorted(v["attempt_results"])) for k, v in sorted(found.items())}
 
 
-def test_kill_9_at_random_points_then_resume(pytester: pytest.Pytester, tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", ["files", "journal"])
+def test_kill_9_at_random_points_then_resume(pytester: pytest.Pytester, tmp_path: Path, layout: str) -> None:
     n, k = 40, 2
     wrong = ["t3", "t7", "t19"]
 
@@ -231,7 +235,7 @@ def test_kill_9_at_random_points_then_resume(pytester: pytest.Pytester, tmp_path
             n=n,
             wrong=wrong,
             sleep={"run": 0.25},
-            execution={"attempts": {"k": k}},
+            execution={"attempts": {"k": k}, "details_layout": layout},
             env_params={"base_dir": str(ws)},
         )
         write_config(pytester, [request], task_concurrency=4)
@@ -296,6 +300,9 @@ def test_kill_9_at_random_points_then_resume(pytester: pytest.Pytester, tmp_path
     assert list(ws.iterdir()) == [], "workspaces left by killed processes were swept on resume"
     for path in (run_dir / "details").glob("*.json"):
         json.loads(path.read_text())
+    if layout == "journal":  # a kill mid-line leaves a line no reader counts; every task's last line is whole
+        assert os.listdir(run_dir / "details") == ["journal.jsonl"]
+        assert len(details(run_dir)) == n
 
 
 def test_aggregate_sees_full_results_read_back_from_details(pytester: pytest.Pytester) -> None:

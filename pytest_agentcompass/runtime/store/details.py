@@ -1,16 +1,27 @@
 """A run's details: one terminal record per task, the set a run counts, and the only code that knows where they lie.
 
-``details/<task>.json``, the layout the AgentCompass run directory defines.
-Every reader (resume, carry-over, an xdist worker's check of what the owner
-recorded, the controller's finalization, the aggregate's read-back, the page,
-baselines, gates, the Ctrl-C report) goes through :class:`DetailFiles` or the
-functions below; none opens or lists the folder itself, and the page links a
-detail at :func:`detail_place`, so where a detail lives is decided here.
+Two layouts, one per run directory (``execution.details_layout``):
+
+- ``files``, the default and the layout the AgentCompass run directory defines:
+  ``details/<task>.json``, one file per task.
+- ``journal``: ``details/journal.jsonl``, one record per line, appended; the
+  last line of a task is its detail. A run of many quick tasks then creates
+  one file instead of one per task, which is most of what a no-op task costs
+  on an ext4 without a journal (docs/performance.md).
+
+A run keeps the layout it began with: a run directory that already holds
+details is read and written in its own layout, whatever the config says now,
+so a resume or an xdist worker never mixes the two. Every reader (resume,
+carry-over, an xdist worker's check of what the owner recorded, the
+controller's finalization, the aggregate's read-back, the page, baselines,
+gates, the Ctrl-C report) goes through :class:`DetailFiles` or the functions
+below; none opens or lists the folder itself, and the page links a detail at
+:meth:`DetailFiles.place`, so where a detail lives is decided here.
 
 A detail is written in place, not through a temporary name (see
-``FileWriter._write_in_place``): half a detail is not JSON, and every reader
-takes a detail that does not parse, or parses to something other than a JSON
-object, for a task not done.
+``FileWriter._write_in_place``), and a journal line is appended: half a
+detail is not JSON, and every reader takes a detail that does not parse, or
+parses to something other than a JSON object, for a task not done.
 
 What the run's page shows of each detail is kept as it is written or read
 (``page_records``), so the page never reads the run back; an xdist worker
@@ -22,19 +33,32 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ...vocabulary.types import RunStatus
+from .journal import JOURNAL, Journal, journal_of, place_in_journal
 from .page_records import PageRecords, packed, page_record
 from .writing import FileWriter, read_json
 
-__all__ = ["DETAILS", "KEEP_WRITTEN_CHARS", "DetailFiles", "detail_place", "holds_details", "read_detail_file"]
+__all__ = [
+    "DETAILS",
+    "JOURNAL",
+    "KEEP_WRITTEN_CHARS",
+    "DetailFiles",
+    "DetailsLayout",
+    "detail_place",
+    "holds_details",
+    "layout_on_disk",
+    "read_detail_file",
+]
 
-#: The folder of a run directory that holds one detail record per task.
+#: The folder of a run directory that holds its details, in either layout.
 DETAILS = "details"
+
+#: How a run directory keeps its details (module docstring).
+DetailsLayout = Literal["files", "journal"]
 
 #: The most text of details an xdist worker keeps to send the controller (:attr:`DetailFiles.written`):
 #: ten thousand ordinary details are a few megabytes, while agent trajectories can make gigabytes,
@@ -46,28 +70,42 @@ KEEP_WRITTEN_CHARS = 64 * 2**20
 _STATUSES = frozenset(RunStatus)
 
 
-def read_detail_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The record in the detail file at ``path`` (a detail's place as the store gave it, e.g. an
-    outcome's ``detail_path``); ``None`` when there is none, or it is not one.
-
-    Not one: cut short by a kill (not JSON), or JSON this plugin never wrote
-    (not an object, no task id, a status no result has; edited by hand, or
-    forged): every reader then takes the task for not done, and resume or
-    carry-over runs it again instead of failing the request.
-    """
-    try:
-        detail = read_json(path)
-    except (OSError, ValueError):
-        return None
+def _record(detail: Any) -> dict[str, Any] | None:
+    """``detail`` when it is a record this plugin writes: an object with a task id and a status a result has."""
     if type(detail) is not dict or type(detail.get("task_id")) is not str:
         return None
     status = detail.get("status", RunStatus.COMPLETED.value)
     return detail if type(status) is str and status in _STATUSES else None
 
 
-def detail_place(task_id: str) -> str:
-    """Where the detail of ``task_id`` lies inside its run directory, ``/``-separated (the page's links)."""
-    return f"{DETAILS}/{task_id}.json"
+def read_detail_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The record at ``path`` (a detail's place as the store gave it, e.g. an outcome's
+    ``detail_path``: a file, or ``<run>/details/journal.jsonl#<task>``); ``None`` when there
+    is none, or it is not one.
+
+    Not one: cut short by a kill (not JSON), or JSON this plugin never wrote
+    (not an object, no task id, a status no result has; edited by hand, or
+    forged): every reader then takes the task for not done, and resume or
+    carry-over runs it again instead of failing the request.
+    """
+    in_journal = place_in_journal(os.fspath(path))
+    try:
+        if in_journal is not None:
+            text = journal_of(in_journal[0]).text(in_journal[1])
+            detail = None if text is None else json.loads(text)
+        else:
+            detail = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return _record(detail)
+
+
+def detail_place(task_id: str, layout: DetailsLayout = "files") -> str:
+    """Where the detail of ``task_id`` lies inside its run directory, ``/``-separated (the page's links).
+
+    In a journal that is the journal itself: a browser shows it whole.
+    """
+    return f"{DETAILS}/{JOURNAL}" if layout == "journal" else f"{DETAILS}/{task_id}.json"
 
 
 def holds_details(run_dir: str | os.PathLike[str]) -> bool:
@@ -75,13 +113,35 @@ def holds_details(run_dir: str | os.PathLike[str]) -> bool:
     return os.path.isdir(os.path.join(run_dir, DETAILS))
 
 
-class DetailFiles(FileWriter):
-    """Writes and reads the details of one run directory (the part of :class:`~.files.RunStore` that does)."""
+def layout_on_disk(run_dir: str | os.PathLike[str]) -> DetailsLayout | None:
+    """The layout of the details ``run_dir`` holds; ``None`` when it holds none yet."""
+    details = os.path.join(run_dir, DETAILS)
+    if os.path.exists(os.path.join(details, JOURNAL)):
+        return "journal"
+    try:
+        with os.scandir(details) as entries:
+            if any(e.name.endswith(".json") for e in entries):
+                return "files"
+    except OSError:  # no details yet
+        pass
+    return None
 
-    def __init__(self, run_dir: Path) -> None:
+
+class DetailFiles(FileWriter):
+    """Writes and reads the details of one run directory (the part of :class:`~.files.RunStore` that does).
+
+    :param layout: The layout this store writes a run directory in that holds no
+        details yet; one that holds some keeps its own. Readers leave it out.
+    """
+
+    def __init__(self, run_dir: Path, layout: DetailsLayout = "files") -> None:
         super().__init__()
         self.details_dir = run_dir / DETAILS
         self._details = str(self.details_dir)
+        self._wanted_layout: DetailsLayout = layout
+        #: The journal, once this run directory is known to keep one (:attr:`layout`).
+        self._journal: Journal | None = None
+        self._layout: DetailsLayout | None = None
         #: What the run's page shows of each detail, by task, packed (``page_records``): kept, not read back.
         self._page: dict[str, bytes] = {}
         #: Whether every detail in ``details/`` went through this store (written, or read by ``iter_details``).
@@ -93,20 +153,38 @@ class DetailFiles(FileWriter):
         self._written_chars = 0
 
     # -- where ---------------------------------------------------------
+    @property
+    def layout(self) -> DetailsLayout:
+        """This run directory's layout: what it holds, or (holding nothing yet) what this store writes.
+
+        Decided at the first detail read or written, once: the processes of one
+        session (xdist) all decide alike, as they see the same folder.
+        """
+        if self._layout is None:
+            self._layout = layout_on_disk(os.path.dirname(self._details)) or self._wanted_layout
+            if self._layout == "journal":
+                self._journal = journal_of(f"{self._details}/{JOURNAL}")
+        return self._layout
+
+    def place(self, task_id: str) -> str:
+        """:func:`detail_place` in this run directory's layout."""
+        return detail_place(task_id, self.layout)
+
     def detail_path(self, task_id: str) -> Path:
         return Path(self.detail_file(task_id))
 
     def detail_file(self, task_id: str) -> str:
-        """:meth:`detail_path` as a ``str``, for a caller that keeps it as one (``Path`` parsing is
-        measurable at 10,000 tasks)."""
+        """Where the detail of ``task_id`` lies, as a ``str`` (``Path`` parsing is measurable at 10,000
+        tasks): its file, or ``<journal>#<task>``, a place :func:`read_detail_file` reads."""
+        if self.layout == "journal":
+            return f"{self._details}/{JOURNAL}#{task_id}"
         return f"{self._details}/{task_id}.json"
 
     # -- writing -------------------------------------------------------
     def _write_detail(self, task_id: str, text: str, record: Any) -> str:
         """Write ``text``, the encoded ``record`` (redacted and bounded), as the detail of ``task_id``;
-        remember what the page shows of it. Returns the detail's path."""
-        path = self.detail_file(task_id)
-        self._write_in_place(path, text)
+        remember what the page shows of it. Returns the detail's place."""
+        self._store_text(task_id, text)
         page = self._page[task_id] = packed(page_record(record))
         if self.written is not None:
             self._written_chars += len(text)
@@ -114,38 +192,70 @@ class DetailFiles(FileWriter):
                 self.written.append((task_id, text, page))
             else:
                 self.written = None
-        return path
+        return self.detail_file(task_id)
+
+    def _store_text(self, task_id: str, text: str) -> None:
+        if self.layout == "journal":
+            assert self._journal is not None
+            self._folder_of(self._journal.path)
+            self._journal.append(task_id, text)
+        else:
+            self._write_in_place(self.detail_file(task_id), text)
 
     def copy_detail(self, source: DetailFiles, task_id: str) -> None:
-        """Copy the detail of ``task_id`` from ``source`` byte for byte (``carry_over``; see :meth:`same_detail`)."""
-        target = self.detail_file(task_id)
-        self._folder_of(target)
-        shutil.copyfile(source.detail_file(task_id), target)
+        """Copy the detail of ``task_id`` from ``source`` byte for byte (``carry_over``; see :meth:`same_detail`),
+        into this run's layout whatever ``source``'s is."""
+        text = source.detail_text(task_id)
+        if text is None:
+            raise FileNotFoundError(f"no detail of {task_id!r} in {source.details_dir}")
+        if b"\n" in text and self.layout == "journal":  # a detail file made readable by hand: one line again
+            text = json.dumps(json.loads(text), separators=(",", ":")).encode()
+        self._store_text(task_id, text.decode("utf-8"))
 
     # -- reading -------------------------------------------------------
     def detail_ids(self) -> list[str]:
         """The ids of the tasks this run holds a detail of (readable or not), sorted as strings
         (``Path`` sorting was measurable). A writer's temporary name (``.<task>.json.<tag>.tmp``) is none."""
+        if self.layout == "journal":
+            assert self._journal is not None
+            return sorted(self._journal.task_ids())
         try:
             return sorted(e.name[:-5] for e in os.scandir(self._details) if e.name.endswith(".json"))
         except OSError:  # no details yet
             return []
 
+    def detail_text(self, task_id: str) -> bytes | None:
+        """The detail of ``task_id`` as stored, without a line's end; ``None`` when there is none."""
+        if self.layout == "journal":
+            assert self._journal is not None
+            return self._journal.text(task_id)
+        try:
+            with open(self.detail_file(task_id), "rb") as fh:
+                return fh.read().rstrip(b"\n")
+        except OSError:
+            return None
+
     def read_detail(self, task_id: str) -> dict[str, Any] | None:
         """The detail record of ``task_id``; ``None`` when there is none, or it is not one (cut short by a kill)."""
+        if self.layout == "journal":
+            text = self.detail_text(task_id)
+            try:
+                return None if text is None else _record(json.loads(text))
+            except ValueError:
+                return None
         return read_detail_file(self.detail_file(task_id))
 
     def has_detail(self, task_id: str) -> bool:
         """Whether ``task_id`` has a detail here (a task that ended), without reading it."""
+        if self.layout == "journal":
+            assert self._journal is not None
+            return self._journal.holds(task_id)
         return os.path.exists(self.detail_file(task_id))
 
     def same_detail(self, other: DetailFiles, task_id: str) -> bool:
         """Whether the detail of ``task_id`` here is byte for byte ``other``'s (a copy ``carry_over`` made)."""
-        try:
-            with open(self.detail_file(task_id), "rb") as mine, open(other.detail_file(task_id), "rb") as theirs:
-                return mine.read() == theirs.read()
-        except OSError:
-            return False
+        mine = self.detail_text(task_id)
+        return mine is not None and mine == other.detail_text(task_id)
 
     def iter_details(self) -> Iterator[dict[str, Any]]:
         """Every readable detail record, by task id.
@@ -168,7 +278,7 @@ class DetailFiles(FileWriter):
 
     def details_sent(self, sent: Iterable[tuple[str, str, bytes]], wanted: Iterable[str]) -> Iterator[dict[str, Any]]:
         """The details other processes wrote here, from what they ``sent`` (their :attr:`written`),
-        then, read alone, the file of each ``wanted`` task none of them sent (a task not done has none).
+        then, read alone, the detail of each ``wanted`` task none of them sent (a task not done has none).
 
         The records :meth:`iter_details` would read, without a file opened for
         what was sent; the page keeps the record the writing process made of each.

@@ -5,6 +5,7 @@ Layout of ``<output_dir>/<request>/<run id>/``::
     run_info.json          written first, updated at the end
     plans.jsonl            every ExecutionPlan, appended before its Environment opens
     details/<task>.json    one terminal record per task: the countable set
+                           (or details/journal.jsonl, one line per record: ``details``)
     retry_details/<task>/  discarded tries, never counted
     checkpoints/<task>/    evaluated attempts of unfinished tasks
     summary.json           aggregate metrics, written by finalization
@@ -39,7 +40,7 @@ from ...vocabulary.redact import Redactor
 from ...vocabulary.types import ExecutionPlan, RunResult
 from .bounds import DEFAULT_FIELD_LIMIT, TRUNCATED_KEY, bound_fields, cut_note, fitted_limit, same_as_task
 from .component_files import ComponentFiles
-from .details import DETAILS, DetailFiles
+from .details import DETAILS, DetailFiles, DetailsLayout
 from .run_info import PLANS_KEY, RUN_INFO, fold_plans, read_run_info_head
 from .writing import fallback, read_json, readable
 
@@ -98,8 +99,14 @@ OWN_NAMES = frozenset(
 class RunStore(DetailFiles):
     """Reads and writes one run directory (its details: :class:`~.details.DetailFiles`)."""
 
-    def __init__(self, run_dir: Path, redactor: Redactor | None = None, field_limit: int = DEFAULT_FIELD_LIMIT) -> None:
-        super().__init__(run_dir)
+    def __init__(
+        self,
+        run_dir: Path,
+        redactor: Redactor | None = None,
+        field_limit: int = DEFAULT_FIELD_LIMIT,
+        details_layout: DetailsLayout = "files",
+    ) -> None:
+        super().__init__(run_dir, details_layout)
         self.run_dir = run_dir
         self.redactor = redactor or Redactor()
         #: Characters kept per text field of a per-task record (``execution.max_stored_chars``).

@@ -22,6 +22,7 @@ from ..vocabulary.types import RunResult, RunStatus, TaskSpec, TaskState
 from .context import RequestContext
 from .integrity import findings, flagged
 from .store.details import read_detail_file
+from .store.journal import Journal
 from .task import TaskOutcome
 from .user_code import call_user
 
@@ -142,6 +143,8 @@ class StoredResults(Sequence[RunResult]):
 
     def __init__(self, outcomes: Sequence[TaskOutcome]) -> None:
         self._outcomes = list(outcomes)
+        #: The journals read so far (``details_layout: journal``), each indexed once.
+        self._journals: dict[str, Journal] = {}
 
     def __len__(self) -> int:
         return len(self._outcomes)
@@ -157,10 +160,9 @@ class StoredResults(Sequence[RunResult]):
             return [self._load(o) for o in self._outcomes[index]]
         return self._load(self._outcomes[index])
 
-    @staticmethod
-    def _load(outcome: TaskOutcome) -> RunResult:
+    def _load(self, outcome: TaskOutcome) -> RunResult:
         if outcome.detail_path is not None:
-            detail = read_detail_file(outcome.detail_path)  # None unless a record from_dict takes
+            detail = read_detail_file(outcome.detail_path, self._journals)  # None unless a record from_dict takes
             if detail is not None:
                 return RunResult.from_dict(detail)
         return outcome.result  # what is in memory

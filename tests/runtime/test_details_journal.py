@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -114,25 +115,89 @@ from pathlib import Path
 from pytest_agentcompass.runtime.store import RunStore
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing
 store = RunStore(Path(sys.argv[1]), details_layout="journal")
-store.save_partial_result("a", {"task_id": "a", "score": 1.0})
+for task_id in ("a", "b"):
+    store.save_partial_result(task_id, {"task_id": task_id, "score": 1.0})
 size = (Path(sys.argv[1]) / "details" / "journal.jsonl").stat().st_size
-resource.setrlimit(resource.RLIMIT_FSIZE, (size + 100, resource.RLIM_INFINITY))
-try:
-    store.save_partial_result("a", {"task_id": "a", "score": 0.0, "output": "x" * 1000})  # a rerun's record
-except OSError as exc:
-    print("refused:", exc)
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + int(sys.argv[2]), resource.RLIM_INFINITY))
+for task_id in ("a", "b"):  # reruns' records
+    try:
+        store.save_partial_result(task_id, {"task_id": task_id, "score": 0.0, "output": "x" * 1000})
+    except OSError as exc:
+        print("refused:", exc)
 """
 
 
-def test_a_rewrite_the_disk_cuts_short_reads_as_a_task_not_done(tmp_path: Path) -> None:
+@pytest.mark.parametrize("room", [0, 100], ids=["nothing-written", "cut-short"])
+def test_a_rerun_the_disk_refuses_reads_as_a_task_not_done(tmp_path: Path, room: int) -> None:
     # As with a detail file: a rerun whose record could not be written leaves the task not done,
-    # never the earlier record standing for the rerun.
-    done = subprocess.run([sys.executable, "-c", FULL_DISK, str(tmp_path)], capture_output=True, text=True)
-    assert "refused:" in done.stdout, done.stdout + done.stderr
+    # never the earlier record standing for the rerun, whether the disk took nothing or a part.
+    done = subprocess.run([sys.executable, "-c", FULL_DISK, str(tmp_path), str(room)], capture_output=True, text=True)
+    assert done.stdout.count("refused:") == 2, done.stdout + done.stderr
     reader = DetailFiles(tmp_path)
-    assert reader.detail_ids() == ["a"] and reader.read_detail("a") is None
-    _journal_store(tmp_path).save_partial_result("b", {"task_id": "b"})
-    assert [d["task_id"] for d in DetailFiles(tmp_path).iter_details()] == ["b"], "the cut line was ended"
+    assert reader.detail_ids() == ["a", "b"]
+    assert [reader.read_detail(t) for t in "ab"] == [None, None]
+    assert not reader.has_detail("a") and not reader.has_detail("b"), "the Ctrl-C report must not count them"
+    _journal_store(tmp_path).save_partial_result("c", {"task_id": "c"})
+    assert [d["task_id"] for d in DetailFiles(tmp_path).iter_details()] == ["c"], "the cut line was ended"
+
+
+KILLED_WRITER = """
+import sys
+from pytest_agentcompass.runtime.store.journal import Journal
+text = '{"task_id":"big","output":"' + "x" * (64 * 2**20) + '"}'
+print("go", flush=True)
+Journal(sys.argv[1]).append("big", text)
+"""
+
+STEADY_WRITER = """
+import os, sys
+from pathlib import Path
+from pytest_agentcompass.runtime.store import RunStore
+store, i = RunStore(Path(sys.argv[1]), details_layout="journal"), 0
+while not os.path.exists(sys.argv[2]) or i < 50:
+    store.save_partial_result(f"b{i}", {"task_id": f"b{i}", "score": 1.0})
+    i += 1
+print(i)
+"""
+
+
+def test_a_writer_killed_mid_line_costs_no_other_process_its_records(tmp_path: Path) -> None:
+    # One xdist worker killed while it appends a large record, while the other appends all along:
+    # not one of the other's records is lost (each waits for the journal's lock, then ends the cut line).
+    path = str(tmp_path / "details" / JOURNAL)
+    stop = tmp_path / "stop"
+    _journal_store(tmp_path).save_partial_result("first", {"task_id": "first"})
+    steady = subprocess.Popen([sys.executable, "-c", STEADY_WRITER, str(tmp_path), str(stop)], stdout=subprocess.PIPE)
+    try:
+        for _ in range(5):
+            killed = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, path], stdout=subprocess.PIPE, text=True)
+            assert killed.stdout is not None and killed.stdout.readline() == "go\n"
+            start = os.path.getsize(path)
+            while os.path.getsize(path) < start + 2**20 and killed.poll() is None:
+                pass
+            killed.kill()
+            killed.wait()
+            killed.stdout.close()
+    finally:
+        stop.touch()
+        out, _ = steady.communicate(timeout=60)
+    appended = int(out)
+    reader = DetailFiles(tmp_path)
+    steady_records = sorted(["first", *(f"b{i}" for i in range(appended))])
+    # "big" is not done, unless this busy machine let a write of 64 MB end before the kill came.
+    assert sorted(d["task_id"] for d in reader.iter_details() if d["task_id"] != "big") == steady_records
+
+
+def test_a_reader_of_a_run_made_again_at_the_same_path_reads_the_new_one(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _journal_store(run).save_partial_result("a", {"task_id": "a"})
+    journal = Journal(str(run / "details" / JOURNAL))
+    assert journal.task_ids() == ["a"]
+    shutil.rmtree(run)  # ext4 hands the freed inode out again: the path alone does not tell
+    again = _journal_store(run)
+    for task_id in ("x", "y", "z"):
+        again.save_partial_result(task_id, {"task_id": task_id, "output": "longer than the first run's"})
+    assert journal.task_ids() == ["x", "y", "z"] and journal.text("a") is None
 
 
 def test_a_run_keeps_the_layout_it_began_with(tmp_path: Path) -> None:
@@ -156,6 +221,7 @@ def test_carry_over_copies_between_layouts_byte_for_byte(tmp_path: Path) -> None
     assert copy_details(files, into_journal, wanted=lambda _: True, keep=lambda _, d: d["score"] == 1.0) == (2, 1)
     assert into_journal.detail_ids() == ["a", "c"] and into_journal.same_detail(source, "a")
     assert into_journal.read_detail("c") == {"task_id": "c", "score": 1.0}
+    assert into_journal.same_detail(source, "c"), "made one line for the journal: the same record"
     into_files = RunStore(again)
     assert copy_details(journal, into_files, wanted=lambda _: True, keep=lambda _, d: True) == (2, 0)
     assert (again / "details" / "a.json").read_bytes() == (files / "details" / "a.json").read_bytes()

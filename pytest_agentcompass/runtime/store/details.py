@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ...vocabulary.types import RunStatus
-from .journal import JOURNAL, Journal, journal_of, place_in_journal
+from .journal import JOURNAL, Journal, place_in_journal
 from .page_records import PageRecords, packed, page_record
 from .writing import FileWriter, read_json
 
@@ -78,10 +78,13 @@ def _record(detail: Any) -> dict[str, Any] | None:
     return detail if type(status) is str and status in _STATUSES else None
 
 
-def read_detail_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+def read_detail_file(path: str | os.PathLike[str], journals: dict[str, Journal] | None = None) -> dict[str, Any] | None:
     """The record at ``path`` (a detail's place as the store gave it, e.g. an outcome's
     ``detail_path``: a file, or ``<run>/details/journal.jsonl#<task>``); ``None`` when there
     is none, or it is not one.
+
+    A journal is indexed to find the line: a caller reading many places passes
+    ``journals``, where the indexes are kept between its calls.
 
     Not one: cut short by a kill (not JSON), or JSON this plugin never wrote
     (not an object, no task id, a status no result has; edited by hand, or
@@ -91,7 +94,10 @@ def read_detail_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     in_journal = place_in_journal(os.fspath(path))
     try:
         if in_journal is not None:
-            text = journal_of(in_journal[0]).text(in_journal[1])
+            journal = (journals or {}).get(in_journal[0]) or Journal(in_journal[0])
+            if journals is not None:
+                journals[journal.path] = journal
+            text = journal.text(in_journal[1])
             detail = None if text is None else json.loads(text)
         else:
             detail = read_json(path)
@@ -163,7 +169,7 @@ class DetailFiles(FileWriter):
         if self._layout is None:
             self._layout = layout_on_disk(os.path.dirname(self._details)) or self._wanted_layout
             if self._layout == "journal":
-                self._journal = journal_of(f"{self._details}/{JOURNAL}")
+                self._journal = Journal(f"{self._details}/{JOURNAL}")
         return self._layout
 
     def place(self, task_id: str) -> str:
@@ -247,15 +253,24 @@ class DetailFiles(FileWriter):
 
     def has_detail(self, task_id: str) -> bool:
         """Whether ``task_id`` has a detail here (a task that ended), without reading it."""
-        if self.layout == "journal":
-            assert self._journal is not None
-            return self._journal.holds(task_id)
+        if self.layout == "journal":  # a line is no detail until it is whole (a file is, once written)
+            return self.read_detail(task_id) is not None
         return os.path.exists(self.detail_file(task_id))
 
     def same_detail(self, other: DetailFiles, task_id: str) -> bool:
-        """Whether the detail of ``task_id`` here is byte for byte ``other``'s (a copy ``carry_over`` made)."""
-        mine = self.detail_text(task_id)
-        return mine is not None and mine == other.detail_text(task_id)
+        """Whether the detail of ``task_id`` here is ``other``'s (a copy ``carry_over`` made): byte for byte,
+        or, for a detail made one line for the journal (:meth:`copy_detail`), the same JSON."""
+        mine, theirs = self.detail_text(task_id), other.detail_text(task_id)
+        if mine is None or theirs is None:
+            return False
+        if mine == theirs:
+            return True
+        if b"\n" not in theirs:
+            return False
+        try:
+            return bool(json.loads(mine) == json.loads(theirs))
+        except ValueError:
+            return False
 
     def iter_details(self) -> Iterator[dict[str, Any]]:
         """Every readable detail record, by task id.

@@ -1,10 +1,10 @@
 """The details journal: one detail record per line of ``details/journal.jsonl``, appended; a task's last line wins.
 
 Written by every process of a session at once (xdist workers): each record
-goes out in one ``write`` on a descriptor opened with ``O_APPEND``, which a
-local file system (ext4, xfs, btrfs, tmpfs) applies whole, at the file's end,
-so two records never interleave. Not on NFS, where appends are not atomic:
-keep such a run in the ``files`` layout.
+goes out in one ``write`` on a descriptor opened with ``O_APPEND``, under the
+journal's ``flock``, which a local file system (ext4, xfs, btrfs, tmpfs)
+applies whole, at the file's end, so two records never interleave. Not on
+NFS, where appends are not atomic: keep such a run in the ``files`` layout.
 
 Readers keep an index, task id to the place of its last line, and read only
 what was appended since they last looked: an xdist worker asking about each
@@ -12,21 +12,29 @@ task it is handed reads the journal once in all, not once per task. A line
 whose task cannot be told (garbage, or cut short at its start) is skipped; a
 line cut short by a kill is the task's last line and does not parse, so the
 task reads as not done, as a detail file cut short does (so does a line still
-being written, until it ends). A write that fails halfway is followed by a
-line that names the task with no status a result has, for the same reason.
+being written, until it ends). After a write the disk refused, the task's
+earlier record is made unreadable in place, for the same reason.
+
+One case reads differently from detail files: a rerun's record cut short by a
+kill within its first few dozen bytes (before its task id is whole) belongs to
+no task, so the task's earlier record stands, where a detail file would read
+as not done. A kill cuts a write at a page boundary, so this takes a kill
+during the rewrite of a record whose head straddles one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 
-__all__ = ["JOURNAL", "Journal", "journal_of", "place_in_journal"]
+__all__ = ["JOURNAL", "Journal", "place_in_journal"]
 
 #: The journal's name inside ``details/``: it does not end in ``.json``, so no task's detail file is it.
 JOURNAL = "journal.jsonl"
 
-_APPEND = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+_APPEND = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC  # read: the last byte, is the last line ended?
 #: How a record this plugin wrote begins: the task id comes first (``RunResult.to_dict``), and ids are
 #: safe names (no quote, no backslash), so the id is read without decoding the line.
 _HEAD = b'{"task_id":"'
@@ -45,58 +53,93 @@ def _task_of(line: bytes) -> str | None:
 
 
 class Journal:
-    """One run directory's journal: appends records, finds a task's last one."""
+    """One run directory's journal: appends records, finds a task's last one.
+
+    Each reader (a store, the aggregate's read-back) keeps its own: the index
+    is only as good as the file it was read from, and no other thread touches it.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._at: dict[str, tuple[int, int]] = {}  # task id -> (offset, length) of its last line
-        self._read_to = 0  # the index covers the journal up to here
-        self._inode = -1
+        self._read_to = 0  # the index covers the journal's whole lines up to here
+        self._seen = (-1, -1)  # (inode, size) at the last look: unchanged, nothing to read
 
     # -- writing -------------------------------------------------------
     def append(self, task_id: str, text: str) -> None:
-        """Append ``text`` (one JSON record, no newline in it) as the detail of ``task_id``."""
-        data = (text + "\n").encode("utf-8")
+        """Append ``text`` (one JSON record, no newline in it) as the detail of ``task_id``.
+
+        Under the journal's ``flock``, a line left open (its writer was killed
+        mid-write: a kill cuts a write short, and frees the lock) is ended
+        first, so that the record stands alone whoever left that line. Checking
+        the last byte and writing are one step for every writer of the journal.
+        """
+        data = text.encode("utf-8") + b"\n"
         fd = os.open(self.path, _APPEND, 0o644)
         try:
-            # Another process of the session, or a killed one, may have left the last line open: end it
-            # first, so ours stands alone. (Asked at every append: a couple of microseconds.)
+            fcntl.flock(fd, fcntl.LOCK_EX)
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 data = b"\n" + data
             try:
-                if os.write(fd, data) != len(data):  # a full disk: part of it went out
-                    raise OSError(f"{self.path}: the disk took only part of the detail of {task_id!r}")
+                written = os.write(fd, data)
             except OSError:
-                self._unsay(fd, task_id)
+                self._overrule(task_id)
                 raise
+            if written != len(data):  # a full disk: part of it went out
+                self._overrule(task_id)
+                raise OSError(f"{self.path}: the disk took only part of the detail of {task_id!r}")
         finally:
-            os.close(fd)
+            os.close(fd)  # and with it the lock
 
-    @staticmethod
-    def _unsay(fd: int, task_id: str) -> None:
-        """After a failed append, a line that makes ``task_id`` read as not done (when the disk takes it)."""
-        line = json.dumps({"task_id": task_id, "status": "unwritten"}, separators=(",", ":"))
-        try:
-            os.write(fd, f"\n{line}\n".encode())
-        except OSError:
-            pass  # the next append ends the cut line first; the task then reads as its earlier line says
+    def _overrule(self, task_id: str) -> None:
+        """After a failed append, make the earlier record of ``task_id`` (if it is whole) unreadable.
+
+        A rerun that could not be recorded must not leave the earlier record
+        standing for it, as a detail file that could not be written is gone.
+        Its last byte is overwritten in place: that needs no new block of a
+        full disk (on a file system that writes in place, as ext4 and xfs do).
+        """
+        with contextlib.suppress(OSError):
+            self._catch_up()
+            where = self._at.get(task_id)
+            if where is None or where[1] < 2:
+                return
+            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)  # without O_APPEND: Linux appends any pwrite there
+            try:
+                if os.pread(fd, 1, where[0] + where[1] - 1) == b"}":
+                    os.pwrite(fd, b"#", where[0] + where[1] - 1)
+            finally:
+                os.close(fd)
 
     # -- reading -------------------------------------------------------
     def _catch_up(self) -> None:
-        """Index what was appended since the last look (every line, if the file was replaced)."""
+        """Index what was appended since the last look (every line, if the file is another one now)."""
         try:
             st = os.stat(self.path)
         except OSError:
-            self._at, self._read_to, self._inode = {}, 0, -1
+            self._at, self._read_to, self._seen = {}, 0, (-1, -1)
             return
-        if st.st_ino != self._inode or st.st_size < self._read_to:
-            self._at, self._read_to, self._inode = {}, 0, st.st_ino
-        if st.st_size == self._read_to:
+        if (st.st_ino, st.st_size) == self._seen:
             return
+        if st.st_ino != self._seen[0] or st.st_size < self._read_to:
+            self._at, self._read_to = {}, 0
         with open(self.path, "rb") as fh:
-            fh.seek(self._read_to)
-            data = fh.read(st.st_size - self._read_to)
+            # From the line end the index stopped at: where that byte is no line end any more, the
+            # path holds another journal now (a run directory made again, its inode reused): start over.
+            fh.seek(max(0, self._read_to - 1))
+            data = fh.read(st.st_size - self._read_to + (1 if self._read_to else 0))
+            if self._read_to:
+                if data[:1] != b"\n":
+                    self._at, self._read_to = {}, 0
+                    fh.seek(0)
+                    data = fh.read(st.st_size)
+                else:
+                    data = data[1:]
+        self._seen = (st.st_ino, st.st_size)
+        self._index(data)
+
+    def _index(self, data: bytes) -> None:
         end = data.rfind(b"\n") + 1
         start, base, at = 0, self._read_to, self._at
         while start < end:
@@ -106,7 +149,7 @@ class Journal:
                 at[task_id] = (base + start, stop - start)
             start = stop + 1
         # A line with no end yet is being written, or was cut short by a kill: either way its task
-        # is not done now (as a detail file being written is not), and it is read again next time.
+        # is not done now (as a detail file being written is not), and it is read again once it grows.
         task_id = _task_of(data[end:]) if end < len(data) else None
         if task_id is not None:
             at[task_id] = (base + end, len(data) - end)
@@ -116,39 +159,14 @@ class Journal:
         self._catch_up()
         return list(self._at)
 
-    def holds(self, task_id: str) -> bool:
-        self._catch_up()
-        return task_id in self._at
-
     def text(self, task_id: str) -> bytes | None:
         """The last line of ``task_id``, without its end; ``None`` when it has none."""
         self._catch_up()
-        for _ in range(2):
-            where = self._at.get(task_id)
-            if where is None:
-                return None
-            with open(self.path, "rb") as fh:
-                line = os.pread(fh.fileno(), where[1], where[0])
-            if _task_of(line) == task_id:
-                return line
-            self._at, self._read_to, self._inode = {}, 0, -1  # another file at the same path: index it again
-            self._catch_up()
-        return None
-
-
-#: The journals this process looked into last, by path: their indexes are kept between readers
-#: (the store, the aggregate's read-back, the page), a few at a time.
-_journals: dict[str, Journal] = {}
-_KEPT = 16
-
-
-def journal_of(path: str) -> Journal:
-    """The journal at ``path``, with what this process already indexed of it."""
-    journal = _journals.pop(path, None) or Journal(path)
-    _journals[path] = journal  # the newest last
-    if len(_journals) > _KEPT:
-        del _journals[next(iter(_journals))]
-    return journal
+        where = self._at.get(task_id)
+        if where is None:
+            return None
+        with open(self.path, "rb") as fh:
+            return os.pread(fh.fileno(), where[1], where[0])
 
 
 def place_in_journal(place: str) -> tuple[str, str] | None:

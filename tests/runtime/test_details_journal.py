@@ -188,16 +188,24 @@ def test_a_writer_killed_mid_line_costs_no_other_process_its_records(tmp_path: P
     assert sorted(d["task_id"] for d in reader.iter_details() if d["task_id"] != "big") == steady_records
 
 
-def test_a_reader_of_a_run_made_again_at_the_same_path_reads_the_new_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("size", ["same", "larger"])
+def test_a_reader_of_a_run_made_again_at_the_same_path_reads_the_new_one(tmp_path: Path, size: str) -> None:
+    # ext4 hands the freed inode out again, so neither the path nor the inode tells the new journal
+    # from the old; a reader that kept its index reads the new one, and a refused write there
+    # makes no other task's record unreadable.
     run = tmp_path / "run"
-    _journal_store(run).save_partial_result("a", {"task_id": "a"})
-    journal = Journal(str(run / "details" / JOURNAL))
-    assert journal.task_ids() == ["a"]
-    shutil.rmtree(run)  # ext4 hands the freed inode out again: the path alone does not tell
+    for task_id in ("a", "b"):
+        _journal_store(run).save_partial_result(task_id, {"task_id": task_id, "v": 1})
+    reader = DetailFiles(run)
+    assert reader.detail_ids() == ["a", "b"]
+    shutil.rmtree(run)
     again = _journal_store(run)
-    for task_id in ("x", "y", "z"):
-        again.save_partial_result(task_id, {"task_id": task_id, "output": "longer than the first run's"})
-    assert journal.task_ids() == ["x", "y", "z"] and journal.text("a") is None
+    names = ("c", "d") if size == "same" else ("c", "d", "e")
+    for task_id in names:
+        again.save_partial_result(task_id, {"task_id": task_id, "v": 2})
+    assert reader.detail_ids() == list(names)
+    assert reader.read_detail("a") is None and reader.read_detail("c") == {"task_id": "c", "v": 2}
+    assert not reader.has_detail("b") and reader.has_detail("d")
 
 
 def test_a_run_keeps_the_layout_it_began_with(tmp_path: Path) -> None:
@@ -216,11 +224,13 @@ def test_carry_over_copies_between_layouts_byte_for_byte(tmp_path: Path) -> None
     source = RunStore(files)
     for task_id, score in (("a", 1.0), ("b", 0.0)):
         source.save_partial_result(task_id, {"task_id": task_id, "score": score, "output": "snow ☃"})
-    (files / "details" / "c.json").write_text(json.dumps({"task_id": "c", "score": 1.0}, indent=2))  # by hand
+    by_hand = {"score": 1.0, "task_id": "c", "note": "snow ☃"}  # made readable, keys reordered
+    (files / "details" / "c.json").write_text(json.dumps(by_hand, indent=2, ensure_ascii=False))
     into_journal = _journal_store(journal)
     assert copy_details(files, into_journal, wanted=lambda _: True, keep=lambda _, d: d["score"] == 1.0) == (2, 1)
     assert into_journal.detail_ids() == ["a", "c"] and into_journal.same_detail(source, "a")
-    assert into_journal.read_detail("c") == {"task_id": "c", "score": 1.0}
+    assert into_journal.read_detail("c") == by_hand
+    assert (journal / "details" / JOURNAL).read_text().splitlines()[-1].startswith('{"task_id":"c",')
     assert into_journal.same_detail(source, "c"), "made one line for the journal: the same record"
     into_files = RunStore(again)
     assert copy_details(journal, into_files, wanted=lambda _: True, keep=lambda _, d: True) == (2, 0)

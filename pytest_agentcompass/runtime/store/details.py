@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ...vocabulary.types import RunStatus
-from .journal import JOURNAL, Journal, place_in_journal
+from .journal import JOURNAL, Journal, journal_line, place_in_journal
 from .page_records import PageRecords, packed, page_record
 from .writing import FileWriter, read_json
 
@@ -214,8 +214,8 @@ class DetailFiles(FileWriter):
         text = source.detail_text(task_id)
         if text is None:
             raise FileNotFoundError(f"no detail of {task_id!r} in {source.details_dir}")
-        if b"\n" in text and self.layout == "journal":  # a detail file made readable by hand: one line again
-            text = json.dumps(json.loads(text), separators=(",", ":")).encode()
+        if self.layout == "journal":
+            text = journal_line(text)
         self._store_text(task_id, text.decode("utf-8"))
 
     # -- reading -------------------------------------------------------
@@ -252,23 +252,21 @@ class DetailFiles(FileWriter):
         return read_detail_file(self.detail_file(task_id))
 
     def has_detail(self, task_id: str) -> bool:
-        """Whether ``task_id`` has a detail here (a task that ended), without reading it."""
-        if self.layout == "journal":  # a line is no detail until it is whole (a file is, once written)
-            return self.read_detail(task_id) is not None
-        return os.path.exists(self.detail_file(task_id))
+        """Whether ``task_id`` has a readable detail here (a task that ended and is counted from it)."""
+        return self.read_detail(task_id) is not None
 
     def same_detail(self, other: DetailFiles, task_id: str) -> bool:
-        """Whether the detail of ``task_id`` here is ``other``'s (a copy ``carry_over`` made): byte for byte,
-        or, for a detail made one line for the journal (:meth:`copy_detail`), the same JSON."""
+        """Whether the detail of ``task_id`` here is ``other``'s copied by ``carry_over`` (:meth:`copy_detail`):
+        byte for byte, or as a journal line made of it."""
         mine, theirs = self.detail_text(task_id), other.detail_text(task_id)
         if mine is None or theirs is None:
             return False
         if mine == theirs:
             return True
-        if b"\n" not in theirs:
+        if self.layout != "journal":
             return False
         try:
-            return bool(json.loads(mine) == json.loads(theirs))
+            return mine == journal_line(theirs)
         except ValueError:
             return False
 

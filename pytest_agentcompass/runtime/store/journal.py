@@ -13,7 +13,8 @@ whose task cannot be told (garbage, or cut short at its start) is skipped; a
 line cut short by a kill is the task's last line and does not parse, so the
 task reads as not done, as a detail file cut short does (so does a line still
 being written, until it ends). After a write the disk refused, the task's
-earlier record is made unreadable in place, for the same reason.
+earlier record is made unreadable in place, for the same reason (best effort:
+see :meth:`Journal._overrule`).
 
 One case reads differently from detail files: a rerun's record cut short by a
 kill within its first few dozen bytes (before its task id is whole) belongs to
@@ -29,7 +30,7 @@ import fcntl
 import json
 import os
 
-__all__ = ["JOURNAL", "Journal", "place_in_journal"]
+__all__ = ["JOURNAL", "Journal", "journal_line", "place_in_journal"]
 
 #: The journal's name inside ``details/``: it does not end in ``.json``, so no task's detail file is it.
 JOURNAL = "journal.jsonl"
@@ -63,7 +64,8 @@ class Journal:
         self.path = path
         self._at: dict[str, tuple[int, int]] = {}  # task id -> (offset, length) of its last line
         self._read_to = 0  # the index covers the journal's whole lines up to here
-        self._seen = (-1, -1)  # (inode, size) at the last look: unchanged, nothing to read
+        self._seen = (-1, -1, -1)  # (inode, size, mtime) at the last look: unchanged, nothing to read
+        self._head = b""  # the file's first bytes: another file at the path begins otherwise
 
     # -- writing -------------------------------------------------------
     def append(self, task_id: str, text: str) -> None:
@@ -97,14 +99,15 @@ class Journal:
 
         A rerun that could not be recorded must not leave the earlier record
         standing for it, as a detail file that could not be written is gone.
-        Its last byte is overwritten in place: that needs no new block of a
-        full disk (on a file system that writes in place, as ext4 and xfs do).
+        Its last byte is overwritten in place, which needs no new block on a
+        file system that writes in place (ext4, xfs). Best effort: a
+        copy-on-write file system with no room left refuses that too.
         """
         with contextlib.suppress(OSError):
-            self._catch_up()
-            where = self._at.get(task_id)
-            if where is None or where[1] < 2:
+            found = self._line_of(task_id)
+            if found is None or found[0][1] < 2:
                 return
+            where = found[0]
             fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)  # without O_APPEND: Linux appends any pwrite there
             try:
                 if os.pread(fd, 1, where[0] + where[1] - 1) == b"}":
@@ -113,30 +116,35 @@ class Journal:
                 os.close(fd)
 
     # -- reading -------------------------------------------------------
+    def _forget(self) -> None:
+        self._at, self._read_to, self._seen, self._head = {}, 0, (-1, -1, -1), b""
+
     def _catch_up(self) -> None:
-        """Index what was appended since the last look (every line, if the file is another one now)."""
+        """Index what was appended since the last look (every line, if the path holds another file now)."""
         try:
             st = os.stat(self.path)
         except OSError:
-            self._at, self._read_to, self._seen = {}, 0, (-1, -1)
+            self._forget()
             return
-        if (st.st_ino, st.st_size) == self._seen:
+        if (st.st_ino, st.st_size, st.st_mtime_ns) == self._seen:
             return
-        if st.st_ino != self._seen[0] or st.st_size < self._read_to:
-            self._at, self._read_to = {}, 0
         with open(self.path, "rb") as fh:
-            # From the line end the index stopped at: where that byte is no line end any more, the
-            # path holds another journal now (a run directory made again, its inode reused): start over.
-            fh.seek(max(0, self._read_to - 1))
-            data = fh.read(st.st_size - self._read_to + (1 if self._read_to else 0))
-            if self._read_to:
-                if data[:1] != b"\n":
-                    self._at, self._read_to = {}, 0
-                    fh.seek(0)
-                    data = fh.read(st.st_size)
-                else:
-                    data = data[1:]
-        self._seen = (st.st_ino, st.st_size)
+            fd = fh.fileno()
+            st = os.fstat(fd)
+            # Another file at this path (a run directory made again, whose inode may be the old
+            # one's): its first bytes differ, or it is shorter, or the line end the index stopped
+            # at is no line end any more. Then every line is read again.
+            if (
+                st.st_ino != self._seen[0]
+                or st.st_size < self._read_to
+                or os.pread(fd, len(self._head), 0) != self._head
+                or (self._read_to and os.pread(fd, 1, self._read_to - 1) != b"\n")
+            ):
+                self._forget()
+            data = os.pread(fd, st.st_size - self._read_to, self._read_to)
+        if not self._head:
+            self._head = data[:64]
+        self._seen = (st.st_ino, st.st_size, st.st_mtime_ns)
         self._index(data)
 
     def _index(self, data: bytes) -> None:
@@ -155,18 +163,40 @@ class Journal:
             at[task_id] = (base + end, len(data) - end)
         self._read_to = base + end
 
+    def _line_of(self, task_id: str) -> tuple[tuple[int, int], bytes] | None:
+        """Where the last line of ``task_id`` lies, and the line: checked to be that task's."""
+        for _ in range(2):
+            self._catch_up()
+            where = self._at.get(task_id)
+            if where is None:
+                return None
+            with open(self.path, "rb") as fh:
+                line = os.pread(fh.fileno(), where[1], where[0])
+            if line.startswith(_HEAD + task_id.encode() + b'"') or _task_of(line) == task_id:
+                return where, line
+            self._forget()  # the index is of another file than the one at the path now: read it again
+        return None
+
     def task_ids(self) -> list[str]:
         self._catch_up()
         return list(self._at)
 
     def text(self, task_id: str) -> bytes | None:
         """The last line of ``task_id``, without its end; ``None`` when it has none."""
-        self._catch_up()
-        where = self._at.get(task_id)
-        if where is None:
-            return None
-        with open(self.path, "rb") as fh:
-            return os.pread(fh.fileno(), where[1], where[0])
+        found = self._line_of(task_id)
+        return None if found is None else found[1]
+
+
+def journal_line(text: bytes) -> bytes:
+    """``text`` (a detail as stored, e.g. a detail file's) as a journal keeps it: one line that begins
+    with its task id. A compact record this plugin wrote is kept byte for byte; another (made
+    readable by hand, its keys reordered) is encoded again, compact, its task id first."""
+    if text.startswith(_HEAD) and b"\n" not in text:
+        return text
+    record = json.loads(text)
+    if type(record) is dict and "task_id" in record:
+        record = {"task_id": record["task_id"], **record}
+    return json.dumps(record, separators=(",", ":")).encode()
 
 
 def place_in_journal(place: str) -> tuple[str, str] | None:

@@ -210,6 +210,12 @@ class OwnRun:
             raise self._unswept
         # What the interrupted run already finished, told apart from what ``carry_over`` copies in.
         own = set(store.detail_ids()) if self.resumed else set()
+        wanted = request.ctx.req.execution.details_layout
+        if self.resumed and own and store.layout != wanted:
+            request.note(
+                f"execution.details_layout: this run keeps its details as {store.layout}, the layout it began "
+                f"with; {wanted} applies to the next new run"
+            )
         if self.carry_over_from is not None:
             self._carry_over(request, self.carry_over_from)
         return self._load_recorded(request, own)
@@ -262,6 +268,10 @@ class OwnRun:
     def end(self, request: RequestView, status: RequestState, **extra: Any) -> None:
         store = request.store
         kept = [e for o in request.outcomes.values() if not (o.carried_over or o.resumed) for e in o.kept_environments]
+        try:
+            store.compact_details()  # a journal: one line per task, what a kill cut short gone
+        except OSError as exc:  # left as written: every reader reads it as before
+            request.note(f"details/journal.jsonl left as written: compacting it failed: {exc}")
         store.close()
         try:
             store.update_run_info(

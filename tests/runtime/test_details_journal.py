@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -331,9 +332,79 @@ def test_a_killed_journal_run_resumes_and_keeps_what_it_recorded(pytester: pytes
     )
     assert killed.returncode == -9
     (run_dir,) = (pytester.path / "runs" / "r").iterdir()
+    journal = run_dir / "details" / JOURNAL
     assert DetailFiles(run_dir).detail_ids() == [f"t{i}" for i in range(5)]
+    with journal.open("a") as fh:
+        fh.write('{"task_id":"t2","request":"r","sco')  # a rerun of t2 the kill cut short: t2 is not done
     (pytester.path / "stop").unlink()
+    write_config(pytester, [_request("files")], task_concurrency=1)  # asked for now; the run keeps its own
     result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml")
     result.assert_outcomes(passed=5, failed=1)
-    result.stdout.fnmatch_lines(["r: 6 tasks, 5 passed, 1 failed, 0 errors, 5 resumed"])
-    assert len((run_dir / "details" / JOURNAL).read_text().splitlines()) == 6
+    result.stdout.fnmatch_lines(
+        [
+            "r: 6 tasks, 5 passed, 1 failed, 0 errors, 4 resumed",
+            "*execution.details_layout: this run keeps its details as journal, the layout it began with; "
+            "files applies to the next new run",
+        ]
+    )
+    # At the run's end the journal holds one whole record per task: what the kill cut short is gone.
+    lines = journal.read_text().splitlines()
+    assert sorted(json.loads(line)["task_id"] for line in lines) == [f"t{i}" for i in range(6)]
+    assert os.listdir(run_dir / "details") == [JOURNAL]
+
+
+def test_compacting_a_journal_changes_nothing_a_reader_finds(tmp_path: Path) -> None:
+    store = _journal_store(tmp_path)
+    for task_id in ("a", "b", "c", "d", "e"):
+        store.save_partial_result(task_id, {"task_id": task_id, "score": 0.0})
+    store.save_partial_result("b", {"task_id": "b", "score": 1.0})  # a rerun: supersedes b's first line
+    journal = tmp_path / "details" / JOURNAL
+    with journal.open("a") as fh:
+        fh.write("garbage\n\n")
+        fh.write('{"task_id":"c","status":"forged"}\n')  # whole, but no record: c is not done
+        fh.write('{"task_id":"d","sco')  # cut short: d is not done
+    store.save_partial_result("e", {"task_id": "e", "score": 0.5})  # ends the cut line first
+
+    def seen() -> dict[str, object]:
+        reader = DetailFiles(tmp_path)
+        return {task_id: reader.read_detail(task_id) for task_id in "abcdez"}
+
+    before = seen()
+    assert [t for t, d in before.items() if d is not None] == ["a", "b", "e"]
+    assert DetailFiles(tmp_path).compact_details()
+    assert seen() == before
+    lines = journal.read_text().splitlines()
+    assert [line[:16] for line in lines] == [
+        '{"task_id":"a","',
+        '{"task_id":"b","',
+        '{"task_id":"c","',
+        '{"task_id":"e","',
+    ]
+    inode = journal.stat().st_ino
+    assert not DetailFiles(tmp_path).compact_details(), "one whole line per task: left as it is"
+    assert journal.stat().st_ino == inode
+    assert not RunStore(tmp_path / "files").compact_details(), "detail files are left as they are"
+
+
+def test_a_journal_compacted_while_another_process_appends_loses_nothing(tmp_path: Path) -> None:
+    # A worker that outlived its run's end appends while the owner compacts: its record goes into
+    # the journal that is in place once it holds the lock, never into the one replaced.
+    stop = tmp_path / "stop"
+    _journal_store(tmp_path).save_partial_result("first", {"task_id": "first"})
+    steady = subprocess.Popen([sys.executable, "-c", STEADY_WRITER, str(tmp_path), str(stop)], stdout=subprocess.PIPE)
+    try:
+        owner = DetailFiles(tmp_path)
+        while len(owner.detail_ids()) < 100 and steady.poll() is None:  # the writer is under way
+            time.sleep(0.01)
+        compacted = 0
+        while compacted < 200 and steady.poll() is None:
+            with (tmp_path / "details" / JOURNAL).open("a") as fh:
+                fh.write("\n")  # an empty line: something to compact away each time
+            compacted += owner.compact_details()
+    finally:
+        stop.touch()
+        out, _ = steady.communicate(timeout=60)
+    assert compacted == 200
+    reader = DetailFiles(tmp_path)
+    assert sorted(d["task_id"] for d in reader.iter_details()) == sorted(["first", *(f"b{i}" for i in range(int(out)))])
+    assert [p for p in os.listdir(tmp_path / "details") if p != JOURNAL] == [], "no temporary file left"

@@ -218,6 +218,15 @@ class DetailFiles(FileWriter):
             text = journal_line(text)
         self._store_text(task_id, text.decode("utf-8"))
 
+    def compact_details(self) -> bool:
+        """At the run's end, by its owner (no other process writes then): a journal keeps each task's
+        last line only (:meth:`~.journal.Journal.compact`); detail files stay as they are. Returns
+        whether the journal was rewritten."""
+        if self.layout != "journal":
+            return False
+        assert self._journal is not None
+        return self._journal.compact()
+
     # -- reading -------------------------------------------------------
     def detail_ids(self) -> list[str]:
         """The ids of the tasks this run holds a detail of (readable or not), sorted as strings

@@ -77,9 +77,8 @@ class Journal:
         the last byte and writing are one step for every writer of the journal.
         """
         data = text.encode("utf-8") + b"\n"
-        fd = os.open(self.path, _APPEND, 0o644)
+        fd = self._locked()
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 data = b"\n" + data
@@ -93,6 +92,61 @@ class Journal:
                 raise OSError(f"{self.path}: the disk took only part of the detail of {task_id!r}")
         finally:
             os.close(fd)  # and with it the lock
+
+    def _locked(self) -> int:
+        """The journal opened for appending, holding its ``flock``: the file at the path once it is held
+        (:meth:`compact` may have put another in its place while this process waited)."""
+        while True:
+            fd = os.open(self.path, _APPEND, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
+                    return fd
+            except FileNotFoundError:
+                pass  # replaced and not yet in place: open it again
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+
+    def compact(self) -> bool:
+        """Rewrite the journal as each task's last line, in order, when it holds anything else.
+
+        Called by the run's owner at the run's end, when no other process
+        writes. What a reader finds does not change: a task whose last line is
+        no whole record (cut short by a kill: it does not end its object)
+        keeps no line, and reads as not done either way; lines superseded by a
+        later one, lines of no task and empty lines go. Written through a
+        temporary name under the journal's lock, so a reader sees the old file
+        or the new one. Returns whether it was rewritten.
+        """
+        if not os.path.exists(self.path):
+            return False
+        fd = self._locked()
+        try:
+            data = os.pread(fd, os.fstat(fd).st_size, 0)
+            self._forget()
+            self._index(data)
+            keep = sorted(
+                where for where in self._at.values() if data[where[0] + where[1] - 1 : where[0] + where[1]] == b"}"
+            )
+            if len(keep) == len(self._at) == data.count(b"\n") and data.endswith(b"\n"):
+                return False  # one whole line per task already: nothing to drop
+            # Named as a writer's temporary file (``.<name>.<...>.tmp``): a resume removes one a kill left.
+            tmp = f"{os.path.dirname(self.path)}/.{JOURNAL}.{os.getpid()}-compact.tmp"
+            try:
+                with open(tmp, "wb") as out:
+                    for offset, length in keep:
+                        out.write(data[offset : offset + length] + b"\n")
+                os.replace(tmp, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            self._forget()
+            return True
+        finally:
+            os.close(fd)
 
     def _overrule(self, task_id: str) -> None:
         """After a failed append, make the earlier record of ``task_id`` (if it is whole) unreadable.

@@ -13,6 +13,8 @@ Exit codes: 0 done, 1 regressions (``compare``), 2 unusable input.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,6 +51,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except AgentCompassError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (``| head``): it read what it wanted. Nothing more goes to the closed
+        # pipe (the interpreter's last flush would fail again), and the exit says so as a shell tool's
+        # does: 128 + SIGPIPE.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except OSError as exc:
         print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -161,6 +162,23 @@ def test_compare_prints_changes_and_exits_one_on_regressions(tmp_path: Path) -> 
         "  improvement: t1 (failed 0 -> passed 1)",
     ]
     assert main(["compare", str(new), str(new)], out=io.StringIO()) == 0
+
+
+def test_compare_into_a_reader_that_went_away_ends_quietly(tmp_path: Path) -> None:
+    # ``compare OLD NEW | head -1``: the pipe closes before the output is written.
+    old, new = tmp_path / "runs/a/1", tmp_path / "runs/b/2"
+    write_run(old, {f"t{i}": {} for i in range(50)}, request="a")
+    write_run(new, {f"t{i}": {"state": "failed"} for i in range(50)}, request="b")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest_agentcompass", "compare", str(old), str(new)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before a line is written
+    stderr = proc.stderr.read()
+    proc.stderr.close()
+    assert (proc.wait(timeout=60), stderr) == (128 + signal.SIGPIPE, b"")
 
 
 def test_command_line_errors_are_one_line_and_exit_two(tmp_path: Path) -> None:

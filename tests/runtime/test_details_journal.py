@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcompass.runtime.store import RunStore, copy_details
+from pytest_agentcompass.runtime.store import journal as journal_module
 from pytest_agentcompass.runtime.store.details import JOURNAL, DetailFiles, layout_on_disk, read_detail_file
 from pytest_agentcompass.runtime.store.journal import Journal
 
@@ -144,6 +145,7 @@ def test_a_rerun_the_disk_refuses_reads_as_a_task_not_done(tmp_path: Path, room:
 
 KILLED_WRITER = """
 import sys
+from pytest_agentcompass.runtime.store import journal as journal_module
 from pytest_agentcompass.runtime.store.journal import Journal
 text = '{"task_id":"big","output":"' + "x" * (64 * 2**20) + '"}'
 print("go", flush=True)
@@ -364,26 +366,37 @@ def test_compacting_a_journal_changes_nothing_a_reader_finds(tmp_path: Path) -> 
         fh.write('{"task_id":"c","status":"forged"}\n')  # whole, but no record: c is not done
         fh.write('{"task_id":"d","sco')  # cut short: d is not done
     store.save_partial_result("e", {"task_id": "e", "score": 0.5})  # ends the cut line first
+    with journal.open("a") as fh:
+        fh.write('{"task_id":"a","sco')  # a rerun of a, cut short at the very end: a is not done
 
     def seen() -> dict[str, object]:
         reader = DetailFiles(tmp_path)
         return {task_id: reader.read_detail(task_id) for task_id in "abcdez"}
 
     before = seen()
-    assert [t for t, d in before.items() if d is not None] == ["a", "b", "e"]
+    assert [t for t, d in before.items() if d is not None] == ["b", "e"]
     assert DetailFiles(tmp_path).compact_details()
     assert seen() == before
     lines = journal.read_text().splitlines()
-    assert [line[:16] for line in lines] == [
-        '{"task_id":"a","',
-        '{"task_id":"b","',
-        '{"task_id":"c","',
-        '{"task_id":"e","',
-    ]
+    assert [line[:16] for line in lines] == ['{"task_id":"b","', '{"task_id":"c","', '{"task_id":"e","']
     inode = journal.stat().st_ino
     assert not DetailFiles(tmp_path).compact_details(), "one whole line per task: left as it is"
     assert journal.stat().st_ino == inode
     assert not RunStore(tmp_path / "files").compact_details(), "detail files are left as they are"
+
+
+def test_a_journal_read_in_small_chunks_reads_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The index reads a chunk at a time (memory must not grow with the journal): lines that
+    # straddle chunks, and lines longer than a chunk, are read whole.
+    store = _journal_store(tmp_path)
+    for i in range(200):
+        store.save_partial_result(f"t{i}", {"task_id": f"t{i}", "output": "x" * (i * 7 % 300)})
+    expected = {d["task_id"]: d for d in DetailFiles(tmp_path).iter_details()}
+    monkeypatch.setattr(journal_module, "_CHUNK", 64)
+    reader = DetailFiles(tmp_path)
+    assert {d["task_id"]: d for d in reader.iter_details()} == expected and len(expected) == 200
+    store.save_partial_result("t3", {"task_id": "t3", "output": "again"})
+    assert reader.read_detail("t3") == {"task_id": "t3", "output": "again"}
 
 
 def test_a_journal_compacted_while_another_process_appends_loses_nothing(tmp_path: Path) -> None:

@@ -36,6 +36,8 @@ __all__ = ["JOURNAL", "Journal", "journal_line", "place_in_journal"]
 JOURNAL = "journal.jsonl"
 
 _APPEND = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC  # read: the last byte, is the last line ended?
+#: Bytes of the journal read at a time: an index of 100,000 tasks never holds their whole journal.
+_CHUNK = 4 * 2**20
 #: How a record this plugin wrote begins: the task id comes first (``RunResult.to_dict``), and ids are
 #: safe names (no quote, no backslash), so the id is read without decoding the line.
 _HEAD = b'{"task_id":"'
@@ -66,6 +68,8 @@ class Journal:
         self._read_to = 0  # the index covers the journal's whole lines up to here
         self._seen = (-1, -1, -1)  # (inode, size, mtime) at the last look: unchanged, nothing to read
         self._head = b""  # the file's first bytes: another file at the path begins otherwise
+        self._lines = 0
+        self._open: set[str] = set()
 
     # -- writing -------------------------------------------------------
     def append(self, task_id: str, text: str) -> None:
@@ -118,26 +122,29 @@ class Journal:
         keeps no line, and reads as not done either way; lines superseded by a
         later one, lines of no task and empty lines go. Written through a
         temporary name under the journal's lock, so a reader sees the old file
-        or the new one. Returns whether it was rewritten.
+        or the new one; read and written a chunk or a line at a time, so that
+        memory does not grow with the run. Returns whether it was rewritten.
         """
         if not os.path.exists(self.path):
             return False
         fd = self._locked()
         try:
-            data = os.pread(fd, os.fstat(fd).st_size, 0)
             self._forget()
-            self._index(data)
-            keep = sorted(
-                where for where in self._at.values() if data[where[0] + where[1] - 1 : where[0] + where[1]] == b"}"
-            )
-            if len(keep) == len(self._at) == data.count(b"\n") and data.endswith(b"\n"):
+            size = self._read_from(fd)
+            # A task whose last line is cut short (in the middle, or the unended last one) keeps none.
+            whole = {
+                task_id: where
+                for task_id, where in self._at.items()
+                if task_id not in self._open and where[0] < self._read_to
+            }
+            if self._read_to == size and self._lines == len(self._at) == len(whole):
                 return False  # one whole line per task already: nothing to drop
             # Named as a writer's temporary file (``.<name>.<...>.tmp``): a resume removes one a kill left.
             tmp = f"{os.path.dirname(self.path)}/.{JOURNAL}.{os.getpid()}-compact.tmp"
             try:
                 with open(tmp, "wb") as out:
-                    for offset, length in keep:
-                        out.write(data[offset : offset + length] + b"\n")
+                    for offset, length in sorted(whole.values()):
+                        out.write(os.pread(fd, length, offset) + b"\n")
                 os.replace(tmp, self.path)
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -172,6 +179,8 @@ class Journal:
     # -- reading -------------------------------------------------------
     def _forget(self) -> None:
         self._at, self._read_to, self._seen, self._head = {}, 0, (-1, -1, -1), b""
+        self._lines = 0  # line ends read, empty lines and lines of no task included
+        self._open = set()  # tasks whose last whole line is no whole record (it ends no object)
 
     def _catch_up(self) -> None:
         """Index what was appended since the last look (every line, if the path holds another file now)."""
@@ -183,39 +192,58 @@ class Journal:
         if (st.st_ino, st.st_size, st.st_mtime_ns) == self._seen:
             return
         with open(self.path, "rb") as fh:
-            fd = fh.fileno()
-            st = os.fstat(fd)
-            # Another file at this path (a run directory made again, whose inode may be the old
-            # one's): its first bytes differ, or it is shorter, or the line end the index stopped
-            # at is no line end any more. Then every line is read again.
-            if (
-                st.st_ino != self._seen[0]
-                or st.st_size < self._read_to
-                or os.pread(fd, len(self._head), 0) != self._head
-                or (self._read_to and os.pread(fd, 1, self._read_to - 1) != b"\n")
-            ):
-                self._forget()
-            data = os.pread(fd, st.st_size - self._read_to, self._read_to)
-        if not self._head:
-            self._head = data[:64]
-        self._seen = (st.st_ino, st.st_size, st.st_mtime_ns)
-        self._index(data)
+            self._read_from(fh.fileno())
 
-    def _index(self, data: bytes) -> None:
+    def _read_from(self, fd: int) -> int:
+        """Index the journal open at ``fd`` from where the index stopped; returns the size it read to."""
+        st = os.fstat(fd)
+        # Another file at this path (a run directory made again, whose inode may be the old
+        # one's): its first bytes differ, or it is shorter, or the line end the index stopped
+        # at is no line end any more. Then every line is read again.
+        if (
+            st.st_ino != self._seen[0]
+            or st.st_size < self._read_to
+            or os.pread(fd, len(self._head), 0) != self._head
+            or (self._read_to and os.pread(fd, 1, self._read_to - 1) != b"\n")
+        ):
+            self._forget()
+        if not self._head:
+            self._head = os.pread(fd, 64, 0)
+        rest = b""  # the start of a line the last chunk did not end
+        position = self._read_to
+        while position < st.st_size:
+            chunk = os.pread(fd, min(_CHUNK, st.st_size - position), position)
+            if not chunk:  # cut short since the fstat
+                break
+            position += len(chunk)
+            data = rest + chunk
+            end = self._index(data)
+            rest = data[end:]
+        # A line with no end yet is being written, or was cut short by a kill: either way its task
+        # is not done now (as a detail file being written is not), and it is read again once it grows.
+        task_id = _task_of(rest) if rest else None
+        if task_id is not None:
+            self._at[task_id] = (self._read_to, len(rest))
+        self._seen = (st.st_ino, position, st.st_mtime_ns)
+        return position
+
+    def _index(self, data: bytes) -> int:
+        """Index the whole lines of ``data`` (the journal from :attr:`_read_to` on); returns their length."""
         end = data.rfind(b"\n") + 1
-        start, base, at = 0, self._read_to, self._at
+        start, base, at, unended = 0, self._read_to, self._at, self._open
         while start < end:
             stop = data.index(b"\n", start)
             task_id = _task_of(data[start:stop]) if stop > start else None
             if task_id is not None:
                 at[task_id] = (base + start, stop - start)
+                if data[stop - 1] == 0x7D:  # "}": the line ends an object
+                    unended.discard(task_id)
+                else:
+                    unended.add(task_id)
             start = stop + 1
-        # A line with no end yet is being written, or was cut short by a kill: either way its task
-        # is not done now (as a detail file being written is not), and it is read again once it grows.
-        task_id = _task_of(data[end:]) if end < len(data) else None
-        if task_id is not None:
-            at[task_id] = (base + end, len(data) - end)
+        self._lines += data.count(b"\n", 0, end)
         self._read_to = base + end
+        return end
 
     def _line_of(self, task_id: str) -> tuple[tuple[int, int], bytes] | None:
         """Where the last line of ``task_id`` lies, and the line: checked to be that task's."""

@@ -37,7 +37,7 @@ JOURNAL = "journal.jsonl"
 
 _APPEND = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC  # read: the last byte, is the last line ended?
 #: Bytes of the journal read at a time: an index of 100,000 tasks never holds their whole journal.
-_CHUNK = 4 * 2**20
+_CHUNK = 2**20
 #: How a record this plugin wrote begins: the task id comes first (``RunResult.to_dict``), and ids are
 #: safe names (no quote, no backslash), so the id is read without decoding the line.
 _HEAD = b'{"task_id":"'
@@ -150,9 +150,9 @@ class Journal:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise
-            self._forget()
             return True
         finally:
+            self._forget()  # the index of a run that ended is not kept (100,000 tasks: megabytes)
             os.close(fd)
 
     def _overrule(self, task_id: str) -> None:

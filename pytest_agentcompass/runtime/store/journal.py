@@ -16,6 +16,10 @@ being written, until it ends). After a write the disk refused, the task's
 earlier record is made unreadable in place, for the same reason (best effort:
 see :meth:`Journal._overrule`).
 
+At the run's end its owner compacts the journal (:meth:`Journal.compact`):
+each task's last whole line, so that a finished or interrupted run's journal
+is plain JSON Lines, one line per task, whatever kills and reruns left in it.
+
 One case reads differently from detail files: a rerun's record cut short by a
 kill within its first few dozen bytes (before its task id is whole) belongs to
 no task, so the task's earlier record stands, where a detail file would read

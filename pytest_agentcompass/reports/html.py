@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..runtime.store.details import DetailFiles, DetailsLayout, detail_place, layout_on_disk
+from ..runtime.store.details import DetailFiles
 from ..runtime.store.files import read_run_info_head
 from ..runtime.store.page_records import Cut, PageRecords
 from .baseline import Baseline, compare, read_run_tasks, state_of
@@ -178,7 +178,7 @@ class _Page:
     def __init__(self, link_base: Path, baseline: Baseline | None, total_tasks: int) -> None:
         self.link_base = link_base
         self._prefixes: dict[Path, str] = {}
-        self._layouts: dict[Path, DetailsLayout] = {}
+        self._stores: dict[Path, DetailFiles] = {}
         self.baseline = baseline
         # Per-text clip: generous for a few tasks, tight for thousands.
         self.clip = max(160, min(8000, PAGE_BUDGET // max(1, total_tasks * 6)))
@@ -200,7 +200,7 @@ class _Page:
         details: Iterable[Mapping[str, Any]]
         texts: list[str] | None = []
         if known is None:
-            details = _read_details(DetailFiles(run_dir), order)
+            details = _read_details(self._store(run_dir), order)
         else:
             last = len(order)
 
@@ -290,7 +290,7 @@ class _Page:
 
     def _detail(self, run_dir: Path, task_id: str, detail: Mapping[str, Any], found: list[str]) -> str:
         # task ids are safe in a link (checked at load)
-        link = self._run_link(run_dir) + detail_place(task_id, self._layout(run_dir))
+        link = self._run_link(run_dir) + self._store(run_dir).place(task_id)
         if self.spent >= PAGE_BUDGET:
             omitted = {"detail": link, "omitted": "details omitted to keep the page small: open the detail record"}
             return _json({**omitted, "integrity": found[:20]} if found else omitted)
@@ -348,12 +348,12 @@ class _Page:
             prefix = self._prefixes[run_dir] = "" if link == "." else link + "/"
         return prefix
 
-    def _layout(self, run_dir: Path) -> DetailsLayout:
-        """How ``run_dir`` keeps its details (once per run, not per task)."""
-        layout = self._layouts.get(run_dir)
-        if layout is None:
-            layout = self._layouts[run_dir] = layout_on_disk(run_dir) or "files"
-        return layout
+    def _store(self, run_dir: Path) -> DetailFiles:
+        """The reader of ``run_dir``'s details, which knows their layout (one per run, not per task)."""
+        store = self._stores.get(run_dir)
+        if store is None:
+            store = self._stores[run_dir] = DetailFiles(run_dir)
+        return store
 
     def _link(self, path: Path) -> str:
         try:

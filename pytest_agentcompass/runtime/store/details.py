@@ -6,8 +6,8 @@ Two layouts, one per run directory (``execution.details_layout``):
   ``details/<task>.json``, one file per task.
 - ``journal``: ``details/journal.jsonl``, one record per line, appended; the
   last line of a task is its detail. A run of many quick tasks then creates
-  one file instead of one per task, which is most of what a no-op task costs
-  on an ext4 without a journal (docs/performance.md).
+  one file instead of one per task, a large share of what the plugin adds to
+  a no-op task on an ext4 without a journal (docs/performance.md, set S).
 
 A run keeps the layout it began with: a run directory that already holds
 details is read and written in its own layout, whatever the config says now,
@@ -70,6 +70,14 @@ KEEP_WRITTEN_CHARS = 64 * 2**20
 _STATUSES = frozenset(RunStatus)
 
 
+def _parsed(text: bytes | None) -> dict[str, Any] | None:
+    """The record a journal line holds (:func:`_record`); ``None`` for no line, or one that does not parse."""
+    try:
+        return None if text is None else _record(json.loads(text))
+    except ValueError:
+        return None
+
+
 def _record(detail: Any) -> dict[str, Any] | None:
     """``detail`` when it is a record this plugin writes: an object with a task id and a status a result has."""
     if type(detail) is not dict or type(detail.get("task_id")) is not str:
@@ -92,18 +100,20 @@ def read_detail_file(path: str | os.PathLike[str], journals: dict[str, Journal] 
     carry-over runs it again instead of failing the request.
     """
     in_journal = place_in_journal(os.fspath(path))
+    if in_journal is None:
+        try:
+            return _record(read_json(path))
+        except (OSError, ValueError):
+            return None
+    where, task_id = in_journal
+    journals = {} if journals is None else journals
+    journal = journals.get(where)
+    if journal is None:
+        journal = journals[where] = Journal(where)
     try:
-        if in_journal is not None:
-            journal = (journals or {}).get(in_journal[0]) or Journal(in_journal[0])
-            if journals is not None:
-                journals[journal.path] = journal
-            text = journal.text(in_journal[1])
-            detail = None if text is None else json.loads(text)
-        else:
-            detail = read_json(path)
-    except (OSError, ValueError):
+        return _parsed(journal.text(task_id))
+    except OSError:
         return None
-    return _record(detail)
 
 
 def detail_place(task_id: str, layout: DetailsLayout = "files") -> str:
@@ -172,6 +182,11 @@ class DetailFiles(FileWriter):
                 self._journal = Journal(f"{self._details}/{JOURNAL}")
         return self._layout
 
+    @property
+    def _in_journal(self) -> Journal | None:
+        """The journal, when this run directory keeps its details in one (:attr:`layout`)."""
+        return self._journal if self.layout == "journal" else None
+
     def place(self, task_id: str) -> str:
         """:func:`detail_place` in this run directory's layout."""
         return detail_place(task_id, self.layout)
@@ -182,7 +197,7 @@ class DetailFiles(FileWriter):
     def detail_file(self, task_id: str) -> str:
         """Where the detail of ``task_id`` lies, as a ``str`` (``Path`` parsing is measurable at 10,000
         tasks): its file, or ``<journal>#<task>``, a place :func:`read_detail_file` reads."""
-        if self.layout == "journal":
+        if self._in_journal is not None:
             return f"{self._details}/{JOURNAL}#{task_id}"
         return f"{self._details}/{task_id}.json"
 
@@ -201,10 +216,10 @@ class DetailFiles(FileWriter):
         return self.detail_file(task_id)
 
     def _store_text(self, task_id: str, text: str) -> None:
-        if self.layout == "journal":
-            assert self._journal is not None
-            self._folder_of(self._journal.path)
-            self._journal.append(task_id, text)
+        journal = self._in_journal
+        if journal is not None:
+            self._folder_of(journal.path)
+            journal.append(task_id, text)
         else:
             self._write_in_place(self.detail_file(task_id), text)
 
@@ -214,7 +229,7 @@ class DetailFiles(FileWriter):
         text = source.detail_text(task_id)
         if text is None:
             raise FileNotFoundError(f"no detail of {task_id!r} in {source.details_dir}")
-        if self.layout == "journal":
+        if self._in_journal is not None:
             text = journal_line(text)
         self._store_text(task_id, text.decode("utf-8"))
 
@@ -222,18 +237,16 @@ class DetailFiles(FileWriter):
         """At the run's end, by its owner (no other process writes then): a journal keeps each task's
         last line only (:meth:`~.journal.Journal.compact`); detail files stay as they are. Returns
         whether the journal was rewritten."""
-        if self.layout != "journal":
-            return False
-        assert self._journal is not None
-        return self._journal.compact()
+        journal = self._in_journal
+        return journal is not None and journal.compact()
 
     # -- reading -------------------------------------------------------
     def detail_ids(self) -> list[str]:
         """The ids of the tasks this run holds a detail of (readable or not), sorted as strings
         (``Path`` sorting was measurable). A writer's temporary name (``.<task>.json.<tag>.tmp``) is none."""
-        if self.layout == "journal":
-            assert self._journal is not None
-            return sorted(self._journal.task_ids())
+        journal = self._in_journal
+        if journal is not None:
+            return sorted(journal.task_ids())
         try:
             return sorted(e.name[:-5] for e in os.scandir(self._details) if e.name.endswith(".json"))
         except OSError:  # no details yet
@@ -241,23 +254,19 @@ class DetailFiles(FileWriter):
 
     def detail_text(self, task_id: str) -> bytes | None:
         """The detail of ``task_id`` as stored, without a line's end; ``None`` when there is none."""
-        if self.layout == "journal":
-            assert self._journal is not None
-            return self._journal.text(task_id)
+        journal = self._in_journal
         try:
+            if journal is not None:
+                return journal.text(task_id)
             with open(self.detail_file(task_id), "rb") as fh:
                 return fh.read().rstrip(b"\n")
-        except OSError:
+        except OSError:  # none, or the run directory gone meanwhile
             return None
 
     def read_detail(self, task_id: str) -> dict[str, Any] | None:
         """The detail record of ``task_id``; ``None`` when there is none, or it is not one (cut short by a kill)."""
-        if self.layout == "journal":
-            text = self.detail_text(task_id)
-            try:
-                return None if text is None else _record(json.loads(text))
-            except ValueError:
-                return None
+        if self._in_journal is not None:
+            return _parsed(self.detail_text(task_id))
         return read_detail_file(self.detail_file(task_id))
 
     def has_detail(self, task_id: str) -> bool:
@@ -272,7 +281,7 @@ class DetailFiles(FileWriter):
             return False
         if mine == theirs:
             return True
-        if self.layout != "journal":
+        if self._in_journal is None:
             return False
         try:
             return mine == journal_line(theirs)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,7 +112,7 @@ class LoadedConfig:
 
     def validation_error(self, loc: tuple[Any, ...], exc: ValidationError) -> ConfigError:
         """``exc`` (raised validating the value at ``loc``) as a config error with file and line."""
-        return ConfigError(_format_validation(self.path, exc, self.lines, prefix=loc))
+        return ConfigError(_format_validation(self.path, exc, self.lines, prefix=loc, hidden=self.secret_paths))
 
     def error_at(self, loc: tuple[Any, ...], message: str) -> ConfigError:
         return ConfigError(f"{self.path}:{_closest_line(loc, self.lines)}: {format_loc(loc)}: {message}")
@@ -160,8 +160,8 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
     try:
         orchestration = Orchestration.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_validation(file, exc, lines)) from None
-    _check_model_params(file, orchestration, lines)
+        raise ConfigError(_format_validation(file, exc, lines, hidden=secret_paths)) from None
+    _check_model_params(file, orchestration, lines, secret_paths)
     return LoadedConfig(file, orchestration, frozenset(secrets), frozenset(secret_paths), lines, tuple(deprecations))
 
 
@@ -187,7 +187,12 @@ def _renamed_keys(file: Path, data: dict[str, Any], lines: dict[tuple[Any, ...],
     return said
 
 
-def _check_model_params(file: Path, orchestration: Orchestration, lines: Mapping[tuple[Any, ...], int]) -> None:
+def _check_model_params(
+    file: Path,
+    orchestration: Orchestration,
+    lines: Mapping[tuple[Any, ...], int],
+    hidden: Collection[tuple[Any, ...]] = (),
+) -> None:
     """``model.params`` at load, like every other key (not at the first model call, after a run
     directory was made). Which schema applies depends on the harness, whose class is only imported
     when the request is built (where it is checked again, exactly): here a value must fit one of
@@ -208,28 +213,52 @@ def _check_model_params(file: Path, orchestration: Orchestration, lines: Mapping
                 failures.append(exc)
         else:  # neither fits: the one the value comes closest to says what is wrong
             closest = min(failures, key=lambda exc: exc.error_count())
-            messages += _validation_lines(file, closest, lines, prefix=("requests", index, "model", "params"))
+            messages += _validation_lines(
+                file, closest, lines, prefix=("requests", index, "model", "params"), hidden=hidden
+            )
     if messages:
         raise ConfigError("invalid agentcompass config:\n" + "\n".join(messages))
 
 
 def _format_validation(
-    file: Path, exc: ValidationError, lines: Mapping[tuple[Any, ...], int], prefix: tuple[Any, ...] = ()
+    file: Path,
+    exc: ValidationError,
+    lines: Mapping[tuple[Any, ...], int],
+    prefix: tuple[Any, ...] = (),
+    hidden: Collection[tuple[Any, ...]] = (),
 ) -> str:
-    return "invalid agentcompass config:\n" + "\n".join(_validation_lines(file, exc, lines, prefix))
+    return "invalid agentcompass config:\n" + "\n".join(_validation_lines(file, exc, lines, prefix, hidden))
 
 
 def _validation_lines(
-    file: Path, exc: ValidationError, lines: Mapping[tuple[Any, ...], int], prefix: tuple[Any, ...] = ()
+    file: Path,
+    exc: ValidationError,
+    lines: Mapping[tuple[Any, ...], int],
+    prefix: tuple[Any, ...] = (),
+    hidden: Collection[tuple[Any, ...]] = (),
 ) -> list[str]:
-    """One ``file:line: path: message`` per problem, in the file's order."""
+    """One ``file:line: path: message`` per problem, in the file's order; ``hidden`` are the
+    paths whose value came from a secret, never echoed."""
     found = []
     for error in exc.errors():
         loc = prefix + tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         line = _closest_line(loc, lines)
-        msg = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+        msg = "unknown key" if error["type"] == "extra_forbidden" else error["msg"] + _given(error, loc, hidden)
         found.append((line, f"{file}:{line}: {format_loc(loc)}: {msg}"))
     return [message for _, message in sorted(found, key=lambda pair: pair[0])]
+
+
+def _given(error: Mapping[str, Any], loc: tuple[Any, ...], hidden: Collection[tuple[Any, ...]]) -> str:
+    """``, got 'jurnal'``: the value a message is about, when it is a short scalar the user typed
+    (a typo is found faster beside what was expected). Nothing for a missing key, a mapping or a
+    list (the message names the key), or a value from a secret."""
+    given = error.get("input")
+    if error["type"] == "missing" or isinstance(given, dict | list) or given is None:
+        return ""
+    if not isinstance(given, str | int | float | bool) or any(loc[: len(path)] == path for path in hidden):
+        return ""
+    shown = repr(given)
+    return f", got {shown}" if len(shown) <= 60 else ""
 
 
 def _check_request_names(file: Path, data: Mapping[str, Any], lines: Mapping[tuple[Any, ...], int]) -> None:

@@ -182,6 +182,39 @@ requests:
     }
 
 
+def test_a_wrong_value_is_echoed_unless_a_secret_gave_it(tmp_path: Path) -> None:
+    text = GOOD + (
+        "    environment: {evaluation_environment_mode: nonee}\n"
+        "    execution: {details_layout: jurnal, max_retries: '${TOKEN}', pass_threshold: '${LEVEL}'}\n"
+        "    model: {id: m, params: {max_connections: '${TOKEN}', timeout: '${LEVEL}'}}\n"
+    )
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={"TOKEN": "sk-do-not-print-me-0123456789", "LEVEL": "high"})
+    assert sorted(str(info.value).splitlines()) == sorted(
+        [
+            "invalid agentcompass config:",
+            f"{path}:4: requests[0].environment.evaluation_environment_mode: "
+            "Input should be 'none', 'reuse' or 'fresh', got 'nonee'",
+            f"{path}:5: requests[0].execution.details_layout: Input should be 'files' or 'journal', got 'jurnal'",
+            f"{path}:5: requests[0].execution.max_retries: Input should be a valid integer, "
+            "unable to parse string as an integer",
+            f"{path}:5: requests[0].execution.pass_threshold: Input should be a valid number, "
+            "unable to parse string as a number, got 'high'",
+        ]
+    )
+    fixed = text.replace("nonee", "none").replace("jurnal", "journal").replace("'${TOKEN}', pass", "2, pass")
+    fixed = fixed.replace("pass_threshold: '${LEVEL}'", "pass_threshold: 0.5")
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, fixed), environ={"TOKEN": "sk-do-not-print-me-0123456789", "LEVEL": "high"})
+    assert "sk-do-not-print-me" not in str(info.value)
+    assert "requests[0].model.params.max_connections: Input should be a valid integer" in str(info.value)
+    assert (
+        "requests[0].model.params.timeout: Input should be a valid number, "
+        "unable to parse string as a number, got 'high'" in str(info.value)
+    )
+
+
 def test_an_unset_variable_without_default_names_its_line(tmp_path: Path) -> None:
     text = GOOD + "    carry_over: '${RUN_TO_CARRY_OVER}'\n    harness: {id: '${HARNESS:-none}'}\n"
     path = write(tmp_path, text)
@@ -198,7 +231,7 @@ def test_a_typo_in_model_params_is_a_config_error(tmp_path: Path) -> None:
     assert str(info.value).splitlines() == [
         "invalid agentcompass config:",
         f"{path}:7: requests[0].model.params.temprature: unknown key",
-        f"{path}:8: requests[0].model.params.max_connections: Input should be greater than or equal to 0",
+        f"{path}:8: requests[0].model.params.max_connections: Input should be greater than or equal to 0, got -2",
     ]
 
 

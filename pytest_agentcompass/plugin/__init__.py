@@ -27,6 +27,7 @@ The folder's modules, each with one job:
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -179,6 +180,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.args = [*config.args, str(loaded.path)]
 
 
+@pytest.hookimpl(trylast=True)  # after every other plugin's: what they drop is garbage by now
 def pytest_unconfigure(config: pytest.Config) -> None:
     run = config.stash.get(run_key, None)
     if run is not None:
@@ -190,6 +192,38 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     process = sys.modules.get("pytest_agentcompass.environments.process")
     if process is not None:
         process.shutdown_reaper(timeout=5.0)
+    if run is not None:
+        _collect_before_pytest(config)
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_configure")
+def pytest_configure_thaw(config: pytest.Config) -> None:
+    """Undo the freeze of :func:`_collect_before_pytest` once pytest has collected.
+
+    Registered first of all cleanups (``tryfirst``; pytest's collection
+    registers its own in ``pytest_configure``), so it runs after them.
+    """
+    if config.getoption("agentcompass") or config.getini("agentcompass_config"):
+        config.add_cleanup(gc.unfreeze)
+
+
+def _collect_before_pytest(config: pytest.Config) -> None:
+    """The session's last garbage collected here, its survivors frozen for pytest's own collections.
+
+    Same finalizers, same warnings (pytest's unraisable-exception hook is
+    still in place), at a fraction of the CPU (``gc_tuning.settle_and_freeze``).
+    Skipped where pytest collects nothing (an in-process ``pytester`` run sets
+    the count to 0) or where this pytest keeps the count elsewhere.
+    """
+    try:
+        from _pytest.unraisableexception import gc_collect_iterations_key
+    except ImportError:
+        return
+    rounds = config.stash.get(gc_collect_iterations_key, 5)
+    if rounds > 0:
+        from ..runtime.gc_tuning import settle_and_freeze
+
+        settle_and_freeze(rounds)
 
 
 @pytest.hookimpl(trylast=True)

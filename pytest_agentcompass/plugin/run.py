@@ -297,7 +297,9 @@ class AgentCompassRun:
 
     def say_resuming(self, state: RequestRuntime) -> None:
         if state.resumed and state.failed is None:
-            done = f"{state.resumed_done} of {len(state.wanted)} tasks done"
+            done = f"{state.resumed_total} of {len(state.tasks)} tasks done"
+            if len(state.wanted) < len(state.tasks):  # -k, --lf: what this session asked for, too
+                done += f"; {state.resumed_done} of the {len(state.wanted)} selected"
             self.say(f"agentcompass: {state.name}: resuming {state.store.run_dir} ({done})")
 
     # -- reports ---------------------------------------------------------------------

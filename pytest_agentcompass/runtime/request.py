@@ -88,7 +88,9 @@ class RequestRuntime:
         self.closing_notes: list[str] = []
         #: Run-directory files that could not be written at the end (see :meth:`unwritten_file`).
         self.unwritten: list[str] = []
-        #: Wanted tasks the resumed run had already finished (set by :meth:`open_run`).
+        #: Tasks the resumed run had already finished, of all the request's and of the
+        #: wanted ones (``-k``, ``--lf``; set by :meth:`open_run`).
+        self.resumed_total = 0
         self.resumed_done = 0
         #: Resources of the request as a whole (a model gateway, say), entered on the loop
         #: that runs its tasks: :meth:`aclose` closes them after the harness and the provider.
@@ -178,6 +180,7 @@ class RequestRuntime:
                 elif task.task_id in self.wanted:
                     self.pending.append(task)
             self.resumed_done = sum(1 for o in taken if o.resumed)
+            self.resumed_total = sum(1 for o in self.outcomes.values() if o.resumed)
             if self.order:
                 # pytest's item order wins (``--ff``, ``-p randomly``, reordering plugins).
                 self.pending = deque(sorted(self.pending, key=lambda t: self.order.get(t.task_id, 0)))

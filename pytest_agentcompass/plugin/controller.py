@@ -28,6 +28,7 @@ from ..runtime.request import INTERRUPTED_BY_USER, RequestRuntime
 from ..vocabulary.errors import AgentCompassError
 from ..vocabulary.types import OrchestrationStatus
 from .keys import PERMITS, RUN_DIRS, RUN_ID, WORKER_DETAILS, WORKER_FAILED, WORKER_NOTES
+from .wire import unpack_events
 
 if TYPE_CHECKING:
     from ..concurrency.permits import PermitService
@@ -117,6 +118,7 @@ class ControllerRun:
         node.workerinput[RUN_ID] = self.run.run_id
         node.workerinput[RUN_DIRS] = {name: str(state.store.run_dir) for name, state in self.states.items()}
         node.workerinput[PERMITS] = self.service.address if self.service else None
+        unpack_events(node)
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
@@ -160,6 +162,22 @@ class ControllerRun:
         session = self.session
         if self.service is not None and session is not None and (session.shouldfail or session.shouldstop):
             self.service.stop_all(str(session.shouldfail or session.shouldstop))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
+        """xdist reports the task a lost worker was on as crashed; when the task had been
+        recorded before, the run counts the record (a resume keeps it): the summary says why
+        its count and pytest's differ."""
+        found = _task_of(crashitem, self.run.loaded.path.name, self.states)
+        if found is None:
+            return
+        request, task_id = found
+        state = self.states[request]
+        if state.store.has_detail(task_id):
+            self.worker_notes.setdefault(request, []).append(
+                f"task {task_id} was recorded before its worker was lost: pytest reports it as crashed,"
+                " this summary counts what was recorded"
+            )
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:

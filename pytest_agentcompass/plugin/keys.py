@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..vocabulary.redact import Redactor
 
 __all__ = [
+    "EVENTS",
     "NOT_RUN",
     "PERMITS",
     "RUN_DIRS",
@@ -38,6 +39,9 @@ __all__ = [
 
 #: ``config.workerinput`` keys, set by the xdist controller for each worker.
 RUN_ID, RUN_DIRS, PERMITS = "agentcompass_run_id", "agentcompass_run_dirs", "agentcompass_permits"
+#: The xdist event that carries several of a worker's events in one message (``plugin/wire.py``);
+#: in ``workerinput``, that the controller unpacks it.
+EVENTS = "agentcompass_events"
 #: ``workeroutput`` key: ``{request: [note, ...]}`` from a worker's providers and closing requests.
 WORKER_NOTES = "agentcompass_notes"
 #: ``workeroutput`` key: ``{request: [(task id, detail text, page record), ...]}``, every detail the worker wrote.

@@ -1,4 +1,5 @@
-"""Reports on the wire between xdist's processes: what a plain serialization would lose.
+"""Reports on the wire between xdist's processes: what a plain serialization would lose,
+and several events in one message.
 
 A not-run task's report carries two parts (``outcomes.NotRunText``): the
 pointer the terminal shows and the reason junit writes. xdist sends a
@@ -7,19 +8,30 @@ request's reason once per task; the two parts travel under their own key.
 A task's problem (``outcomes.ProblemText``) travels as its text under a key
 of its own too, so the controller's short summary and junit keep its first
 line as the reason.
+
+xdist sends each of a worker's events as its own execnet message: six per
+task (``logstart``, three reports, ``logfinish``, ``runtest_protocol_complete``),
+each one a write and a flush on the worker, a wake-up of the controller's
+receiver thread and a hand-over to its main thread. A worker that reports
+tasks as they finish, hundreds at a time, sends the events of the tasks it
+reports together as one message (:func:`sent_together`); the controller
+hands each to xdist exactly as if it had come alone, in the same order
+(:func:`unpack_events`). Only when the controller says it unpacks them
+(``workerinput``): otherwise every event goes as xdist sends it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import contextlib
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
 
-from .keys import NOT_RUN, PROBLEM
+from .keys import EVENTS, NOT_RUN, PROBLEM
 from .outcomes import NotRunText, ProblemText
 
-__all__ = ["pytest_report_from_serializable", "pytest_report_to_serializable"]
+__all__ = ["pytest_report_from_serializable", "pytest_report_to_serializable", "sent_together", "unpack_events"]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -45,3 +57,41 @@ def pytest_report_from_serializable(config: pytest.Config, data: Any) -> Generat
     elif isinstance(problem, str) and report is not None:
         report.longrepr = ProblemText(problem)
     return report
+
+
+@contextlib.contextmanager
+def sent_together(interactor: Any) -> Iterator[None]:
+    """On a worker: what xdist's worker plugin sends inside the block goes as one message at its end.
+
+    ``interactor`` is xdist's ``WorkerInteractor``: its hooks call its
+    ``sendevent``, which is held back here. What was held goes even when the
+    block raises (the events happened).
+    """
+    held: list[tuple[str, dict[str, Any]]] = []
+    send = interactor.sendevent
+    interactor.sendevent = lambda name, **kwargs: held.append((name, kwargs))
+    try:
+        yield
+    finally:
+        interactor.sendevent = send
+        if len(held) == 1:
+            send(held[0][0], **held[0][1])
+        elif held:
+            send(EVENTS, events=held)
+
+
+def unpack_events(node: Any) -> None:
+    """On the controller: ``node`` (xdist's ``WorkerController``, before its channel is read)
+    passes each event of a worker's :data:`EVENTS` message to xdist on its own, and tells the
+    worker it does (``workerinput``)."""
+    process = node.process_from_remote
+
+    def process_from_remote(eventcall: Any) -> None:
+        if isinstance(eventcall, tuple) and eventcall[0] == EVENTS:
+            for event in eventcall[1]["events"]:
+                process(tuple(event))
+        else:
+            process(eventcall)
+
+    node.process_from_remote = process_from_remote
+    node.workerinput[EVENTS] = True

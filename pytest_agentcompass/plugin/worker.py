@@ -43,9 +43,10 @@ from ..concurrency.limits import on_run_stop
 from ..runtime.driver import TERMINATED_REASON, drive, sigterm_interrupts
 from ..runtime.orchestrator import OrchestrationResult
 from ..runtime.request import RequestRuntime
-from .keys import WORKER_DETAILS, WORKER_FAILED, WORKER_NOTES
+from .keys import EVENTS, WORKER_DETAILS, WORKER_FAILED, WORKER_NOTES
 from .nodes import TaskItem
 from .outcomes import emit_reports
+from .wire import sent_together
 
 if TYPE_CHECKING:
     from ..vocabulary.outcome import TaskOutcome
@@ -54,6 +55,9 @@ if TYPE_CHECKING:
 __all__ = ["WorkerLoop", "WorkerPlugin", "xdist_worker_plugin"]
 
 _END = object()  # the channel's end marker: the controller is gone
+#: Tasks reported in one message at most: the controller's terminal, ``-x`` and the
+#: scheduler's next items wait for the message, so it stays small and prompt.
+_TOGETHER = 50
 
 
 def xdist_worker_plugin(config: pytest.Config) -> Any:
@@ -93,6 +97,8 @@ class WorkerLoop:
         self.session = session
         self.interactor = interactor
         self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        #: The controller unpacks several events sent as one message (``wire.sent_together``).
+        self.together = bool(getattr(session.config, "workerinput", {}).get(EVENTS))
         self.index_of: dict[tuple[str, str], int] = {}
         self.shutdown = False
         #: Why another process stopped the run (``-x``), if it did.
@@ -251,12 +257,14 @@ class WorkerLoop:
 
     def _serve(self) -> OrchestrationResult | BaseException:
         """Handle events until the loop thread is done; returns what it returned (or raised)."""
+        following: tuple[str, Any] | None = None
         while True:
-            kind, value = self.events.get()
+            kind, value = following or self.events.get()
+            following = None
             if kind == "run":
                 self._start(value)
             elif kind == "outcome":
-                self._report(value)
+                following = self._report_finished(value)
             elif kind == "shutdown":
                 self.shutdown = True
                 self.orchestrator.close_feed()
@@ -270,6 +278,25 @@ class WorkerLoop:
                 self.interrupted = True
             elif kind == "done":
                 return value  # type: ignore[no-any-return]
+
+    def _report_finished(self, outcome: TaskOutcome) -> tuple[str, Any] | None:
+        """Report ``outcome`` and every other task that finished meanwhile, up to
+        :data:`_TOGETHER`, in one message to the controller; returns the next event
+        of another kind, taken off the queue on the way."""
+        if not self.together:
+            self._report(outcome)
+            return None
+        with sent_together(self.interactor):
+            self._report(outcome)
+            for _ in range(_TOGETHER - 1):
+                try:
+                    kind, value = self.events.get_nowait()
+                except queue.Empty:
+                    return None
+                if kind != "outcome":
+                    return kind, value
+                self._report(value)
+        return None
 
     def _cancel_leftovers(self, result: OrchestrationResult) -> None:
         items = self.session.items

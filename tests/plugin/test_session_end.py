@@ -14,32 +14,11 @@ import subprocess
 import sys
 import textwrap
 
+from pathlib import Path
+
 import pytest
 
-BENCH = """
-import dataclasses
-from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
-
-
-class Quick(HarnessFreeBenchmark):
-    evaluation_environment_mode = "none"
-
-    def load_tasks(self, req):
-        return [TaskSpec(task_id=f"t{i}") for i in range(3)]
-
-    async def run_task(self, task, prepared, env, req, plan):
-        return RunResult(task_id=task.task_id, output="ok")
-
-    def evaluate(self, task, prepared, result, req, plan, env=None):
-        return dataclasses.replace(result, score=1.0)
-"""
-
-CONFIG = """
-output_dir: runs
-requests:
-  - name: quick
-    benchmark: {id: "bench.py:Quick"}
-"""
+from conftest import tracing_request, write_config
 
 # Garbage made once every other plugin is done: a cycle whose finalizer
 # raises, and makes a second such cycle as it goes (garbage only after the
@@ -68,10 +47,9 @@ def pytest_unconfigure(config):
 
 
 @pytest.fixture
-def suite(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makepyfile(bench=BENCH)
+def suite(pytester: pytest.Pytester, trace: Path) -> pytest.Pytester:
     pytester.makeconftest(CONFTEST)
-    (pytester.path / "agentcompass.yaml").write_text(CONFIG)
+    write_config(pytester, [tracing_request("quick", trace, n=3)])
     return pytester
 
 

@@ -513,3 +513,115 @@ def pytest_terminal_summary(terminalreporter):
     assert run_info(only_run(pytester, "a"))["status"] == "completed"
     # Interrupted, the sleep ended at 5 s with a KeyboardInterrupt that nothing printed.
     assert sorted(p.name for p in pytester.path.glob("wound-down-*")) == ["wound-down-gw0", "wound-down-gw1"]
+
+
+#: A conftest that records, on the controller, every message a worker's channel delivers (after the
+#: plugin wrapped the node: ``trylast``), and every report hook in the order xdist replays them.
+RECORD_MESSAGES = """
+import json, os
+import pytest
+
+def _log(config, line):
+    with open(os.path.join(str(config.rootpath), "wire.jsonl"), "a") as fh:
+        fh.write(json.dumps(line) + "\\n")
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure_node(node):
+    process = node.process_from_remote
+    def recorded(eventcall):
+        if isinstance(eventcall, tuple):
+            name, kwargs = eventcall
+            _log(node.config, {"message": name, "events": len(kwargs.get("events", [])) or 1})
+        process(eventcall)
+    node.process_from_remote = recorded
+
+def pytest_configure(config):
+    global CONFIG
+    CONFIG = config
+
+def pytest_runtest_logreport(report):
+    if not hasattr(CONFIG, "workerinput"):  # the controller's replay
+        _log(CONFIG, {"report": report.nodeid, "when": report.when, "outcome": report.outcome})
+"""
+
+
+def test_a_workers_reports_travel_together_and_arrive_as_sent(pytester: pytest.Pytester, trace: Path) -> None:
+    # Hundreds of quick tasks: a worker reports those that finished meanwhile in one message;
+    # the controller replays every report, in order, as if each had come alone.
+    pytester.makeconftest(RECORD_MESSAGES)
+    request = tracing_request("a", trace, n=300, wrong=["t7", "t150"], fail={"run": {"t3": -1, "t299": -1}})
+    write_config(pytester, [request], task_concurrency=100)
+    result = pytester.runpytest_subprocess(
+        "--agentcompass=agentcompass.yaml", "-n", "2", "--junitxml=j.xml", "-p", "no:randomly", timeout=GUARD
+    )
+    result.assert_outcomes(passed=296, failed=2, errors=2)
+    lines = [json.loads(line) for line in (pytester.path / "wire.jsonl").read_text().splitlines()]
+    together = [line["events"] for line in lines if line.get("message") == "agentcompass_events"]
+    assert together and max(together) > 6, lines[:20]  # more than one task's six events in a message
+    per_task: dict[str, list[tuple[str, str]]] = {}
+    for line in lines:
+        if "report" in line:
+            per_task.setdefault(line["report"], []).append((line["when"], line["outcome"]))
+    assert len(per_task) == 300
+    for nodeid, reports in per_task.items():
+        task = nodeid.rsplit("::", 1)[1]
+        if task in ("t3", "t299"):
+            expected = [("setup", "failed"), ("teardown", "passed")]
+        elif task in ("t7", "t150"):
+            expected = [("setup", "passed"), ("call", "failed"), ("teardown", "passed")]
+        else:
+            expected = [("setup", "passed"), ("call", "passed"), ("teardown", "passed")]
+        assert reports == expected, (nodeid, reports)
+    cases = ET.parse(pytester.path / "j.xml").getroot().iter("testcase")
+    assert sorted(case.get("name") for case in cases) == sorted(f"t{i}" for i in range(300))
+
+
+LOST_AFTER_RECORDING = """
+import asyncio, dataclasses, glob, os, signal
+from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+
+
+class Lost(HarnessFreeBenchmark):
+    evaluation_environment_mode = "none"
+
+    def load_tasks(self, req):
+        return [TaskSpec(task_id=f"t{i}") for i in range(3)]
+
+    async def run_task(self, task, prepared, env, req, plan):
+        if task.task_id == "t1" and not os.path.exists("killed-once"):
+            # t0 is recorded; its reports are held back (conftest): the worker dies before sending them.
+            while not glob.glob("runs/lost/*/details/t0.json"):
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.3)
+            open("killed-once", "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return RunResult(task_id=task.task_id, output="ok")
+
+    def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=1.0)
+"""
+
+
+def test_a_task_recorded_before_its_worker_was_lost_is_explained(pytester: pytest.Pytester) -> None:
+    # xdist reports the task its lost worker was on as crashed; the run counts what was recorded
+    # (a resume keeps it), and the summary says why the two counts differ.
+    pytester.makepyfile(lost=LOST_AFTER_RECORDING)
+    pytester.makeconftest(
+        "import time\n"
+        "def pytest_runtest_logstart(nodeid):\n"
+        "    if nodeid.endswith('::t0') and not __import__('os').path.exists('killed-once'):\n"
+        "        time.sleep(5)  # on the worker: t0's reports wait while t1 kills the worker\n"
+    )
+    write_config(pytester, [{"name": "lost", "benchmark": {"id": "lost.py:Lost"}}], task_concurrency=3)
+    result = pytester.runpytest_subprocess(
+        "--agentcompass=agentcompass.yaml", "-n", "1", "-p", "no:randomly", timeout=GUARD
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*worker 'gw0' crashed while running '*::lost::t0'*",
+            "lost: 3 tasks, 3 passed, 0 failed, 0 errors",
+            "*note: task t0 was recorded before its worker was lost: pytest reports it as crashed,"
+            " this summary counts what was recorded*",
+        ]
+    )
+    result.assert_outcomes(passed=2, failed=1)

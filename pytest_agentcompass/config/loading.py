@@ -251,11 +251,13 @@ def _validation_lines(
 def _given(error: Mapping[str, Any], loc: tuple[Any, ...], hidden: Collection[tuple[Any, ...]]) -> str:
     """``, got 'jurnal'``: the value a message is about, when it is a short scalar the user typed
     (a typo is found faster beside what was expected). Nothing for a missing key, a mapping or a
-    list (the message names the key), or a value from a secret."""
+    list (the message names the key), a value from a secret, or one where a credential goes."""
     given = error.get("input")
     if error["type"] == "missing" or isinstance(given, dict | list) or given is None:
         return ""
     if not isinstance(given, str | int | float | bool) or any(loc[: len(path)] == path for path in hidden):
+        return ""
+    if is_secret("", loc, str(given)):  # typed in, but where a credential goes (a key, a header, a URL's password)
         return ""
     shown = repr(given)
     return f", got {shown}" if len(shown) <= 60 else ""

@@ -27,7 +27,6 @@ The folder's modules, each with one job:
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -180,7 +179,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.args = [*config.args, str(loaded.path)]
 
 
-@pytest.hookimpl(trylast=True)  # after every other plugin's: what they drop is garbage by now
 def pytest_unconfigure(config: pytest.Config) -> None:
     run = config.stash.get(run_key, None)
     if run is not None:
@@ -192,38 +190,32 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     process = sys.modules.get("pytest_agentcompass.environments.process")
     if process is not None:
         process.shutdown_reaper(timeout=5.0)
-    if run is not None:
-        _collect_before_pytest(config)
 
 
 @pytest.hookimpl(tryfirst=True, specname="pytest_configure")
-def pytest_configure_thaw(config: pytest.Config) -> None:
-    """Undo the freeze of :func:`_collect_before_pytest` once pytest has collected.
+def pytest_configure_last_collection(config: pytest.Config) -> None:
+    """pytest's garbage collections at the session's end stop once one finds nothing.
 
-    Registered first of all cleanups (``tryfirst``; pytest's collection
-    registers its own in ``pytest_configure``), so it runs after them.
+    pytest collects a fixed number of times (five) over the whole heap in a
+    cleanup of ``_pytest/unraisableexception.py``, to report what finalizers
+    raise; :func:`~pytest_agentcompass.runtime.gc_tuning.collect_until_clean`
+    finds the same at a fraction of the cost. Put in that module's place for
+    this session only, and put back by a cleanup that runs after pytest's:
+    registered here, first of every plugin's ``pytest_configure``
+    (``tryfirst``), before pytest's own. Nothing where the module is not what
+    this was written against.
     """
-    if config.getoption("agentcompass") or config.getini("agentcompass_config"):
-        config.add_cleanup(gc.unfreeze)
-
-
-def _collect_before_pytest(config: pytest.Config) -> None:
-    """The session's last garbage collected here, its survivors frozen for pytest's own collections.
-
-    Same finalizers, same warnings (pytest's unraisable-exception hook is
-    still in place), at a fraction of the CPU (``gc_tuning.settle_and_freeze``).
-    Skipped where pytest collects nothing (an in-process ``pytester`` run sets
-    the count to 0) or where this pytest keeps the count elsewhere.
-    """
-    try:
-        from _pytest.unraisableexception import gc_collect_iterations_key
-    except ImportError:
+    if not (config.getoption("agentcompass") or config.getini("agentcompass_config")):
         return
-    rounds = config.stash.get(gc_collect_iterations_key, 5)
-    if rounds > 0:
-        from ..runtime.gc_tuning import settle_and_freeze
+    from _pytest import unraisableexception
 
-        settle_and_freeze(rounds)
+    original = getattr(unraisableexception, "gc_collect_harder", None)
+    if not callable(original):
+        return
+    from ..runtime.gc_tuning import collect_until_clean
+
+    unraisableexception.gc_collect_harder = collect_until_clean
+    config.add_cleanup(lambda: setattr(unraisableexception, "gc_collect_harder", original))
 
 
 @pytest.hookimpl(trylast=True)

@@ -175,8 +175,8 @@ class ControllerRun:
         state = self.states[request]
         if state.store.has_detail(task_id):
             self.worker_notes.setdefault(request, []).append(
-                f"task {task_id} was recorded before its worker was lost: pytest reports it as crashed,"
-                " this summary counts what was recorded"
+                f"task {task_id} has a record in the run directory, but its worker was lost before reporting it:"
+                " pytest reports it as crashed, this summary counts the record"
             )
 
     @pytest.hookimpl(optionalhook=True)

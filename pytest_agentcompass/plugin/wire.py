@@ -23,6 +23,7 @@ hands each to xdist exactly as if it had come alone, in the same order
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Generator, Iterator
 from typing import Any
 
@@ -31,7 +32,17 @@ import pytest
 from .keys import EVENTS, NOT_RUN, PROBLEM
 from .outcomes import NotRunText, ProblemText
 
-__all__ = ["pytest_report_from_serializable", "pytest_report_to_serializable", "sent_together", "unpack_events"]
+__all__ = [
+    "MESSAGE_TEXT",
+    "pytest_report_from_serializable",
+    "pytest_report_to_serializable",
+    "sent_together",
+    "unpack_events",
+]
+
+#: Characters of report text (failures, captured output) one message carries before what is held
+#: is sent: tasks with long outputs go a few at a time, and no message grows with the batch.
+MESSAGE_TEXT = 4_000_000
 
 
 @pytest.hookimpl(wrapper=True)
@@ -64,20 +75,49 @@ def sent_together(interactor: Any) -> Iterator[None]:
     """On a worker: what xdist's worker plugin sends inside the block goes as one message at its end.
 
     ``interactor`` is xdist's ``WorkerInteractor``: its hooks call its
-    ``sendevent``, which is held back here. What was held goes even when the
-    block raises (the events happened).
+    ``sendevent``, which is held back here for the calling thread; other
+    threads' events go at once, as before (one that was held could miss the
+    message). What was held goes even when the block raises (the events
+    happened).
     """
     held: list[tuple[str, dict[str, Any]]] = []
+    size = 0
     send = interactor.sendevent
-    interactor.sendevent = lambda name, **kwargs: held.append((name, kwargs))
+    mine = threading.get_ident()
+
+    def flush() -> None:
+        nonlocal size
+        if len(held) == 1:
+            send(held[0][0], **held[0][1])
+        elif held:
+            send(EVENTS, events=list(held))
+        held.clear()
+        size = 0
+
+    def hold(name: str, **kwargs: Any) -> None:
+        nonlocal size
+        if threading.get_ident() != mine:  # another thread's event (execnet's receiver answering a command,
+            send(name, **kwargs)  # the tasks' loop): at once, as before
+            return
+        held.append((name, kwargs))
+        size += _text_size(kwargs.get("data"))
+        if size > MESSAGE_TEXT:  # long outputs or tracebacks: what is held goes now, the rest after
+            flush()
+
+    interactor.sendevent = hold
     try:
         yield
     finally:
         interactor.sendevent = send
-        if len(held) == 1:
-            send(held[0][0], **held[0][1])
-        elif held:
-            send(EVENTS, events=held)
+        flush()
+
+
+def _text_size(data: Any) -> int:
+    """Characters a serialized report carries in its failure text and sections (the parts that grow)."""
+    if not isinstance(data, dict):
+        return 0
+    sections = data.get("sections") or ()
+    return len(str(data.get("longrepr") or "")) + sum(len(str(part)) for section in sections for part in section)
 
 
 def unpack_events(node: Any) -> None:
@@ -89,6 +129,8 @@ def unpack_events(node: Any) -> None:
     def process_from_remote(eventcall: Any) -> None:
         if isinstance(eventcall, tuple) and eventcall[0] == EVENTS:
             for event in eventcall[1]["events"]:
+                if getattr(node, "_down", False):  # xdist took the node down on an earlier one: as it would stop
+                    return
                 process(tuple(event))
         else:
             process(eventcall)

@@ -215,6 +215,17 @@ def test_a_wrong_value_is_echoed_unless_a_secret_gave_it(tmp_path: Path) -> None
     )
 
 
+def test_a_wrong_value_where_a_credential_goes_is_not_echoed(tmp_path: Path) -> None:
+    # Typed straight into the file, not from a variable: still where a key goes, so not printed.
+    path = write(tmp_path, GOOD + "    model: {id: m, params: {api_key: 987654321, timeout: soon}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    said = str(info.value)
+    assert "requests[0].model.params.api_key: Input should be a valid string" in said
+    assert "987654321" not in said
+    assert "timeout: Input should be a valid number, unable to parse string as a number, got 'soon'" in said
+
+
 def test_an_unset_variable_without_default_names_its_line(tmp_path: Path) -> None:
     text = GOOD + "    carry_over: '${RUN_TO_CARRY_OVER}'\n    harness: {id: '${HARNESS:-none}'}\n"
     path = write(tmp_path, text)

@@ -518,9 +518,10 @@ def pytest_terminal_summary(terminalreporter):
 
 
 #: A conftest that records, on the controller, every message a worker's channel delivers (after the
-#: plugin wrapped the node: ``trylast``), and every report hook in the order xdist replays them.
+#: plugin wrapped the node: ``trylast``), every report hook in the order xdist replays them, and holds each
+#: worker's first report for half a second.
 RECORD_MESSAGES = """
-import json, os
+import json, os, time
 import pytest
 
 def _log(config, line):
@@ -544,6 +545,12 @@ def pytest_configure(config):
 def pytest_runtest_logreport(report):
     if not hasattr(CONFIG, "workerinput"):  # the controller's replay
         _log(CONFIG, {"report": report.nodeid, "when": report.when, "outcome": report.outcome})
+
+def pytest_runtest_logstart(nodeid):
+    # A worker's first report waits: the tasks that finish meanwhile are reported with the next.
+    if hasattr(CONFIG, "workerinput") and not getattr(CONFIG, "waited", False):
+        CONFIG.waited = True
+        time.sleep(0.5)
 """
 
 
@@ -560,6 +567,7 @@ def test_a_workers_reports_travel_together_and_arrive_as_sent(pytester: pytest.P
     lines = [json.loads(line) for line in (pytester.path / "wire.jsonl").read_text().splitlines()]
     together = [line["events"] for line in lines if line.get("message") == "agentcompass_events"]
     assert together and max(together) > 6, lines[:20]  # more than one task's six events in a message
+    # (each worker's first report waited half a second: every task that finished meanwhile came after it)
     per_task: dict[str, list[tuple[str, str]]] = {}
     for line in lines:
         if "report" in line:

@@ -518,8 +518,8 @@ def pytest_terminal_summary(terminalreporter):
 
 
 #: A conftest that records, on the controller, every message a worker's channel delivers (after the
-#: plugin wrapped the node: ``trylast``), every report hook in the order xdist replays them, and holds each
-#: worker's first report for half a second.
+#: plugin wrapped the node: ``trylast``), every report hook (and ``logstart``/``logfinish``) in the order
+#: xdist replays them, and holds each worker's first report for half a second.
 RECORD_MESSAGES = """
 import json, os, time
 import pytest
@@ -547,10 +547,16 @@ def pytest_runtest_logreport(report):
         _log(CONFIG, {"report": report.nodeid, "when": report.when, "outcome": report.outcome})
 
 def pytest_runtest_logstart(nodeid):
-    # A worker's first report waits: the tasks that finish meanwhile are reported with the next.
-    if hasattr(CONFIG, "workerinput") and not getattr(CONFIG, "waited", False):
+    if not hasattr(CONFIG, "workerinput"):
+        _log(CONFIG, {"report": nodeid, "when": "logstart", "outcome": ""})
+    elif not getattr(CONFIG, "waited", False):
+        # A worker's first report waits: the tasks that finish meanwhile are reported with the next.
         CONFIG.waited = True
         time.sleep(0.5)
+
+def pytest_runtest_logfinish(nodeid):
+    if not hasattr(CONFIG, "workerinput"):
+        _log(CONFIG, {"report": nodeid, "when": "logfinish", "outcome": ""})
 """
 
 
@@ -581,7 +587,8 @@ def test_a_workers_reports_travel_together_and_arrive_as_sent(pytester: pytest.P
             expected = [("setup", "passed"), ("call", "failed"), ("teardown", "passed")]
         else:
             expected = [("setup", "passed"), ("call", "passed"), ("teardown", "passed")]
-        assert reports == expected, (nodeid, reports)
+        # Each task's hooks in xdist's order, logstart first and logfinish last, once each.
+        assert reports == [("logstart", ""), *expected, ("logfinish", "")], (nodeid, reports)
     cases = ET.parse(pytester.path / "j.xml").getroot().iter("testcase")
     assert sorted(case.get("name") for case in cases) == sorted(f"t{i}" for i in range(300))
 

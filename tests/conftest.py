@@ -119,6 +119,10 @@ def write_config(
 #: The plugins an inner pytest run loads: this one and xdist, as installed (through their entry points).
 INNER_PLUGINS = "-p agentcompass -p xdist -p xdist.looponfail"
 
+#: Seconds an inner pytest under ``-n`` may take: a guard against a hang (a lost permit or
+#: message deadlocks these runs), never a measurement.
+GUARD = 60
+
 
 @pytest.fixture(autouse=True)
 def _inner_runs_load_only_this_plugin(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:

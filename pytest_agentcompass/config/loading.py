@@ -253,9 +253,9 @@ def _given(error: Mapping[str, Any], loc: tuple[Any, ...], hidden: Collection[tu
     (a typo is found faster beside what was expected). Nothing for a missing key, a mapping or a
     list (the message names the key), a value from a secret, or one where a credential goes."""
     given = error.get("input")
-    if error["type"] == "missing" or isinstance(given, dict | list) or given is None:
+    if error["type"] == "missing" or not isinstance(given, str | int | float | bool):
         return ""
-    if not isinstance(given, str | int | float | bool) or any(loc[: len(path)] == path for path in hidden):
+    if any(loc[: len(path)] == path for path in hidden):  # from a secret ${VAR}
         return ""
     if is_secret("", loc, str(given)):  # typed in, but where a credential goes (a key, a header, a URL's password)
         return ""

@@ -14,11 +14,8 @@ from typing import Any
 
 import pytest
 
-from conftest import SUITES, start_pytest, tracing_request, write_config
+from conftest import GUARD, SUITES, start_pytest, tracing_request, write_config
 from tracing import read_trace
-
-#: A guard against a hang (a lost permit deadlocks these runs), never a measurement.
-GUARD = 60
 
 
 def max_open(trace: Path) -> int:
@@ -517,82 +514,6 @@ def pytest_terminal_summary(terminalreporter):
     assert sorted(p.name for p in pytester.path.glob("wound-down-*")) == ["wound-down-gw0", "wound-down-gw1"]
 
 
-#: A conftest that records, on the controller, every message a worker's channel delivers (after the
-#: plugin wrapped the node: ``trylast``), every report hook (and ``logstart``/``logfinish``) in the order
-#: xdist replays them, and holds each worker's first report for half a second.
-RECORD_MESSAGES = """
-import json, os, time
-import pytest
-
-def _log(config, line):
-    with open(os.path.join(str(config.rootpath), "wire.jsonl"), "a") as fh:
-        fh.write(json.dumps(line) + "\\n")
-
-@pytest.hookimpl(trylast=True)
-def pytest_configure_node(node):
-    process = node.process_from_remote
-    def recorded(eventcall):
-        if isinstance(eventcall, tuple):
-            name, kwargs = eventcall
-            _log(node.config, {"message": name, "events": len(kwargs.get("events", [])) or 1})
-        process(eventcall)
-    node.process_from_remote = recorded
-
-def pytest_configure(config):
-    global CONFIG
-    CONFIG = config
-
-def pytest_runtest_logreport(report):
-    if not hasattr(CONFIG, "workerinput"):  # the controller's replay
-        _log(CONFIG, {"report": report.nodeid, "when": report.when, "outcome": report.outcome})
-
-def pytest_runtest_logstart(nodeid):
-    if not hasattr(CONFIG, "workerinput"):
-        _log(CONFIG, {"report": nodeid, "when": "logstart", "outcome": ""})
-    elif not getattr(CONFIG, "waited", False):
-        # A worker's first report waits: the tasks that finish meanwhile are reported with the next.
-        CONFIG.waited = True
-        time.sleep(0.5)
-
-def pytest_runtest_logfinish(nodeid):
-    if not hasattr(CONFIG, "workerinput"):
-        _log(CONFIG, {"report": nodeid, "when": "logfinish", "outcome": ""})
-"""
-
-
-def test_a_workers_reports_travel_together_and_arrive_as_sent(pytester: pytest.Pytester, trace: Path) -> None:
-    # Hundreds of quick tasks: a worker reports those that finished meanwhile in one message;
-    # the controller replays every report, in order, as if each had come alone.
-    pytester.makeconftest(RECORD_MESSAGES)
-    request = tracing_request("a", trace, n=300, wrong=["t7", "t150"], fail={"run": {"t3": -1, "t299": -1}})
-    write_config(pytester, [request], task_concurrency=100)
-    result = pytester.runpytest_subprocess(
-        "--agentcompass=agentcompass.yaml", "-n", "2", "--junitxml=j.xml", "-p", "no:randomly", timeout=GUARD
-    )
-    result.assert_outcomes(passed=296, failed=2, errors=2)
-    lines = [json.loads(line) for line in (pytester.path / "wire.jsonl").read_text().splitlines()]
-    together = [line["events"] for line in lines if line.get("message") == "agentcompass_events"]
-    assert together and max(together) > 6, lines[:20]  # more than one task's six events in a message
-    # (each worker's first report waited half a second: every task that finished meanwhile came after it)
-    per_task: dict[str, list[tuple[str, str]]] = {}
-    for line in lines:
-        if "report" in line:
-            per_task.setdefault(line["report"], []).append((line["when"], line["outcome"]))
-    assert len(per_task) == 300
-    for nodeid, reports in per_task.items():
-        task = nodeid.rsplit("::", 1)[1]
-        if task in ("t3", "t299"):
-            expected = [("setup", "failed"), ("teardown", "passed")]
-        elif task in ("t7", "t150"):
-            expected = [("setup", "passed"), ("call", "failed"), ("teardown", "passed")]
-        else:
-            expected = [("setup", "passed"), ("call", "passed"), ("teardown", "passed")]
-        # Each task's hooks in xdist's order, logstart first and logfinish last, once each.
-        assert reports == [("logstart", ""), *expected, ("logfinish", "")], (nodeid, reports)
-    cases = ET.parse(pytester.path / "j.xml").getroot().iter("testcase")
-    assert sorted(case.get("name") for case in cases) == sorted(f"t{i}" for i in range(300))
-
-
 LOST_AFTER_RECORDING = """
 import asyncio, dataclasses, glob, os, signal
 from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
@@ -642,17 +563,3 @@ def test_a_task_recorded_before_its_worker_was_lost_is_explained(pytester: pytes
         ]
     )
     result.assert_outcomes(passed=2, failed=1)
-
-
-def test_worksteal_requests_are_answered_while_reports_travel_together(pytester: pytest.Pytester, trace: Path) -> None:
-    # --dist worksteal asks a busy worker to give work back; the worker answers from execnet's
-    # receiver thread (it keeps what it has: nothing to give) while its main thread holds its own
-    # events for one message: the answers go at once, every task is reported.
-    pytester.makeconftest(RECORD_MESSAGES)
-    write_config(pytester, [tracing_request("a", trace, n=200, sleep={"run": 0.05})], task_concurrency=20)
-    result = pytester.runpytest_subprocess(
-        "--agentcompass=agentcompass.yaml", "-n", "2", "--dist", "worksteal", "-p", "no:randomly", timeout=GUARD
-    )
-    result.assert_outcomes(passed=200)
-    names = [json.loads(line).get("message") for line in (pytester.path / "wire.jsonl").read_text().splitlines()]
-    assert "unscheduled" in names and "agentcompass_events" in names

@@ -346,20 +346,24 @@ def test_two_runs_in_one_second_are_told_apart_by_their_recorded_start(pytester:
     result.stdout.fnmatch_lines(["*note: carried over 2 task(s) from */runs/r/20260101T000000-0000"])
 
 
-def test_a_resume_of_a_selection_counts_the_run_and_the_selection(pytester: pytest.Pytester, trace: Path) -> None:
-    # -k or --lf on a resume: the start line says how much of the run is done, and of what was asked.
+def stopped_after_two_of_four(pytester: pytest.Pytester, trace: Path) -> Path:
+    """A run of four tasks stopped by ``-x`` at its second (t0 passed, t1 failed): its run directory."""
     write_config(pytester, [tracing_request("r", trace, n=4, wrong=["t1"])], task_concurrency=1)
     pytester.runpytest("--agentcompass=agentcompass.yaml", "-x").assert_outcomes(passed=1, failed=1)
     (run_dir,) = run_dirs(pytester)
+    return run_dir
+
+
+def test_a_resume_of_a_selection_counts_the_run_and_the_selection(pytester: pytest.Pytester, trace: Path) -> None:
+    # -k or --lf on a resume: the start line says how much of the run is done, and of what was asked.
+    run_dir = stopped_after_two_of_four(pytester, trace)
     result = pytester.runpytest("--agentcompass=agentcompass.yaml", "-k", "t1 or t2")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([f"agentcompass: r: resuming {run_dir} (2 of 4 tasks done; 1 of the 2 selected)"])
 
 
 def test_a_resume_says_what_it_resumes_not_carried_over(pytester: pytest.Pytester, trace: Path) -> None:
-    write_config(pytester, [tracing_request("r", trace, n=4, wrong=["t1"])], task_concurrency=1)
-    pytester.runpytest("--agentcompass=agentcompass.yaml", "-x").assert_outcomes(passed=1, failed=1)
-    (run_dir,) = run_dirs(pytester)
+    run_dir = stopped_after_two_of_four(pytester, trace)
     result = pytester.runpytest("--agentcompass=agentcompass.yaml", "-rA", "--junitxml=j.xml")
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines([f"agentcompass: r: resuming {run_dir} (2 of 4 tasks done)"])

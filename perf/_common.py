@@ -144,13 +144,20 @@ def measure(cmd: list[str], cwd: Path) -> Measurement:
     return Measurement(elapsed, cpu, usage.ru_maxrss / 1024, proc.returncode, tail, machine)
 
 
-def write_plain_suite(root: Path, n: int) -> None:
-    """``root/plain``: n trivial plain pytest tests, the baseline of every comparison."""
+def write_plain_suite(root: Path, n: int, frozen_exit: bool = False) -> None:
+    """``root/plain``: n trivial plain pytest tests, the baseline of every comparison.
+
+    ``frozen_exit``: plain pytest's process also skips the interpreter's
+    collections at exit, as the plugin's does (``gc_tuning.skip_exit_collections``):
+    the comparison then leaves out a cost only plain pytest still pays.
+    """
     plain = root / "plain"
     plain.mkdir(exist_ok=True)
     (plain / "test_plain.py").write_text(
         f"import pytest\n\n@pytest.mark.parametrize('i', range({n}))\ndef test_noop(i):\n    pass\n"
     )
+    if frozen_exit:
+        (plain / "conftest.py").write_text("import atexit\nimport gc\n\natexit.register(gc.freeze)\n")
 
 
 def write_suite(root: Path, module: str, source: str, concurrency: int, request: str) -> None:

@@ -9,7 +9,10 @@ with ``git archive <commit> pytest_agentcompass | tar -x -C <folder>``. Usage::
         [--dir /dev/shm] [--sync] [--junit] [--concurrency 100] [--layout-b journal]
 
 ``--layout-a``/``--layout-b`` set a side's ``execution.details_layout`` (the same
-checkout on both sides then compares the two layouts).
+checkout on both sides then compares the two layouts). ``--plain-frozen-exit``
+makes plain pytest's process skip the interpreter's collections at exit too,
+as the plugin's does since issue 27's last change: a like-for-like figure
+next to the one a user sees.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ def main() -> None:
     parser = ab_parser(__doc__, concurrency=64)
     parser.add_argument("--sync", action="store_true", help="sync run_task and evaluate (two thread hops per task)")
     parser.add_argument("--junit", action="store_true", help="--junitxml on every run, plain pytest's included")
+    parser.add_argument("--plain-frozen-exit", action="store_true", help="plain pytest skips its exit collections too")
     for side in ("a", "b"):
         parser.add_argument(f"--layout-{side}", choices=("files", "journal"), help=f"{side}'s details layout")
     args = parser.parse_args()
@@ -33,7 +37,7 @@ def main() -> None:
         root = Path(tmp)
         print(f"run directory on: {describe_filesystem(root)}")
         write_noop_suite(root, args.n, args.concurrency, NOOP_SYNC if args.sync else NOOP)
-        write_plain_suite(root, args.n)
+        write_plain_suite(root, args.n, frozen_exit=args.plain_frozen_exit)
         extra = (f"--junitxml={root / 'junit.xml'}",) if args.junit else ()
         configs = {}
         for side, layout in (("a", args.layout_a), ("b", args.layout_b)):

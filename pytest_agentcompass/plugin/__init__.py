@@ -194,7 +194,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True, specname="pytest_configure")
 def pytest_configure_last_collection(config: pytest.Config) -> None:
-    """pytest's garbage collections at the session's end stop once one finds nothing.
+    """pytest's garbage collections at the session's end stop once one finds nothing, and the
+    interpreter's at the process's exit are skipped (``gc_tuning.skip_exit_collections``).
 
     pytest collects a fixed number of times (five) over the whole heap in a
     cleanup of ``_pytest/unraisableexception.py``, to report what finalizers
@@ -209,11 +210,12 @@ def pytest_configure_last_collection(config: pytest.Config) -> None:
         return
     from _pytest import unraisableexception
 
+    from ..runtime.gc_tuning import collect_until_clean, skip_exit_collections
+
+    skip_exit_collections()
     original = getattr(unraisableexception, "gc_collect_harder", None)
     if not callable(original):
         return
-    from ..runtime.gc_tuning import collect_until_clean
-
     unraisableexception.gc_collect_harder = collect_until_clean
     config.add_cleanup(lambda: setattr(unraisableexception, "gc_collect_harder", original))
 

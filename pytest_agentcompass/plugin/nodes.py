@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import traceback
 from collections.abc import Iterable, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +95,8 @@ class RequestNode(pytest.Collector):
         super().__init__(**kwargs)
         self.index = index
         self.req = req
+        #: The config file's path as pytest shows it (``Item.location``), worked out once for every task.
+        self.shown_path: str | None = None
 
     def collect(self) -> Iterable[pytest.Item]:
         try:
@@ -154,6 +157,17 @@ class TaskItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         return self.path, None, f"{self.request_name}::{self.name}"
+
+    @cached_property
+    def location(self) -> tuple[str, int | None, str]:
+        """pytest's, but the path relative to the root is worked out once per request: pytest's
+        own makes the same path absolute and looks it up again for each of 10,000 tasks."""
+        parent = self.parent
+        if not isinstance(parent, RequestNode):
+            return pytest.Item.location.func(self)  # type: ignore[attr-defined,no-any-return]
+        if parent.shown_path is None:
+            parent.shown_path = pytest.Item.location.func(self)[0]  # type: ignore[attr-defined]
+        return parent.shown_path, None, f"{self.request_name}::{self.name}"
 
     # -- pytest's own protocol (another plugin's loop runs the items) ----------------
     def _problem(self, when: str) -> None:

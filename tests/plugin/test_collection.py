@@ -31,6 +31,21 @@ def test_node_ids_are_config_request_task(pytester: pytest.Pytester, trace: Path
     assert not (pytester.path / "runs").exists(), "--co must not run anything"
 
 
+def test_a_tasks_location_is_pytests_worked_out_once_per_request(pytester: pytest.Pytester, trace: Path) -> None:
+    # TaskItem.location takes the path pytest shows from the request (pytest's own looks it up per
+    # item): the same tuple pytest's would give, for a config below the root too.
+    (pytester.path / "sub").mkdir()
+    write_config(
+        pytester, [tracing_request("first", trace, n=3), tracing_request("second", trace, n=2)], name="sub/a.yaml"
+    )
+    items, _ = pytester.inline_genitems("--agentcompass=sub/a.yaml")
+    assert len(items) == 5
+    for item in items:
+        assert item.location == pytest.Item.location.func(item)  # type: ignore[attr-defined]
+        assert item.location[0] == os.path.join("sub", "a.yaml")
+    assert items[0].location[2] == "first::t0" and items[4].location[2] == "second::t1"
+
+
 def test_load_and_select_run_once_per_request(pytester: pytest.Pytester, trace: Path) -> None:
     from tracing import read_trace
 

@@ -5,7 +5,9 @@ to report what finalizers raise; under ``--agentcompass`` it stops once a
 collection finds nothing (``plugin/__init__.py``,
 ``pytest_configure_last_collection``). These tests hold that to pytest's
 contract: a finalizer failing at the end is still reported, pytest's own
-function is back once the session is over, and fewer collections run.
+function is back once the session is over, and fewer collections run. Then
+the interpreter's exit: every process of a run leaves its heap to the
+operating system (``gc_tuning.skip_exit_collections``).
 """
 
 from __future__ import annotations
@@ -119,3 +121,54 @@ def test_an_in_process_pytester_run_leaves_pytest_as_it_was(suite: pytest.Pytest
     result.assert_outcomes(passed=3)
     assert unraisableexception.gc_collect_harder is original
     assert gc.get_freeze_count() == 0
+
+
+# Registered when the conftest is imported, before the plugin's handler: runs after it, and says how
+# many objects the collector no longer walks (frozen) as the interpreter goes on to exit.
+AT_EXIT = """
+import atexit, gc, os
+
+ROLE = ["main"]
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput"):
+        ROLE[0] = config.workerinput["workerid"]
+
+
+def said():
+    with open(os.path.join(os.path.dirname(__file__), f"exit-{ROLE[0]}.txt"), "w") as fh:
+        fh.write(str(gc.get_freeze_count()))
+
+
+atexit.register(said)
+"""
+
+
+@pytest.mark.parametrize("how", ["one process", "-n 2", "plain", "-X dev"])
+def test_the_interpreters_exit_walks_no_heap_left_from_the_session(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    # What is alive at exit goes back with the process, in every process of a run; not without the
+    # plugin, and not in Python's development mode (whose exit collection shows resource warnings).
+    suite.makeconftest(AT_EXIT)
+    suite.makepyfile(test_plain="def test_one():\n    pass\n")
+    args = {
+        "one process": ["--agentcompass=agentcompass.yaml"],
+        "-n 2": ["--agentcompass=agentcompass.yaml", "-n", "2"],
+        "plain": ["test_plain.py"],
+        "-X dev": ["--agentcompass=agentcompass.yaml"],
+    }[how]
+    if how == "-X dev":
+        monkeypatch.setenv("PYTHONDEVMODE", "1")
+    result = suite.runpytest_subprocess(*args, "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    frozen = {path.stem: int(path.read_text()) for path in suite.path.glob("exit-*.txt")}
+    if how == "-n 2":
+        assert frozen.keys() == {"exit-main", "exit-gw0", "exit-gw1"}
+    else:
+        assert frozen.keys() == {"exit-main"}
+    if how in ("plain", "-X dev"):
+        assert frozen == {"exit-main": 0}
+    else:
+        assert all(count > 10_000 for count in frozen.values()), frozen

@@ -9,7 +9,9 @@ functions alone.
 
 from __future__ import annotations
 
+import collections
 import json
+import pickle
 import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 
 from pytest_agentcompass.plugin.keys import EVENTS
-from pytest_agentcompass.plugin.wire import MESSAGE_TEXT, sent_together, unpack_events
+from pytest_agentcompass.plugin.wire import MESSAGE_TEXT, packed, sent_together, unpack_events, unpacked
 
 from conftest import GUARD, tracing_request, write_config
 
@@ -39,7 +41,11 @@ def pytest_configure_node(node):
     def recorded(eventcall):
         if isinstance(eventcall, tuple):
             name, kwargs = eventcall
-            _log(node.config, {"message": name, "events": len(kwargs.get("events", [])) or 1})
+            if "packed" in kwargs:
+                from pytest_agentcompass.plugin.wire import unpacked
+                _log(node.config, {"message": name, "events": len(unpacked(kwargs["packed"])), "packed": True})
+            else:
+                _log(node.config, {"message": name, "events": len(kwargs.get("events", [])) or 1})
         process(eventcall)
     node.process_from_remote = recorded
 
@@ -78,6 +84,8 @@ def test_a_workers_reports_travel_together_and_arrive_as_sent(pytester: pytest.P
     lines = [json.loads(line) for line in (pytester.path / "wire.jsonl").read_text().splitlines()]
     together = [line["events"] for line in lines if line.get("message") == "agentcompass_events"]
     assert together and max(together) > 6, lines[:20]  # more than one task's six events in a message
+    # ... each one pickled: plain data, failures' tracebacks and problems included
+    assert all(line.get("packed") for line in lines if line.get("message") == "agentcompass_events")
     # (each worker's first report waited half a second: every task that finished meanwhile came after it)
     per_task: dict[str, list[tuple[str, str]]] = {}
     for line in lines:
@@ -96,6 +104,37 @@ def test_a_workers_reports_travel_together_and_arrive_as_sent(pytester: pytest.P
         assert reports == [("logstart", ""), *expected, ("logfinish", "")], (nodeid, reports)
     cases = ET.parse(pytester.path / "j.xml").getroot().iter("testcase")
     assert sorted(case.get("name") for case in cases) == sorted(f"t{i}" for i in range(300))
+
+
+#: A user's property that only execnet's own encoding carries (a complex number), on one task.
+ODD_PROPERTY = """
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.user_properties.append(("weight", 2j if item.name == "t5" else 2.5))
+"""
+
+
+def test_a_value_the_pickle_does_not_carry_sends_its_message_as_xdist_would(
+    pytester: pytest.Pytester, trace: Path
+) -> None:
+    # Only plain data is pickled: the message holding t5's report goes in execnet's encoding
+    # instead, and its property arrives as one process would write it.
+    pytester.makeconftest(RECORD_MESSAGES + ODD_PROPERTY)
+    write_config(pytester, [tracing_request("a", trace, n=40, sleep={"run": 0.05})], task_concurrency=20)
+    result = pytester.runpytest_subprocess(
+        "--agentcompass=agentcompass.yaml", "-n", "2", "--junitxml=j.xml", "-p", "no:randomly", timeout=GUARD
+    )
+    result.assert_outcomes(passed=40)
+    lines = [json.loads(line) for line in (pytester.path / "wire.jsonl").read_text().splitlines()]
+    messages = [line for line in lines if line.get("message") == "agentcompass_events"]
+    assert any(line.get("packed") for line in messages) and any(not line.get("packed") for line in messages)
+    weights = {
+        case.get("name"): [p.get("value") for p in case.iter("property") if p.get("name") == "weight"]
+        for case in ET.parse(pytester.path / "j.xml").getroot().iter("testcase")
+    }
+    assert len(weights) == 40
+    assert weights.pop("t5") == ["2j"] and all(value == ["2.5"] for value in weights.values())
 
 
 def test_worksteal_requests_are_answered_while_reports_travel_together(pytester: pytest.Pytester, trace: Path) -> None:
@@ -139,7 +178,8 @@ def test_the_main_threads_events_go_as_one_message_and_other_threads_at_once() -
         on_another_thread(interactor, "unscheduled")  # execnet's receiver answering "steal"
         interactor.sendevent("testreport", **report(1))
         assert interactor.sent == [("unscheduled", {"indices": []})]
-    assert interactor.sent[1] == (EVENTS, {"events": [("testreport", report(0)), ("testreport", report(1))]})
+    name, kwargs = interactor.sent[1]
+    assert name == EVENTS and unpacked(kwargs["packed"]) == [("testreport", report(0)), ("testreport", report(1))]
     on_another_thread(interactor, "unscheduled")  # after the block: the interactor's own method again
     assert interactor.sent[2:] == [("unscheduled", {"indices": []})]
 
@@ -153,7 +193,9 @@ def test_one_event_goes_as_xdist_sends_it_and_held_events_go_when_the_block_rais
         interactor.sendevent("logstart", nodeid="t1")
         interactor.sendevent("logfinish", nodeid="t1")
         raise KeyboardInterrupt
-    assert interactor.sent[1] == (EVENTS, {"events": [("logstart", {"nodeid": "t1"}), ("logfinish", {"nodeid": "t1"})]})
+    name, kwargs = interactor.sent[1]
+    assert name == EVENTS
+    assert unpacked(kwargs["packed"]) == [("logstart", {"nodeid": "t1"}), ("logfinish", {"nodeid": "t1"})]
 
 
 def test_long_reports_go_before_the_message_grows_past_its_budget() -> None:
@@ -162,10 +204,9 @@ def test_long_reports_go_before_the_message_grows_past_its_budget() -> None:
     with sent_together(interactor):
         for index in range(5):
             interactor.sendevent("testreport", **report(index, long))
-    sizes = [len(kwargs["events"]) if name == EVENTS else 1 for name, kwargs in interactor.sent]
-    assert sizes == [2, 2, 1]
-    order = [event[1]["item_index"] for name, kwargs in interactor.sent for event in kwargs.get("events", [])]
-    order += [kwargs["item_index"] for name, kwargs in interactor.sent if name != EVENTS]
+    batches = [unpacked(kwargs["packed"]) if name == EVENTS else [(name, kwargs)] for name, kwargs in interactor.sent]
+    assert [len(batch) for batch in batches] == [2, 2, 1]
+    order = [event[1]["item_index"] for batch in batches for event in batch]
     assert order == [0, 1, 2, 3, 4]
 
 
@@ -192,3 +233,43 @@ def test_the_controller_hands_each_event_to_xdist_in_order_until_the_node_is_dow
         (EVENTS, {"events": [["testreport", {"n": 1}], ["workerfinished", {}], ["testreport", {"n": 2}]]})
     )
     assert node.received == [("logstart", {"nodeid": "t0"}), ("testreport", {"n": 1}), ("workerfinished", {})]
+
+
+def test_the_controller_unpacks_a_pickled_message_too() -> None:
+    node = Node()
+    unpack_events(node)
+    data = packed([("testreport", {"n": 1}), ("workerfinished", {}), ("testreport", {"n": 2})])
+    assert data is not None
+    node.process_from_remote((EVENTS, {"packed": data}))
+    assert node.received == [("testreport", {"n": 1}), ("workerfinished", {})]
+
+
+class Mine:
+    """A user's object in a report: execnet cannot send it either."""
+
+
+def test_only_plain_data_is_pickled_and_comes_back_as_it_was() -> None:
+    location = ("agentcompass.yaml", None, "a::t0")
+    properties = [("agentcompass.score", 1.0), ("raw", b"\x00"), ("seen", {1, 2}), ("frozen", frozenset({"x"}))]
+    events = [
+        ("testreport", {"data": {"location": location, "user_properties": properties, "when": when, "ok": True}})
+        for when in ("setup", "call", "teardown")
+    ]
+    data = packed(events)
+    assert data is not None
+    back = unpacked(data)
+    assert back == events
+    # Tuples stay tuples (xdist's own encoding keeps them too), and what was one object stays one.
+    assert type(back[0][1]["data"]["location"]) is tuple
+    assert back[0][1]["data"]["user_properties"] is back[2][1]["data"]["user_properties"]
+    for odd in (2j, Mine(), Path("x"), type("Text", (str,), {})("x"), int, len):
+        assert packed([("testreport", {"data": {"user_properties": [("odd", odd)]}})]) is None, odd
+    deep: list[Any] = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert packed([("testreport", {"data": deep})]) is None
+
+
+def test_the_controller_loads_no_class_from_a_message() -> None:
+    with pytest.raises(pickle.UnpicklingError, match=r"collections\.OrderedDict: a packed message carries plain data"):
+        unpacked(pickle.dumps([("testreport", {"data": collections.OrderedDict()})]))

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from .keys import RUN_ID, run_key
+from .keys import DEV_MODE, RUN_ID, run_key
 
 __all__ = ["run_key"]
 
@@ -212,12 +212,32 @@ def pytest_configure_last_collection(config: pytest.Config) -> None:
 
     from ..runtime.gc_tuning import collect_until_clean, skip_exit_collections
 
-    skip_exit_collections()
+    if _owns_its_process(config):
+        skip_exit_collections()
     original = getattr(unraisableexception, "gc_collect_harder", None)
     if not callable(original):
         return
     unraisableexception.gc_collect_harder = collect_until_clean
     config.add_cleanup(lambda: setattr(unraisableexception, "gc_collect_harder", original))
+
+
+def _owns_its_process(config: pytest.Config) -> bool:
+    """Whether the process ends with this session, and may skip its exit's collections: the ``pytest``
+    command (or ``python -m pytest``) run with these very arguments, or an xdist worker of one
+    (unless its controller runs under ``-X dev``). Not ``pytest.main()`` called by another program,
+    nor an in-process pytester run inside a test session: their host goes on, and exits as it will.
+    """
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return not workerinput.get(DEV_MODE)
+    if not sys.argv:
+        return False
+    program = Path(sys.argv[0])
+    command = program.name.removesuffix(".exe") in ("pytest", "py.test") or program.parts[-2:] == (
+        "pytest",
+        "__main__.py",
+    )
+    return command and config.invocation_params.args == tuple(sys.argv[1:])
 
 
 @pytest.hookimpl(trylast=True)

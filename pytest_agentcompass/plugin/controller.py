@@ -16,6 +16,7 @@ Every one of those steps is a method of the request's runtime
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from ..runtime.orchestrator import OrchestrationResult
 from ..runtime.request import INTERRUPTED_BY_USER, RequestRuntime
 from ..vocabulary.errors import AgentCompassError
 from ..vocabulary.types import OrchestrationStatus
-from .keys import PERMITS, RUN_DIRS, RUN_ID, WORKER_DETAILS, WORKER_FAILED, WORKER_NOTES
+from .keys import DEV_MODE, PERMITS, RUN_DIRS, RUN_ID, WORKER_DETAILS, WORKER_FAILED, WORKER_NOTES
 from .wire import unpack_events
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ class ControllerRun:
         node.workerinput[RUN_ID] = self.run.run_id
         node.workerinput[RUN_DIRS] = {name: str(state.store.run_dir) for name, state in self.states.items()}
         node.workerinput[PERMITS] = self.service.address if self.service else None
+        node.workerinput[DEV_MODE] = bool(sys.flags.dev_mode)
         unpack_events(node)
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)

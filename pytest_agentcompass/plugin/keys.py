@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..vocabulary.redact import Redactor
 
 __all__ = [
+    "DEV_MODE",
     "EVENTS",
     "NOT_RUN",
     "PERMITS",
@@ -42,6 +43,9 @@ RUN_ID, RUN_DIRS, PERMITS = "agentcompass_run_id", "agentcompass_run_dirs", "age
 #: The xdist event that carries several of a worker's events in one message (``plugin/wire.py``);
 #: in ``workerinput``, that the controller unpacks it.
 EVENTS = "agentcompass_events"
+#: ``config.workerinput`` key: the controller runs under Python's development mode (``-X dev``), which
+#: its workers' interpreters do not inherit from the command line: they collect at exit as it does.
+DEV_MODE = "agentcompass_dev_mode"
 #: ``workeroutput`` key: ``{request: [note, ...]}`` from a worker's providers and closing requests.
 WORKER_NOTES = "agentcompass_notes"
 #: ``workeroutput`` key: ``{request: [(task id, detail text, page record), ...]}``, every detail the worker wrote.

@@ -16,18 +16,22 @@ receiver thread and a hand-over to its main thread. A worker that reports
 tasks as they finish, hundreds at a time, sends the events of the tasks it
 reports together as one message (:func:`sent_together`); the controller
 hands each to xdist exactly as if it had come alone, in the same order
-(:func:`unpack_events`). Only when the controller says it unpacks them
-(``workerinput``): otherwise every event goes as xdist sends it.
+(:func:`unpack_events`). Only when the controller says, in ``workerinput``,
+which form of the message it reads (:data:`WIRE`): otherwise every event
+goes as xdist sends it.
 
-Such a message travels as one pickle (:func:`packed`), not in execnet's
-own serialization: execnet encodes and decodes nested values in Python, a
-byte at a time, which cost the controller a quarter of its time for tasks
-that only wait; the pickle module does the same in C. The pickle holds
-plain data only, the types execnet sends (``None``, booleans, numbers,
-strings, bytes, lists, tuples, dicts, sets): anything else (a ``complex``,
-a user's object) makes the batch travel as a list in execnet's encoding,
-as before, and the controller's unpickler loads no class or function at
-all, so nothing arrives that execnet would not have delivered.
+A task's events travel as one pickle (:func:`packed`), not in execnet's own
+serialization: execnet encodes and decodes nested values in Python, a byte
+at a time, which cost the controller a quarter of its time for tasks that
+only wait; the pickle module does the same in C. The pickle holds built-in
+values only (``None``, booleans, numbers, strings, bytes, lists, tuples,
+dicts, sets): any other value (a ``complex``, a user's object in
+``user_properties``) makes the pickler give up, and the events go in
+execnet's encoding instead, as xdist would send them. The controller's
+unpickler imports no class and no function. It is not the same set as
+execnet's: a few values execnet refuses do pickle (a ``bytearray``, a
+string holding a lone surrogate, a list that contains itself) and arrive,
+where xdist's own path would have broken the worker.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from .outcomes import NotRunText, ProblemText
 
 __all__ = [
     "MESSAGE_TEXT",
+    "WIRE",
     "packed",
     "pytest_report_from_serializable",
     "pytest_report_to_serializable",
@@ -53,6 +58,11 @@ __all__ = [
     "unpack_events",
     "unpacked",
 ]
+
+#: What :func:`unpack_events` tells workers (``workerinput[EVENTS]``): it reads messages of several
+#: events, pickled or in execnet's encoding. A controller of an earlier version said ``True``: read
+#: as "not pickled".
+WIRE = 2
 
 #: Characters of report text (failures, captured output) one message carries before what is held
 #: is sent: tasks with long outputs go a few at a time, and no message grows with the batch.
@@ -85,14 +95,16 @@ def pytest_report_from_serializable(config: pytest.Config, data: Any) -> Generat
 
 
 @contextlib.contextmanager
-def sent_together(interactor: Any) -> Iterator[None]:
+def sent_together(interactor: Any, pickled: bool = True) -> Iterator[None]:
     """On a worker: what xdist's worker plugin sends inside the block goes as one message at its end.
 
     ``interactor`` is xdist's ``WorkerInteractor``: its hooks call its
     ``sendevent``, which is held back here for the calling thread; other
     threads' events go at once, as before (one that was held could miss the
     message). What was held goes even when the block raises (the events
-    happened).
+    happened). ``pickled``: the controller reads pickled messages
+    (:data:`WIRE`); the events then go pickled whenever they are plain
+    data, even one alone.
     """
     held: list[tuple[str, dict[str, Any]]] = []
     size = 0
@@ -101,14 +113,13 @@ def sent_together(interactor: Any) -> Iterator[None]:
 
     def flush() -> None:
         nonlocal size
-        if len(held) == 1:
+        data = packed(held) if pickled and held else None
+        if data is not None:
+            send(EVENTS, packed=data)
+        elif len(held) == 1:  # not plain data (a complex, a user's object), or not read: as xdist sends it
             send(held[0][0], **held[0][1])
         elif held:
-            data = packed(held)
-            if data is None:  # a value execnet alone can carry (a complex), or none can: as before
-                send(EVENTS, events=list(held))
-            else:
-                send(EVENTS, packed=data)
+            send(EVENTS, events=list(held))
         held.clear()
         size = 0
 
@@ -147,7 +158,11 @@ def unpack_events(node: Any) -> None:
     def process_from_remote(eventcall: Any) -> None:
         if isinstance(eventcall, tuple) and eventcall[0] == EVENTS:
             kwargs = eventcall[1]
-            events = unpacked(kwargs["packed"]) if "packed" in kwargs else kwargs["events"]
+            try:
+                events = unpacked(kwargs["packed"]) if "packed" in kwargs else kwargs["events"]
+            except Exception as exc:  # not what this version's workers send
+                _worker_unreadable(node, exc)
+                return
             for event in events:
                 if getattr(node, "_down", False):  # xdist took the node down on an earlier one: as it would stop
                     return
@@ -156,7 +171,21 @@ def unpack_events(node: Any) -> None:
             process(eventcall)
 
     node.process_from_remote = process_from_remote
-    node.workerinput[EVENTS] = True
+    node.workerinput[EVENTS] = WIRE
+
+
+def _worker_unreadable(node: Any, exc: Exception) -> None:
+    """A worker's message the controller cannot read: that worker goes down, saying why once (as
+    xdist takes down a worker whose event it cannot handle)."""
+    if getattr(node, "_down", False):
+        return
+    node._down = True  # the channel's end that follows says nothing more
+    node.shutdown()
+    error = (
+        f"agentcompass: a message from this worker could not be read ({type(exc).__name__}: {exc}); "
+        "do the controller and the worker run the same version of pytest-agentcompass?"
+    )
+    node.notify_inproc("errordown", node=node, error=error)
 
 
 class _NotPlain(Exception):
@@ -165,9 +194,9 @@ class _NotPlain(Exception):
 
 class _PlainPickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
-        # Called for every object but the built-in types the pickle module writes itself (None, bool,
-        # int, float, str, bytes, bytearray, dict, list, tuple, set, frozenset): everything else would
-        # be a class or a function to import on the controller.
+        # Called for every object but those of the built-in types the pickle module writes itself
+        # (None, bool, int, float, str, bytes, bytearray, dict, list, tuple, set, frozenset): anything
+        # else would be a class or a function to import on the controller.
         raise _NotPlain(type(obj).__name__)
 
 

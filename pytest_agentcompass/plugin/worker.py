@@ -46,7 +46,7 @@ from ..runtime.request import RequestRuntime
 from .keys import EVENTS, WORKER_DETAILS, WORKER_FAILED, WORKER_NOTES
 from .nodes import TaskItem
 from .outcomes import emit_reports
-from .wire import sent_together
+from .wire import WIRE, sent_together
 
 if TYPE_CHECKING:
     from ..vocabulary.outcome import TaskOutcome
@@ -97,8 +97,11 @@ class WorkerLoop:
         self.session = session
         self.interactor = interactor
         self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        #: The controller unpacks several events sent as one message (``wire.sent_together``).
-        self.together = bool(getattr(session.config, "workerinput", {}).get(EVENTS))
+        #: The controller unpacks several events sent as one message (``wire.sent_together``), and
+        #: reads them pickled (``wire.WIRE``; a controller of an earlier version said ``True``).
+        wire = getattr(session.config, "workerinput", {}).get(EVENTS)
+        self.together = bool(wire)
+        self.pickled = wire == WIRE
         self.index_of: dict[tuple[str, str], int] = {}
         self.shutdown = False
         #: Why another process stopped the run (``-x``), if it did.
@@ -286,7 +289,7 @@ class WorkerLoop:
         if not self.together:
             self._report(outcome)
             return None
-        with sent_together(self.interactor):
+        with sent_together(self.interactor, self.pickled):
             self._report(outcome)
             for _ in range(_TOGETHER - 1):
                 try:

@@ -119,5 +119,15 @@ def request_fingerprint(req: RunRequest) -> str:
 
 
 def _digest(value: Any) -> str:
-    blob = json.dumps(value, sort_keys=True, default=lambda v: repr(to_jsonable(v))).encode()
+    blob = json.dumps(value, sort_keys=True, default=_canonical).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _canonical(value: Any) -> Any:
+    """What the digest takes of a value JSON cannot write: a set's members in a fixed order (a
+    set of strings iterates in an order each process's hash seed decides, and a resumed run,
+    or an xdist worker and its controller, must agree); anything else, as always, the repr
+    of its JSON-ready form."""
+    if isinstance(value, set | frozenset):
+        return sorted(json.dumps(member, sort_keys=True, default=_canonical) for member in value)
+    return repr(to_jsonable(value))

@@ -63,17 +63,18 @@ def collect_until_clean(iterations: int) -> None:
 def skip_exit_collections() -> None:
     """Once per process: at the interpreter's exit, leave the heap to the operating system.
 
-    After the session pytest has collected garbage already (above); what is
-    left is reachable, and the interpreter's exit would still walk it, more
-    than once, and free it object by object: 0.6-0.7 s after 10,000 tasks (or
-    10,000 plain tests), with nothing printed meanwhile. Under xdist the
-    controller waits that long for each worker to end. ``gc.freeze()`` at
-    exit moves every object out of the collector's reach, so the walks find
-    nothing; memory goes back with the process. What differs: an object in
-    a reference cycle that is still alive at exit is not finalized (Python
-    does not promise that it is), so a file such an object left open is not
-    flushed. Under ``python -X dev`` the exit collects as usual (resource
-    warnings are what that mode is for).
+    For a process that ends with its session (the plugin decides which:
+    ``plugin/__init__.py``). After the session pytest has collected garbage
+    already (above); what is left is reachable, and the interpreter's exit
+    would still walk it, more than once, and free it object by object:
+    0.6-0.7 s after 10,000 tasks (or 10,000 plain tests), with nothing printed
+    meanwhile. Under xdist the controller waits that long for each worker to
+    end. ``gc.freeze()`` at exit moves every object out of the collector's
+    reach, so the walks find nothing; memory goes back with the process.
+    What differs: an object in a reference cycle that is still alive at exit
+    is not finalized (Python does not promise that it is), so a file such an
+    object left open is not flushed. Under ``python -X dev`` the exit collects
+    as usual (resource warnings are what that mode is for).
     """
     global _skipping_at_exit
     if _skipping_at_exit or sys.flags.dev_mode:

@@ -425,15 +425,9 @@ class RequestRuntime:
         # cores otherwise idle (docs/performance.md, set Q): what the workers sent is taken instead.
         unrecorded = self.wanted - self.outcomes.keys()  # what no earlier session recorded
         details = self.store.iter_details() if sent is None else self.store.details_sent(sent, unrecorded)
-        # What the other processes sent, they wrote in this session for these very tasks: only a detail
-        # read from disk can be an earlier definition's (its fingerprint, a digest per task, tells).
-        this_session = set() if sent is None else {task_id for task_id, _, _ in sent}
         for detail in details:
-            task_id = str(detail.get("task_id"))
-            task = by_id.get(task_id)
-            if task is None:
-                continue
-            if task_id not in this_session and detail.get("fingerprint") != self.ctx.task_fingerprint(task):
+            task = by_id.get(str(detail.get("task_id")))
+            if task is None or detail.get("fingerprint") != self.ctx.task_fingerprint(task):
                 continue
             outcome = outcome_from_detail(self.name, task, detail, self.store.detail_file(task.task_id))
             # Recorded before this session (taken when the run was opened): resumed, or carried over.

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from _pytest import unraisableexception
 
+from pytest_agentcompass.runtime import gc_tuning
+
 from conftest import tracing_request, write_config
 
 # Garbage made at the end: a cycle whose finalizer raises and makes a second
@@ -145,30 +147,43 @@ atexit.register(said)
 """
 
 
-@pytest.mark.parametrize("how", ["one process", "-n 2", "plain", "-X dev"])
+@pytest.mark.parametrize("how", ["one process", "-n 2", "plain", "PYTHONDEVMODE", "-X dev -n 2", "pytest.main()"])
 def test_the_interpreters_exit_walks_no_heap_left_from_the_session(
     suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
-    # What is alive at exit goes back with the process, in every process of a run; not without the
-    # plugin, and not in Python's development mode (whose exit collection shows resource warnings).
+    # What is alive at exit goes back with the process, in every process of a run (the pytest
+    # command's, its workers'); not without the plugin, not in Python's development mode (whose exit
+    # collection shows resource warnings), and not in another program that called pytest.main():
+    # that program goes on.
     suite.makeconftest(AT_EXIT)
     suite.makepyfile(test_plain="def test_one():\n    pass\n")
-    args = {
-        "one process": ["--agentcompass=agentcompass.yaml"],
-        "-n 2": ["--agentcompass=agentcompass.yaml", "-n", "2"],
-        "plain": ["test_plain.py"],
-        "-X dev": ["--agentcompass=agentcompass.yaml"],
-    }[how]
-    if how == "-X dev":
-        monkeypatch.setenv("PYTHONDEVMODE", "1")
-    result = suite.runpytest_subprocess(*args, "-p", "no:cacheprovider")
-    assert result.ret == 0, result.stdout.str()
+    plugin = ["--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider"]
+    if how == "pytest.main()":
+        script = suite.path / "host.py"
+        script.write_text(f"import sys, pytest\nsys.exit(pytest.main({plugin!r}))\n")
+        done = subprocess.run([sys.executable, str(script)], cwd=suite.path, capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+    elif how == "-X dev -n 2":
+        command = [sys.executable, "-X", "dev", "-m", "pytest", *plugin, "-n", "2"]
+        done = subprocess.run(command, cwd=suite.path, capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+    else:
+        if how == "PYTHONDEVMODE":
+            monkeypatch.setenv("PYTHONDEVMODE", "1")
+        args = {"one process": plugin, "-n 2": [*plugin, "-n", "2"], "plain": ["test_plain.py"]}.get(how, plugin)
+        result = suite.runpytest_subprocess(*args)
+        assert result.ret == 0, result.stdout.str()
     frozen = {path.stem: int(path.read_text()) for path in suite.path.glob("exit-*.txt")}
-    if how == "-n 2":
-        assert frozen.keys() == {"exit-main", "exit-gw0", "exit-gw1"}
-    else:
-        assert frozen.keys() == {"exit-main"}
-    if how in ("plain", "-X dev"):
-        assert frozen == {"exit-main": 0}
-    else:
+    workers = {"exit-gw0", "exit-gw1"} if "-n 2" in how else set()
+    assert frozen.keys() == {"exit-main", *workers}
+    if how in ("one process", "-n 2"):
         assert all(count > 10_000 for count in frozen.values()), frozen
+    else:
+        assert set(frozen.values()) == {0}, frozen
+
+
+def test_an_in_process_run_leaves_its_hosts_exit_alone(suite: pytest.Pytester) -> None:
+    # This test's own process is the host: nothing is registered for its exit.
+    suite.makeconftest("")
+    suite.runpytest_inprocess("--agentcompass=agentcompass.yaml", "-p", "no:cacheprovider").assert_outcomes(passed=3)
+    assert gc_tuning._skipping_at_exit is False

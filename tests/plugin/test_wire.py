@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from pytest_agentcompass.plugin.keys import EVENTS
-from pytest_agentcompass.plugin.wire import MESSAGE_TEXT, packed, sent_together, unpack_events, unpacked
+from pytest_agentcompass.plugin.wire import MESSAGE_TEXT, WIRE, packed, sent_together, unpack_events, unpacked
 
 from conftest import GUARD, tracing_request, write_config
 
@@ -127,8 +127,10 @@ def test_a_value_the_pickle_does_not_carry_sends_its_message_as_xdist_would(
     )
     result.assert_outcomes(passed=40)
     lines = [json.loads(line) for line in (pytester.path / "wire.jsonl").read_text().splitlines()]
-    messages = [line for line in lines if line.get("message") == "agentcompass_events"]
-    assert any(line.get("packed") for line in messages) and any(not line.get("packed") for line in messages)
+    # Every other task's events went pickled, alone or with others; t5's (alone, or with those that
+    # finished with it) in execnet's encoding, as a list or as xdist sends each event.
+    reports = [line for line in lines if line.get("message") in ("agentcompass_events", "testreport")]
+    assert any(line.get("packed") for line in reports) and any(not line.get("packed") for line in reports)
     weights = {
         case.get("name"): [p.get("value") for p in case.iter("property") if p.get("name") == "weight"]
         for case in ET.parse(pytester.path / "j.xml").getroot().iter("testcase")
@@ -184,18 +186,36 @@ def test_the_main_threads_events_go_as_one_message_and_other_threads_at_once() -
     assert interactor.sent[2:] == [("unscheduled", {"indices": []})]
 
 
-def test_one_event_goes_as_xdist_sends_it_and_held_events_go_when_the_block_raises() -> None:
+def test_held_events_go_when_the_block_raises_and_one_event_goes_pickled_too() -> None:
     interactor = Interactor()
-    with sent_together(interactor):
-        interactor.sendevent("logstart", nodeid="t0")
-    assert interactor.sent == [("logstart", {"nodeid": "t0"})]
     with pytest.raises(KeyboardInterrupt), sent_together(interactor):
         interactor.sendevent("logstart", nodeid="t1")
         interactor.sendevent("logfinish", nodeid="t1")
         raise KeyboardInterrupt
-    name, kwargs = interactor.sent[1]
+    name, kwargs = interactor.sent[0]
     assert name == EVENTS
     assert unpacked(kwargs["packed"]) == [("logstart", {"nodeid": "t1"}), ("logfinish", {"nodeid": "t1"})]
+    with sent_together(interactor):
+        interactor.sendevent("logstart", nodeid="t0")
+    name, kwargs = interactor.sent[1]
+    assert name == EVENTS and unpacked(kwargs["packed"]) == [("logstart", {"nodeid": "t0"})]
+
+
+def test_what_is_not_pickled_goes_in_execnets_encoding_one_event_as_xdist_sends_it() -> None:
+    # Not plain data, or a controller that does not read pickles (an earlier version's).
+    interactor = Interactor()
+    with sent_together(interactor):
+        interactor.sendevent("testreport", data={"user_properties": [("weight", 2j)]})
+    with sent_together(interactor, pickled=False):
+        interactor.sendevent("logstart", nodeid="t0")
+    with sent_together(interactor, pickled=False):
+        interactor.sendevent("logstart", nodeid="t1")
+        interactor.sendevent("logfinish", nodeid="t1")
+    assert interactor.sent == [
+        ("testreport", {"data": {"user_properties": [("weight", 2j)]}}),
+        ("logstart", {"nodeid": "t0"}),
+        (EVENTS, {"events": [("logstart", {"nodeid": "t1"}), ("logfinish", {"nodeid": "t1"})]}),
+    ]
 
 
 def test_long_reports_go_before_the_message_grows_past_its_budget() -> None:
@@ -216,6 +236,8 @@ class Node:
     def __init__(self) -> None:
         self.workerinput: dict[str, Any] = {}
         self.received: list[Any] = []
+        self.notified: list[tuple[str, dict[str, Any]]] = []
+        self.shut_down = False
         self._down = False
 
     def process_from_remote(self, eventcall: Any) -> None:
@@ -223,11 +245,17 @@ class Node:
         if eventcall[0] == "workerfinished":
             self._down = True
 
+    def shutdown(self) -> None:
+        self.shut_down = True
+
+    def notify_inproc(self, name: str, **kwargs: Any) -> None:
+        self.notified.append((name, kwargs))
+
 
 def test_the_controller_hands_each_event_to_xdist_in_order_until_the_node_is_down() -> None:
     node = Node()
     unpack_events(node)
-    assert node.workerinput[EVENTS] is True
+    assert node.workerinput[EVENTS] == WIRE
     node.process_from_remote(("logstart", {"nodeid": "t0"}))
     node.process_from_remote(
         (EVENTS, {"events": [["testreport", {"n": 1}], ["workerfinished", {}], ["testreport", {"n": 2}]]})
@@ -273,3 +301,16 @@ def test_only_plain_data_is_pickled_and_comes_back_as_it_was() -> None:
 def test_the_controller_loads_no_class_from_a_message() -> None:
     with pytest.raises(pickle.UnpicklingError, match=r"collections\.OrderedDict: a packed message carries plain data"):
         unpacked(pickle.dumps([("testreport", {"data": collections.OrderedDict()})]))
+
+
+def test_a_message_the_controller_cannot_read_takes_its_worker_down_saying_why() -> None:
+    node = Node()
+    unpack_events(node)
+    node.process_from_remote((EVENTS, {"packed": b"not a pickle"}))
+    assert node.received == [] and node.shut_down and node._down
+    ((name, kwargs),) = node.notified
+    assert name == "errordown" and kwargs["node"] is node
+    assert kwargs["error"].startswith("agentcompass: a message from this worker could not be read (UnpicklingError")
+    assert "same version of pytest-agentcompass" in kwargs["error"]
+    node.process_from_remote((EVENTS, {"packed": b"still not"}))  # said once
+    assert len(node.notified) == 1

@@ -384,3 +384,45 @@ def test_cancelled_tasks_count_as_errors(pytester: pytest.Pytester, trace: Path)
     info = json.loads((run_dir / "run_info.json").read_text())
     assert info["status"] == "timeout" and info["counts"]["errors"] == 3
     assert sorted(info["unfinished_tasks"]) == ["t0", "t1", "t2"]
+
+
+#: Tasks whose metadata hold sets of strings: a set iterates in an order each process's hash seed decides.
+SET_METADATA = """
+import dataclasses
+from pytest_agentcompass import HarnessFreeBenchmark, RunResult, TaskSpec
+
+
+class Tagged(HarnessFreeBenchmark):
+    evaluation_environment_mode = "none"
+
+    def load_tasks(self, req):
+        tags = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta"}
+        return [TaskSpec(f"t{i}", metadata={"tags": tags, "kinds": frozenset({"x", "y", "z"})}) for i in range(4)]
+
+    async def run_task(self, task, prepared, env, req, plan):
+        return RunResult(task.task_id, output="ok")
+
+    async def evaluate(self, task, prepared, result, req, plan, env=None):
+        return dataclasses.replace(result, score=0.0 if task.task_id == "t1" else 1.0)
+"""
+
+
+def test_a_resume_in_another_process_knows_tasks_whose_metadata_hold_sets(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A task's fingerprint must not depend on the process: the resume (another hash seed) finds the
+    # two recorded tasks its own, and runs only the other two.
+    pytester.makepyfile(tagged=SET_METADATA)
+    write_config(
+        pytester,
+        [{"name": "r", "benchmark": {"id": "tagged.py:Tagged"}, "execution": {"retry_backoff_seconds": 0}}],
+        task_concurrency=1,
+    )
+    monkeypatch.setenv("PYTHONHASHSEED", "1")
+    pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml", "-x").assert_outcomes(passed=1, failed=1)
+    (run_dir,) = run_dirs(pytester)
+    monkeypatch.setenv("PYTHONHASHSEED", "2")
+    result = pytester.runpytest_subprocess("--agentcompass=agentcompass.yaml")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines([f"agentcompass: r: resuming {run_dir} (2 of 4 tasks done)"])
+    result.stdout.fnmatch_lines(["r: 4 tasks, 3 passed, 1 failed, 0 errors, 2 resumed"])

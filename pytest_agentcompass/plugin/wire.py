@@ -25,13 +25,12 @@ serialization: execnet encodes and decodes nested values in Python, a byte
 at a time, which cost the controller a quarter of its time for tasks that
 only wait; the pickle module does the same in C. The pickle holds built-in
 values only (``None``, booleans, numbers, strings, bytes, lists, tuples,
-dicts, sets): any other value (a ``complex``, a user's object in
-``user_properties``) makes the pickler give up, and the events go in
-execnet's encoding instead, as xdist would send them. The controller's
-unpickler imports no class and no function. It is not the same set as
-execnet's: a few values execnet refuses do pickle (a ``bytearray``, a
-string holding a lone surrogate, a list that contains itself) and arrive,
-where xdist's own path would have broken the worker.
+dicts, sets), and the controller's unpickler imports no class and no
+function but ``complex``. Any other value (a user's object in
+``user_properties``) arrives as its ``str()``, which is what junit writes
+of it in one process (:func:`plain`); xdist's own path breaks the worker on
+such a value, and on a few that execnet refuses and a pickle carries (a
+string holding a lone surrogate, a list that contains itself).
 """
 
 from __future__ import annotations
@@ -52,6 +51,7 @@ __all__ = [
     "MESSAGE_TEXT",
     "WIRE",
     "packed",
+    "plain",
     "pytest_report_from_serializable",
     "pytest_report_to_serializable",
     "sent_together",
@@ -114,9 +114,11 @@ def sent_together(interactor: Any, pickled: bool = True) -> Iterator[None]:
     def flush() -> None:
         nonlocal size
         data = packed(held) if pickled and held else None
+        if data is None and pickled and held:  # a user's object somewhere: as its str(), the rest as it was
+            data = packed([(name, plain(kwargs)) for name, kwargs in held])
         if data is not None:
             send(EVENTS, packed=data)
-        elif len(held) == 1:  # not plain data (a complex, a user's object), or not read: as xdist sends it
+        elif len(held) == 1:  # the controller does not read pickles (an earlier version): as xdist sends it
             send(held[0][0], **held[0][1])
         elif held:
             send(EVENTS, events=list(held))
@@ -196,13 +198,44 @@ class _PlainPickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         # Called for every object but those of the built-in types the pickle module writes itself
         # (None, bool, int, float, str, bytes, bytearray, dict, list, tuple, set, frozenset): anything
-        # else would be a class or a function to import on the controller.
+        # else would be a class or a function to import on the controller, but ``complex`` (which
+        # execnet sends too).
+        if type(obj) is complex or obj is complex:  # a complex is pickled as a call of its type
+            return NotImplemented
         raise _NotPlain(type(obj).__name__)
 
 
 class _PlainUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("builtins", "complex"):
+            return complex
         raise pickle.UnpicklingError(f"{module}.{name}: a packed message carries plain data only")
+
+
+_ATOMS = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray})
+#: Containers nested deeper than this become their ``str()`` in :func:`plain` (a list that contains itself).
+_DEPTH = 100
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """``value`` with every object that is not plain data (built-in values and containers) replaced
+    by its ``str()``: what junit writes of a property in one process, and what a pickle carries."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    if depth < _DEPTH:
+        if kind is list:
+            return [plain(item, depth + 1) for item in value]
+        if kind is tuple:
+            return tuple(plain(item, depth + 1) for item in value)
+        if kind is dict:
+            return {plain(key, depth + 1): plain(item, depth + 1) for key, item in value.items()}
+        if kind is set or kind is frozenset:
+            return kind(plain(item, depth + 1) for item in value)
+    try:
+        return str(value)
+    except Exception:  # a broken __str__: the worker must still report the task
+        return object.__repr__(value)
 
 
 def packed(events: list[tuple[str, dict[str, Any]]]) -> bytes | None:

@@ -20,7 +20,15 @@ from typing import Any
 import pytest
 
 from pytest_agentcompass.plugin.keys import EVENTS
-from pytest_agentcompass.plugin.wire import MESSAGE_TEXT, WIRE, packed, sent_together, unpack_events, unpacked
+from pytest_agentcompass.plugin.wire import (
+    MESSAGE_TEXT,
+    WIRE,
+    packed,
+    plain,
+    sent_together,
+    unpack_events,
+    unpacked,
+)
 
 from conftest import GUARD, tracing_request, write_config
 
@@ -106,37 +114,48 @@ def test_a_workers_reports_travel_together_and_arrive_as_sent(pytester: pytest.P
     assert sorted(case.get("name") for case in cases) == sorted(f"t{i}" for i in range(300))
 
 
-#: A user's property that only execnet's own encoding carries (a complex number), on one task.
-ODD_PROPERTY = """
+#: Users' properties of every kind: an object of theirs (junit writes its str()), a complex, a string
+#: with a lone surrogate (undecodable output) that execnet refuses, on three tasks a batch may join.
+ODD_PROPERTIES = """
+
+class Weight:
+    def __str__(self):
+        return "heavy"
+
 
 def pytest_collection_modifyitems(items):
+    odd = {"t5": Weight(), "t6": b"agent wrote \\xff".decode("utf-8", "surrogateescape"), "t7": 2j}
     for item in items:
-        item.user_properties.append(("weight", 2j if item.name == "t5" else 2.5))
+        item.user_properties.append(("weight", odd.get(item.name, 2.5)))
 """
 
 
-def test_a_value_the_pickle_does_not_carry_sends_its_message_as_xdist_would(
-    pytester: pytest.Pytester, trace: Path
-) -> None:
-    # Only plain data is pickled: the message holding t5's report goes in execnet's encoding
-    # instead, and its property arrives as one process would write it.
-    pytester.makeconftest(RECORD_MESSAGES + ODD_PROPERTY)
+def test_users_properties_of_any_kind_reach_junit_as_in_one_process(pytester: pytest.Pytester, trace: Path) -> None:
+    # Every message goes pickled: the object as its str(), the rest as it was; no worker breaks on a
+    # value its batch-mate holds, and junit says what one process's junit says.
+    pytester.makeconftest(RECORD_MESSAGES + ODD_PROPERTIES)
     write_config(pytester, [tracing_request("a", trace, n=40, sleep={"run": 0.05})], task_concurrency=20)
-    result = pytester.runpytest_subprocess(
-        "--agentcompass=agentcompass.yaml", "-n", "2", "--junitxml=j.xml", "-p", "no:randomly", timeout=GUARD
-    )
-    result.assert_outcomes(passed=40)
+
+    def junit_properties(*args: str) -> dict[str, list[tuple[str, str]]]:
+        result = pytester.runpytest_subprocess(
+            "--agentcompass=agentcompass.yaml", "--junitxml=j.xml", "-p", "no:randomly", *args, timeout=GUARD
+        )
+        result.assert_outcomes(passed=40)
+        return {
+            str(case.get("name")): [(str(p.get("name")), str(p.get("value"))) for p in case.iter("property")]
+            for case in ET.parse(pytester.path / "j.xml").getroot().iter("testcase")
+        }
+
+    one = junit_properties()
+    spread = junit_properties("-n", "2")
     lines = [json.loads(line) for line in (pytester.path / "wire.jsonl").read_text().splitlines()]
-    # Every other task's events went pickled, alone or with others; t5's (alone, or with those that
-    # finished with it) in execnet's encoding, as a list or as xdist sends each event.
     reports = [line for line in lines if line.get("message") in ("agentcompass_events", "testreport")]
-    assert any(line.get("packed") for line in reports) and any(not line.get("packed") for line in reports)
-    weights = {
-        case.get("name"): [p.get("value") for p in case.iter("property") if p.get("name") == "weight"]
-        for case in ET.parse(pytester.path / "j.xml").getroot().iter("testcase")
+    assert reports and all(line.get("packed") for line in reports)
+    assert ("weight", "heavy") in one["t5"] and ("weight", "2j") in one["t7"]
+    strip = {"agentcompass.detail"}  # each run's own run directory
+    assert {name: [p for p in props if p[0] not in strip] for name, props in spread.items()} == {
+        name: [p for p in props if p[0] not in strip] for name, props in one.items()
     }
-    assert len(weights) == 40
-    assert weights.pop("t5") == ["2j"] and all(value == ["2.5"] for value in weights.values())
 
 
 def test_worksteal_requests_are_answered_while_reports_travel_together(pytester: pytest.Pytester, trace: Path) -> None:
@@ -201,18 +220,27 @@ def test_held_events_go_when_the_block_raises_and_one_event_goes_pickled_too() -
     assert name == EVENTS and unpacked(kwargs["packed"]) == [("logstart", {"nodeid": "t0"})]
 
 
-def test_what_is_not_pickled_goes_in_execnets_encoding_one_event_as_xdist_sends_it() -> None:
-    # Not plain data, or a controller that does not read pickles (an earlier version's).
+def test_a_users_object_goes_as_its_str_and_an_earlier_controller_gets_execnets_encoding() -> None:
+    class Weight:
+        def __str__(self) -> str:
+            return "heavy"
+
     interactor = Interactor()
     with sent_together(interactor):
-        interactor.sendevent("testreport", data={"user_properties": [("weight", 2j)]})
+        interactor.sendevent("testreport", data={"user_properties": [("weight", Weight()), ("ratio", 2j)]})
+        interactor.sendevent("logfinish", nodeid="t0")
+    name, kwargs = interactor.sent[0]
+    assert name == EVENTS
+    assert unpacked(kwargs["packed"]) == [
+        ("testreport", {"data": {"user_properties": [("weight", "heavy"), ("ratio", 2j)]}}),
+        ("logfinish", {"nodeid": "t0"}),
+    ]
     with sent_together(interactor, pickled=False):
         interactor.sendevent("logstart", nodeid="t0")
     with sent_together(interactor, pickled=False):
         interactor.sendevent("logstart", nodeid="t1")
         interactor.sendevent("logfinish", nodeid="t1")
-    assert interactor.sent == [
-        ("testreport", {"data": {"user_properties": [("weight", 2j)]}}),
+    assert interactor.sent[1:] == [
         ("logstart", {"nodeid": "t0"}),
         (EVENTS, {"events": [("logstart", {"nodeid": "t1"}), ("logfinish", {"nodeid": "t1"})]}),
     ]
@@ -290,8 +318,13 @@ def test_only_plain_data_is_pickled_and_comes_back_as_it_was() -> None:
     # Tuples stay tuples (xdist's own encoding keeps them too), and what was one object stays one.
     assert type(back[0][1]["data"]["location"]) is tuple
     assert back[0][1]["data"]["user_properties"] is back[2][1]["data"]["user_properties"]
-    for odd in (2j, Mine(), Path("x"), type("Text", (str,), {})("x"), int, len):
+    for odd in (Mine(), Path("x"), type("Text", (str,), {})("x"), int, len):
         assert packed([("testreport", {"data": {"user_properties": [("odd", odd)]}})]) is None, odd
+        made_plain = plain({"user_properties": [("odd", odd)]})
+        assert made_plain == {"user_properties": [("odd", str(odd))]}
+        assert packed([("testreport", {"data": made_plain})]) is not None
+    data = packed([("testreport", {"data": {"ratio": 2j}})])  # execnet sends a complex too
+    assert data is not None and unpacked(data) == [("testreport", {"data": {"ratio": 2j}})]
     deep: list[Any] = []
     for _ in range(100_000):
         deep = [deep]

@@ -103,8 +103,8 @@ def sent_together(interactor: Any, pickled: bool = True) -> Iterator[None]:
     threads' events go at once, as before (one that was held could miss the
     message). What was held goes even when the block raises (the events
     happened). ``pickled``: the controller reads pickled messages
-    (:data:`WIRE`); the events then go pickled whenever they are plain
-    data, even one alone.
+    (:data:`WIRE`); the events then go as one pickle, even one alone, a
+    value that is not plain data as its ``str()`` (:func:`plain`).
     """
     held: list[tuple[str, dict[str, Any]]] = []
     size = 0
@@ -113,9 +113,9 @@ def sent_together(interactor: Any, pickled: bool = True) -> Iterator[None]:
 
     def flush() -> None:
         nonlocal size
-        data = packed(held) if pickled and held else None
-        if data is None and pickled and held:  # a user's object somewhere: as its str(), the rest as it was
-            data = packed([(name, plain(kwargs)) for name, kwargs in held])
+        data = None
+        if pickled and held:  # a user's object somewhere: as its str(), the rest as it was
+            data = packed(held) or packed([(name, plain(kwargs)) for name, kwargs in held])
         if data is not None:
             send(EVENTS, packed=data)
         elif len(held) == 1:  # the controller does not read pickles (an earlier version): as xdist sends it
